@@ -1,0 +1,152 @@
+"""Reading and writing the project's files: JSONL records with precise errors, atomic writes.
+
+Two promises every command keeps rest on this module: bad input is reported as
+``file:line: field: problem`` instead of a traceback from deep inside pydantic or json, and no
+output file is ever left half-written (whole files go through a temporary file and a rename;
+record-by-record outputs are append-only JSONL that a resumed run reads back to skip finished work).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class InputError(ValueError):
+    """Bad user input, located precisely enough to fix it: file, record and field."""
+
+    def __init__(self, path: str | os.PathLike, message: str, record: int | str | None = None,
+                 field: str | None = None):
+        self.path, self.record, self.field = str(path), record, field
+        where = self.path + (f":{record}" if record is not None else "")
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+def _first_error(err: ValidationError) -> tuple[str | None, str]:
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or None
+    return field, first["msg"]
+
+
+def parse_record(model: type[T], data: object, path: str | os.PathLike, record: int | str) -> T:
+    """Validate one record, turning pydantic's error into an ``InputError`` that names the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        field, msg = _first_error(err)
+        raise InputError(path, msg, record=record, field=field) from None
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each non-empty line; malformed JSON names its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "file not found")
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(path, f"not valid JSON ({err.msg} at column {err.colno})", record=number) from None
+            if not isinstance(obj, dict):
+                raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=number)
+            yield number, obj
+
+
+def read_jsonl(path: str | os.PathLike, model: type[T]) -> list[T]:
+    """Read and validate a whole JSONL file (line numbers are the record numbers in errors)."""
+    return [parse_record(model, obj, path, number) for number, obj in iter_jsonl(path)]
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Write to a temporary file next to ``path`` and rename it into place only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) -> None:
+    """Write a whole JSONL file atomically."""
+    with atomic_write(path) as f:
+        for rec in records:
+            f.write(_dumps(rec) + "\n")
+
+
+def write_json(path: str | os.PathLike, obj: object) -> None:
+    with atomic_write(path) as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+
+
+def _dumps(rec: BaseModel | dict) -> str:
+    if isinstance(rec, BaseModel):
+        return rec.model_dump_json()
+    return json.dumps(rec, ensure_ascii=False)
+
+
+class ResumableJsonl:
+    """An append-only JSONL output for long record-by-record jobs.
+
+    On open it reads back what an earlier (possibly killed) run wrote, dropping a torn last line,
+    so ``done`` tells which keys to skip; each ``append`` is flushed at once. A job writes here
+    while it runs and calls ``finalize`` to publish the complete file under its final name.
+    """
+
+    def __init__(self, final_path: str | os.PathLike, key: str = "id"):
+        self.final_path = Path(final_path)
+        self.partial_path = self.final_path.with_name(self.final_path.name + ".partial")
+        self.key = key
+        self.records: list[dict] = []
+        self.final_path.parent.mkdir(parents=True, exist_ok=True)
+        source = self.final_path if self.final_path.exists() else self.partial_path
+        if source.exists():
+            for line in source.read_text(encoding="utf-8").splitlines():
+                try:
+                    self.records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a torn line from a killed run: everything before it is intact
+        self.partial_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records))
+        self.done = {r[key] for r in self.records if key in r}
+        self._f = self.partial_path.open("a", encoding="utf-8")
+
+    def append(self, rec: BaseModel | dict) -> None:
+        obj = json.loads(rec.model_dump_json()) if isinstance(rec, BaseModel) else rec
+        self._f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self._f.flush()
+        self.records.append(obj)
+        self.done.add(obj.get(self.key))
+
+    def finalize(self) -> Path:
+        self._f.close()
+        os.replace(self.partial_path, self.final_path)
+        return self.final_path
+
+    def __enter__(self) -> ResumableJsonl:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._f.closed:
+            self._f.close()

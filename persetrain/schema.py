@@ -1,0 +1,102 @@
+"""Typed records shared by data preparation, training, evaluators and metrics.
+
+Validation lives here (score ranges, non-empty profiles) so that every reader reports bad input
+the same way; no file is read and no model is called in this module.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from persetrain.engine.types import Cost
+
+PERDOC_ASPECTS: tuple[str, ...] = (
+    "Interestingness",
+    "Adaptability",
+    "Surprise",
+    "Character Development",
+    "Ending",
+)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProfileReview(_Record):
+    """One past review of the reviewer: the plot they saw, what they wrote, the 1-10 score."""
+
+    plot_id: str
+    plot: str = Field(min_length=1)
+    review: str
+    score: int = Field(ge=1, le=10)
+
+
+class ScalarExample(_Record):
+    """Per-MPST / Amazon: predict the review and score this reviewer gives the query plot."""
+
+    id: str
+    reviewer_id: str
+    profile: list[ProfileReview] = Field(min_length=1)
+    query_plot_id: str
+    query_plot: str = Field(min_length=1)
+    review: str = ""
+    score: int = Field(ge=1, le=10)
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_never_holds_query(cls, profile, info):
+        query = info.data.get("query_plot_id")
+        if query is not None and any(p.plot_id == query for p in profile):
+            raise ValueError(f"profile contains the query plot {query}")
+        return profile
+
+
+class PairwiseProfileItem(_Record):
+    """One past Per-DOC annotation: two plots from one premise and the one the annotator preferred."""
+
+    premise: str
+    plot_a: str
+    plot_b: str
+    aspect: str
+    preferred: Literal["A", "B"]
+
+
+class PairwiseExample(_Record):
+    """Per-DOC: which of two plots this annotator prefers on one aspect."""
+
+    id: str
+    annotator_id: str
+    aspect: str
+    profile: list[PairwiseProfileItem] = Field(min_length=1)
+    premise: str
+    plot_a: str
+    plot_b: str
+    preferred: Literal["A", "B"]
+
+    @field_validator("aspect")
+    @classmethod
+    def _known_aspect(cls, aspect: str) -> str:
+        if aspect not in PERDOC_ASPECTS:
+            raise ValueError(f"unknown aspect {aspect!r}; expected one of {PERDOC_ASPECTS}")
+        return aspect
+
+
+class Judgment(_Record):
+    """What an evaluator said about one example, with its rationale and what it cost.
+
+    ``parsed`` is False when the model's text could not be read as an answer; such judgments are
+    kept (and counted by the metrics) instead of being dropped.
+    """
+
+    example_id: str
+    evaluator: str
+    score: float | None = None
+    choice: str | None = None
+    probs: dict[str, float] | None = None
+    explanation: str = ""
+    raw: str = ""
+    parsed: bool = True
+    cost: Cost = Field(default_factory=Cost)
