@@ -1,0 +1,416 @@
+"""The local transformers backend.
+
+Two things make it more than a loop over ``model.generate``:
+
+* **Shared-prefix KV reuse for scoring.** Evaluators score many requests that share a long head
+  (system prompt + user history + the response under judgment) and differ in a short tail (one
+  rubric rule, one aspect question). ``choice_probs`` sorts the token sequences, groups those
+  sharing a prefix, runs each prefix once and continues every tail from a copy of its KV cache.
+  On a CPU, where batching alone buys nothing, the speed-up follows the token-count ratio.
+* **Exact closed-set probabilities.** Choices are scored from the next-token distribution in a
+  forward pass (multi-token choices by their full sequence log-probability), never by sampling.
+  A choice that is a token-prefix of another ("1" and "10") is scored as "this choice and then
+  stop", i.e. its probability excludes the mass of continuing into the longer choice, so the
+  renormalised set is a proper partition of outcomes.
+
+Generation is a plain decode loop (left padding, KV cache, rows dropped from the batch as they
+finish) because it needs three things ``generate()`` does not give together: a private RNG per
+request (results independent of batch composition), stop strings checked on decoded text, and an
+xgrammar matcher per row for structured output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from transformers import DynamicCache
+
+from persetrain.console import warn
+from persetrain.engine.base import Backend, OnDone
+from persetrain.engine.structured import GrammarFactory
+from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, Generation, GenerationParams
+from persetrain.models import load_model, resolve
+
+Truncation = Literal["left", "error"]
+
+
+class ContextOverflowError(ValueError):
+    """A request longer than the model's context window with truncation set to ``error``."""
+
+
+@dataclass
+class _Row:
+    """One sequence to score: ``tokens``, and the positions whose next-token logits are needed."""
+
+    tokens: list[int]
+    first_needed: int  # logits are read at positions first_needed .. len(tokens) - 1
+    request: int
+    choice: int  # -1 when the row scores all (single-token) choices at its last position
+
+
+class HFBackend(Backend):
+    def __init__(
+        self,
+        model_spec: str,
+        device: str | None = None,
+        truncation: Truncation = "left",
+        max_batch_tokens: int = 8192,
+        max_batch_rows: int = 32,
+        min_shared_prefix: int = 32,
+        prefix_sharing: bool = True,
+    ):
+        self.model, self.tokenizer = load_model(model_spec, device=device)
+        self.device = next(self.model.parameters()).device
+        self.fingerprint = f"hf:{resolve(model_spec).fingerprint}"
+        self.truncation = truncation
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_rows = max_batch_rows
+        self.min_shared_prefix = min_shared_prefix
+        self.prefix_sharing = prefix_sharing
+        self.context_window = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.eos_ids = self._eos_ids()
+        self._grammars = GrammarFactory(self.tokenizer, self.model.config.vocab_size)
+
+    # ----------------------------------------------------------------- prompts and tokens
+    def render(self, request: ChatRequest) -> str:
+        messages = [m.model_dump() for m in request.messages]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text + request.assistant_prefix
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _fit(self, tokens: list[int], budget: int, request: ChatRequest) -> list[int]:
+        if len(tokens) <= budget:
+            return tokens
+        where = f"request {request.id!r}" if request.id else "a request"
+        message = (f"{where} has {len(tokens)} tokens but the context window leaves room for {budget} "
+                   f"(window {self.context_window})")
+        if self.truncation == "error":
+            raise ContextOverflowError(message + "; shorten it or set truncation='left'")
+        warn(message + f"; dropping the first {len(tokens) - budget} tokens")
+        return tokens[len(tokens) - budget :]
+
+    def _eos_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return {i for i in ids if i is not None}
+
+    # ------------------------------------------------------------------- forward passes
+    def _hidden(self, input_ids: torch.Tensor, cache: DynamicCache | None, offset: int) -> torch.Tensor:
+        """Final hidden states of the decoder (no LM head: logits are computed only where needed)."""
+        positions = torch.arange(offset, offset + input_ids.shape[1], device=self.device)
+        out = self.model.base_model(
+            input_ids=input_ids,
+            position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return out.last_hidden_state
+
+    def _logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return torch.log_softmax(logits, dim=-1)
+
+    # ------------------------------------------------------------------------- scoring
+    def choice_probs(self, requests: Sequence[ChatRequest], choices: Sequence[str], on_done: OnDone) -> None:
+        rows, choice_tokens, contexts = self._choice_rows(requests, choices)
+        pending = {i: len([r for r in rows if r.request == i]) for i in range(len(requests))}
+        row_logprobs: dict[int, torch.Tensor] = {}
+        rows_of: dict[int, list[int]] = {i: [] for i in range(len(requests))}
+        for index, row in enumerate(rows):
+            rows_of[row.request].append(index)
+
+        for group_prefix, group in self._prefix_groups(rows):
+            for index, logprobs in self._score_group(rows, group_prefix, group):
+                row_logprobs[index] = logprobs
+                request = rows[index].request
+                pending[request] -= 1
+                if pending[request] == 0:
+                    per_row = [row_logprobs.pop(k) for k in rows_of[request]]
+                    on_done(request, self._choice_result(per_row, choice_tokens[request], choices,
+                                                          len(contexts[request])))
+
+    def _choice_rows(self, requests, choices):
+        rows: list[_Row] = []
+        all_choice_tokens: list[list[list[int]]] = []
+        contexts: list[list[int]] = []
+        for i, request in enumerate(requests):
+            text = self.render(request)
+            prompt = self.encode(text)
+            joint = [self.encode(text + c) for c in choices]
+            # The context is the longest token prefix shared by the prompt and every prompt+choice:
+            # a prompt ending in "[Score] " and a choice "7" tokenize as "...]" + " 7", and the
+            # choice must be scored as the text the model would actually produce there.
+            common = len(prompt)
+            for seq in joint:
+                common = min(common, _common_prefix(prompt, seq))
+            per_choice = [seq[common:] for seq in joint]
+            if any(not toks for toks in per_choice) or len({tuple(t) for t in per_choice}) < len(choices):
+                raise ValueError(
+                    f"the tokenizer cannot distinguish the choices {list(choices)!r} after this prompt "
+                    f"(token sequences {per_choice}); rephrase the choices"
+                )
+            longest = max(len(t) for t in per_choice)
+            context = self._fit(prompt[:common], self.context_window - longest, request)
+            contexts.append(context)
+            all_choice_tokens.append(per_choice)
+            if longest == 1:
+                rows.append(_Row(context, len(context) - 1, i, -1))
+            else:
+                for j, toks in enumerate(per_choice):
+                    rows.append(_Row(context + toks, len(context) - 1, i, j))
+        return rows, all_choice_tokens, contexts
+
+    def _prefix_groups(self, rows: list[_Row]) -> list[tuple[int, list[int]]]:
+        """Group row indices that share a token prefix; return (prefix length, members) pairs.
+
+        Rows are sorted so that sequences with a common head are adjacent; a group grows while
+        the head it shares stays at least ``min_shared_prefix`` tokens long. A prefix stops
+        before the first position whose logits any member needs, so every member has a tail.
+        """
+        order = sorted(range(len(rows)), key=lambda k: rows[k].tokens)
+        if not self.prefix_sharing:
+            return [(0, order)]
+        groups: list[tuple[int, list[int]]] = []
+        singles: list[int] = []
+
+        def close(shared: int, members: list[int]) -> None:
+            shared = min([shared] + [rows[k].first_needed for k in members])
+            if len(members) > 1 and shared >= self.min_shared_prefix:
+                groups.append((shared, members))
+            else:
+                singles.extend(members)
+
+        members, shared = [order[0]], len(rows[order[0]].tokens)
+        for k in order[1:]:
+            lcp = _common_prefix(rows[members[0]].tokens, rows[k].tokens)
+            if min(shared, lcp) >= self.min_shared_prefix:
+                members.append(k)
+                shared = min(shared, lcp)
+            else:
+                close(shared, members)
+                members, shared = [k], len(rows[k].tokens)
+        close(shared, members)
+        if singles:
+            groups.append((0, singles))
+        return groups
+
+    @torch.inference_mode()
+    def _score_group(self, rows: list[_Row], prefix_len: int, members: list[int]):
+        """Yield (row index, log-probs at its needed positions) for every member of one group."""
+        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if prefix_len:
+            head = torch.tensor([rows[members[0]].tokens[:prefix_len]], device=self.device)
+            cache = DynamicCache(config=self.model.config)
+            self._hidden(head, cache, 0)
+            prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        members = sorted(members, key=lambda k: len(rows[k].tokens))
+        for batch in self._batches(members, lambda k: len(rows[k].tokens) - prefix_len):
+            tails = [rows[k].tokens[prefix_len:] for k in batch]
+            width = max(len(t) for t in tails)
+            pad = self.tokenizer.pad_token_id
+            # Right padding needs no attention mask under causal attention: real positions
+            # never look at the pad positions after them.
+            ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=self.device)
+            cache = None
+            if prefix_kv:
+                n = len(batch)
+                cache = DynamicCache(
+                    ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in prefix_kv],
+                    config=self.model.config,
+                )
+            hidden = self._hidden(ids, cache, prefix_len)
+            for b, k in enumerate(batch):
+                start = rows[k].first_needed - prefix_len
+                yield k, self._logprobs(hidden[b, start : len(tails[b])])
+
+    def _batches(self, members: list[int], length) -> list[list[int]]:
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for k in members:  # members are sorted by length, so the last one sets the padded width
+            if current and (len(current) >= self.max_batch_rows
+                            or (len(current) + 1) * length(k) > self.max_batch_tokens):
+                batches.append(current)
+                current = []
+            current.append(k)
+        if current:
+            batches.append(current)
+        return batches
+
+    @staticmethod
+    def _choice_result(per_row, choice_tokens, choices, prompt_tokens) -> ChoiceProbs:
+        logp: dict[str, float] = {}
+        single = len(per_row) == 1  # one row scores all single-token choices at its last position
+        if single:
+            dist = per_row[0][-1]
+            for choice, toks in zip(choices, choice_tokens, strict=True):
+                logp[choice] = dist[toks[0]].item()
+        else:
+            for choice, toks, lp in zip(choices, choice_tokens, per_row, strict=True):
+                total = sum(lp[p, t].item() for p, t in enumerate(toks))
+                # Mass of continuing from this choice into a longer one is not this choice.
+                extensions = {other[len(toks)] for other in choice_tokens
+                              if len(other) > len(toks) and other[: len(toks)] == toks}
+                if extensions:
+                    cont = torch.logsumexp(lp[len(toks), sorted(extensions)], dim=0).item()
+                    total += math.log1p(-math.exp(min(cont, -1e-12)))
+                logp[choice] = total
+        top = max(logp.values())
+        weights = {c: math.exp(v - top) for c, v in logp.items()}
+        z = sum(weights.values())
+        scored = 0 if single else sum(len(t) for t in choice_tokens)
+        return ChoiceProbs(
+            probs={c: w / z for c, w in weights.items()},
+            logprobs=logp,
+            cost=Cost(calls=1, prompt_tokens=prompt_tokens + scored, completion_tokens=0),
+        )
+
+    # ------------------------------------------------------- raw log-probs (for serving)
+    @torch.inference_mode()
+    def token_logprobs(self, tokens: list[int], start: int, top_k: int = 0) -> list[dict]:
+        """Log-probabilities for positions ``start..len(tokens)``, for ``persetrain serve``.
+
+        Entry ``p`` (for ``start <= p < len(tokens)``) holds the log-probability of ``tokens[p]``
+        given what precedes it, plus the ``top_k`` most likely tokens there; the final entry
+        (``p == len(tokens)``) describes the next token after the sequence and has no actual
+        token. This is what OpenAI-style ``logprobs``/``top_logprobs`` and vLLM's
+        ``prompt_logprobs`` report, computed from one forward pass.
+        """
+        if start < 1:
+            raise ValueError("the first token has no conditional log-probability; start at 1 or later")
+        ids = torch.tensor([tokens], device=self.device)
+        logprobs = self._logprobs(self._hidden(ids, None, 0)[0, start - 1 :])
+        entries = []
+        for offset, dist in enumerate(logprobs):
+            p = start + offset
+            entry: dict = {"position": p}
+            if p < len(tokens):
+                entry.update(token_id=tokens[p], logprob=dist[tokens[p]].item())
+            if top_k:
+                values, indices = dist.topk(top_k)
+                entry["top"] = list(zip(indices.tolist(), values.tolist(), strict=True))
+            entries.append(entry)
+        return entries
+
+    # ---------------------------------------------------------------------- generation
+    def generate(self, requests: Sequence[ChatRequest], params: GenerationParams, on_done: OnDone) -> None:
+        budget = self.context_window - params.max_new_tokens
+        if budget <= 0:
+            raise ValueError(f"max_new_tokens={params.max_new_tokens} leaves no room in the "
+                             f"context window of {self.context_window} tokens")
+        prompts = [self._fit(self.encode(self.render(r)), budget, r) for r in requests]
+        order = sorted(range(len(requests)), key=lambda i: len(prompts[i]))
+        for batch in self._batches(order, lambda i: len(prompts[i]) + params.max_new_tokens):
+            outputs = self._decode([prompts[i] for i in batch], [requests[i] for i in batch], params)
+            for i, result in zip(batch, outputs, strict=True):
+                on_done(i, result)
+
+    @torch.inference_mode()
+    def _decode(self, prompts: list[list[int]], requests: list[ChatRequest],
+                params: GenerationParams) -> list[Generation]:
+        n, width = len(prompts), max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        generators = [self._generator(params, r) for r in requests] if params.temperature > 0 else None
+        matchers = self._grammars.matchers(params, n)
+
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1].float()
+        generated: list[list[int]] = [[] for _ in range(n)]
+        sampled = [0] * n  # tokens drawn, the end-of-sequence token included
+        finish: list[str | None] = [None] * n
+        active = list(range(n))  # batch row b holds request active[b]
+        for _step in range(params.max_new_tokens):
+            if matchers is not None:
+                logits = self._grammars.mask(logits, [matchers[i] for i in active])
+            chosen = self._pick(logits, [generators[i] for i in active] if generators else None, params)
+            keep: list[int] = []
+            for b, i in enumerate(active):
+                token = chosen[b]
+                sampled[i] += 1
+                if matchers is not None and not matchers[i].is_terminated():
+                    matchers[i].accept_token(token)
+                if token in self.eos_ids:
+                    finish[i] = "stop"
+                    continue
+                generated[i].append(token)
+                if params.stop and _first_stop(self.tokenizer.decode(generated[i]), params.stop) is not None:
+                    finish[i] = "stop"
+                    continue
+                keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                active = [active[b] for b in keep]
+            last = torch.tensor([[generated[i][-1]] for i in active], device=self.device)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(input_ids=last, attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1].float()
+
+        results = []
+        for i in range(n):
+            text = self.tokenizer.decode(generated[i], skip_special_tokens=True)
+            cut = _first_stop(text, params.stop) if params.stop else None
+            if cut is not None:
+                text = text[:cut]
+            results.append(Generation(
+                text=text,
+                finish_reason=finish[i] or "length",
+                cost=Cost(calls=1, prompt_tokens=len(prompts[i]), completion_tokens=sampled[i]),
+            ))
+        return results
+
+    def _generator(self, params: GenerationParams, request: ChatRequest) -> torch.Generator:
+        digest = hashlib.sha256(
+            json.dumps([params.seed, request.model_dump(mode="json", exclude={"id"})], sort_keys=True).encode()
+        ).digest()
+        return torch.Generator(device=self.device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, generators, params: GenerationParams) -> list[int]:
+        if generators is None:
+            return logits.argmax(dim=-1).tolist()
+        logits = logits / params.temperature
+        if params.top_k:
+            kth = torch.topk(logits, min(params.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        probs = torch.softmax(logits, dim=-1)
+        if params.top_p < 1.0:
+            sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
+            outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, sorted_idx, sorted_probs)
+        return [torch.multinomial(probs[b], 1, generator=g).item() for b, g in enumerate(generators)]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
