@@ -1,0 +1,181 @@
+"""The engine against independent reference computations: plain forward passes and HF generate."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from persetrain.engine import ChatRequest, GenerationParams, load_engine
+from persetrain.engine.hf import ContextOverflowError
+
+SYSTEM = (
+    "You judge short texts for one particular reader. The reader has written many reviews before; "
+    "they like quiet endings, dislike talking animals and always reward careful world building. "
+) * 2
+
+
+def _requests(n_items: int = 3, n_tails: int = 4) -> list[ChatRequest]:
+    return [
+        ChatRequest.of(f"Item {i}: a story about a lighthouse keeper. Rule {j}: does it satisfy rule {j}?",
+                       system=SYSTEM, id=f"{i}-{j}")
+        for i in range(n_items) for j in range(n_tails)
+    ]
+
+
+def _reference_logprob(backend, request: ChatRequest, choice: str) -> tuple[float, torch.Tensor]:
+    """log p(choice tokens | prompt) by one plain forward pass, plus the distribution after it."""
+    prompt = backend.encode(backend.render(request))
+    tokens = backend.encode(backend.render(request) + choice)
+    assert tokens[: len(prompt)] == prompt, "test prompts must have a clean token boundary"
+    with torch.no_grad():
+        logits = backend.model(torch.tensor([tokens])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    total = sum(logp[p - 1, tokens[p]].item() for p in range(len(prompt), len(tokens)))
+    return total, logp[len(tokens) - 1]
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_llama_dir):
+    return load_engine(str(tiny_llama_dir), min_shared_prefix=16)
+
+
+@pytest.fixture(scope="module")
+def tiny_engine_no_sharing(tiny_llama_dir):
+    return load_engine(str(tiny_llama_dir), prefix_sharing=False)
+
+
+@pytest.mark.parametrize("choices", [["yes", "no"], ["A", "B", "C"], ["Plot A", "Plot B"]])
+def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, choices):
+    requests = _requests()
+    shared = tiny_engine.choice_probs(requests, choices)
+    plain = tiny_engine_no_sharing.choice_probs(requests, choices)
+    backend = tiny_engine.backend
+    for request, a, b in zip(requests, shared, plain, strict=True):
+        ref = {c: _reference_logprob(backend, request, c)[0] for c in choices}
+        z = math.log(sum(math.exp(v) for v in ref.values()))
+        for c in choices:
+            assert a.logprobs[c] == pytest.approx(ref[c], abs=1e-4)
+            assert b.logprobs[c] == pytest.approx(ref[c], abs=1e-4)
+            assert a.probs[c] == pytest.approx(math.exp(ref[c] - z), abs=1e-5)
+        assert a.id == request.id
+        assert sum(a.probs.values()) == pytest.approx(1.0)
+
+
+def test_prefix_sharing_groups_requests(tiny_engine):
+    backend = tiny_engine.backend
+    rows, _, _ = backend._choice_rows(_requests(3, 4), ["yes", "no"])
+    groups = backend._prefix_groups(rows)
+    assert sorted(len(members) for _, members in groups) == [12]  # one shared system prompt
+    assert groups[0][0] >= len(backend.encode(SYSTEM)) // 2
+
+
+def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
+    """"1" and "10" share the token "1": P("1") must exclude continuing into "10"."""
+    request = ChatRequest.of("Score the story from 1 to 10.", assistant_prefix="[Score] ")
+    choices = [str(i) for i in range(1, 11)]
+    result = tiny_engine.choice_probs([request], choices)[0]
+    backend = tiny_engine.backend
+    p1, after_1 = _reference_logprob(backend, request, "1")
+    p10, _ = _reference_logprob(backend, request, "10")
+    zero = backend.encode("0")[0]
+    expected_1 = p1 + math.log1p(-math.exp(after_1[zero].item()))
+    assert result.logprobs["1"] == pytest.approx(expected_1, abs=1e-4)
+    assert result.logprobs["10"] == pytest.approx(p10, abs=1e-4)
+    assert sum(result.probs.values()) == pytest.approx(1.0)
+    assert 1.0 <= result.expectation() <= 10.0
+
+
+def test_choice_validation(tiny_engine):
+    request = ChatRequest.of("Yes or no?")
+    with pytest.raises(ValueError, match="distinct"):
+        tiny_engine.choice_probs([request], ["yes", "yes"])
+    with pytest.raises(ValueError, match="at least two"):
+        tiny_engine.choice_probs([request], ["yes"])
+    with pytest.raises(ValueError, match="non-empty"):
+        tiny_engine.choice_probs([request], ["yes", ""])
+
+
+def test_context_overflow_policies(tiny_llama_dir):
+    long_request = ChatRequest.of("word " * 700, id="too-long")
+    strict = load_engine(str(tiny_llama_dir), truncation="error")
+    with pytest.raises(ContextOverflowError, match="too-long"):
+        strict.choice_probs([long_request], ["yes", "no"])
+    with pytest.raises(ContextOverflowError, match="too-long"):
+        strict.generate([long_request], GenerationParams(max_new_tokens=4))
+    lenient = load_engine(str(tiny_llama_dir), truncation="left")
+    result = lenient.choice_probs([long_request], ["yes", "no"])[0]
+    assert result.cost.prompt_tokens == 512 - 1  # window minus the one choice token
+    generated = lenient.generate([long_request], GenerationParams(max_new_tokens=4))[0]
+    assert generated.cost.prompt_tokens == 512 - 4
+
+
+def test_greedy_generation_matches_hf_generate(tiny_engine):
+    backend = tiny_engine.backend
+    requests = [ChatRequest.of("Hi"), ChatRequest.of("Tell me a long story about a lighthouse keeper and a cat.")]
+    ours = tiny_engine.generate(requests, GenerationParams(max_new_tokens=12))
+    for request, result in zip(requests, ours, strict=True):
+        ids = torch.tensor([backend.encode(backend.render(request))])
+        with torch.no_grad():
+            out = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                                         do_sample=False, eos_token_id=sorted(backend.eos_ids),
+                                         pad_token_id=backend.tokenizer.pad_token_id)
+        expected = backend.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        assert result.text == expected
+        assert result.cost.prompt_tokens == ids.shape[1]
+
+
+def test_sampling_is_seeded_per_request_not_per_batch(tiny_engine):
+    a, b = ChatRequest.of("Write a poem."), ChatRequest.of("Write a much longer poem about the sea.")
+    params = GenerationParams(max_new_tokens=10, temperature=1.0, seed=7)
+    alone = tiny_engine.generate([a], params)[0].text
+    batched = tiny_engine.generate([b, a], params)[1].text
+    assert alone == batched
+    other_seed = tiny_engine.generate([a], params.model_copy(update={"seed": 8}))[0].text
+    assert other_seed != alone
+
+
+def test_stop_strings_cut_the_text(tiny_engine):
+    request = ChatRequest.of("Say anything.")
+    full = tiny_engine.generate([request], GenerationParams(max_new_tokens=16))[0]
+    stop = full.text[len(full.text) // 2 : len(full.text) // 2 + 3]
+    assert stop.strip(), "greedy output too short to pick a stop string"
+    cut = tiny_engine.generate([request], GenerationParams(max_new_tokens=16, stop=(stop,)))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.find(stop)]
+
+
+def test_cache_skips_finished_calls(tiny_llama_dir, tmp_path):
+    requests = _requests(2, 2)
+    first = load_engine(str(tiny_llama_dir), cache_path=tmp_path / "cache.sqlite")
+    expected = first.choice_probs(requests, ["yes", "no"])
+    assert first.cost.calls == len(requests)
+    first.close()
+    again = load_engine(str(tiny_llama_dir), cache_path=tmp_path / "cache.sqlite")
+    results = again.choice_probs(requests, ["yes", "no"])
+    assert again.cost.calls == 0 and again.cache_hits == len(requests)
+    assert [r.probs for r in results] == [r.probs for r in expected]
+    assert all(r.cached and r.cost.calls == 1 for r in results)  # a result still says what it cost
+    assert [r.id for r in results] == [r.id for r in requests]
+
+
+def test_structured_json_on_embedded_model():
+    """End to end on the real embedded model: the schema holds even for a 135M model."""
+    engine = load_engine()
+    schema = {
+        "type": "object",
+        "properties": {"names": {"type": "array", "items": {
+            "type": "object", "properties": {"old": {"type": "string"}, "new": {"type": "string"}},
+            "required": ["old", "new"]}, "maxItems": 3}},
+        "required": ["names"],
+    }
+    request = ChatRequest.of("List the character names in 'Anna met Boris in Oslo.' with new names, as JSON.")
+    result = engine.generate([request], GenerationParams(max_new_tokens=80, json_schema=schema))[0]
+    data = json.loads(result.text)
+    assert isinstance(data["names"], list)
+    assert all(set(item) == {"old", "new"} for item in data["names"])
+    digits = engine.generate([ChatRequest.of("Rate the film 1-10.")], GenerationParams(max_new_tokens=4,
+                                                                                       regex="[1-9]|10"))[0]
+    assert digits.text in {str(i) for i in range(1, 11)}
