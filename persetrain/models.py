@@ -99,7 +99,9 @@ def resolve(spec: str) -> ResolvedSpec:
     """Classify a spec without loading anything heavy."""
     if spec.startswith("embedded:"):
         gguf = _embedded_gguf(spec.removeprefix("embedded:"))
-        return ResolvedSpec(spec, "embedded", str(gguf), _file_fingerprint([gguf]))
+        # The wheel pins the file, so its name and size identify it across reinstalls (mtimes don't).
+        stable = hashlib.sha256(f"{spec}:{gguf.stat().st_size}".encode()).hexdigest()[:16]
+        return ResolvedSpec(spec, "embedded", str(gguf), stable)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
