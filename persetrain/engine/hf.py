@@ -282,10 +282,10 @@ class HFBackend(Backend):
         """Log-probabilities for positions ``start..len(tokens)``, for ``persetrain serve``.
 
         Entry ``p`` (for ``start <= p < len(tokens)``) holds the log-probability of ``tokens[p]``
-        given what precedes it, plus the ``top_k`` most likely tokens there; the final entry
-        (``p == len(tokens)``) describes the next token after the sequence and has no actual
-        token. This is what OpenAI-style ``logprobs``/``top_logprobs`` and vLLM's
-        ``prompt_logprobs`` report, computed from one forward pass.
+        given what precedes it and its ``rank`` in the vocabulary, plus the ``top_k`` most likely
+        tokens there; the final entry (``p == len(tokens)``) describes the next token after the
+        sequence and has no actual token. This is what OpenAI-style ``logprobs``/``top_logprobs``
+        and vLLM's ``prompt_logprobs`` report, computed from one forward pass.
         """
         if start < 1:
             raise ValueError("the first token has no conditional log-probability; start at 1 or later")
@@ -296,7 +296,9 @@ class HFBackend(Backend):
             p = start + offset
             entry: dict = {"position": p}
             if p < len(tokens):
-                entry.update(token_id=tokens[p], logprob=dist[tokens[p]].item())
+                logprob = dist[tokens[p]]
+                # rank (1 = most likely) is part of vLLM's prompt_logprobs format
+                entry.update(token_id=tokens[p], logprob=logprob.item(), rank=int((dist > logprob).sum()) + 1)
             if top_k:
                 values, indices = dist.topk(top_k)
                 entry["top"] = list(zip(indices.tolist(), values.tolist(), strict=True))
