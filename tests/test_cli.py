@@ -1,0 +1,83 @@
+"""The ``persetrain`` command as a user runs it: JSONL in, JSONL out, clear errors, no partial files."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from persetrain.cli import app
+
+runner = CliRunner()
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["generate", "--help"], ["serve", "--help"], ["demo", "--help"],
+                 ["models", "--help"], ["models", "fetch", "--help"], ["models", "info", "--help"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "Usage" in result.output
+
+
+def test_generate_and_choices_roundtrip(tiny_llama_dir, tmp_path):
+    requests = _write(tmp_path / "in.jsonl", [
+        json.dumps({"id": "a", "messages": [{"role": "user", "content": "Is this good? yes or no"}]}),
+        json.dumps({"id": "b", "messages": [{"role": "user", "content": "Hello"}], "assistant_prefix": "Sure"}),
+    ])
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(out), "-m", str(tiny_llama_dir),
+                                 "--max-new-tokens", "5"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"]
+    assert all(r["cost"]["calls"] == 1 and r["cost"]["completion_tokens"] >= 1 for r in rows)
+
+    probs_out = tmp_path / "probs.jsonl"
+    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(probs_out),
+                                 "-m", str(tiny_llama_dir), "--choices", "yes,no"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in probs_out.read_text().splitlines()]
+    assert all(abs(sum(r["probs"].values()) - 1) < 1e-6 for r in rows)
+
+
+def test_malformed_input_names_line_and_field_and_writes_nothing(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out.jsonl"
+    bad_field = _write(tmp_path / "bad.jsonl", [
+        json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}]}),
+        json.dumps({"id": "bad", "messages": [{"role": "robot", "content": "hi"}]}),
+    ])
+    result = runner.invoke(app, ["generate", "-i", str(bad_field), "-o", str(out), "-m", str(tiny_llama_dir)])
+    assert result.exit_code == 2
+    assert "bad.jsonl:2" in result.output and "messages.0.role" in result.output
+    assert "Traceback" not in result.output
+
+    bad_json = _write(tmp_path / "broken.jsonl", ['{"id": "x", "messages": ['])
+    result = runner.invoke(app, ["generate", "-i", str(bad_json), "-o", str(out), "-m", str(tiny_llama_dir)])
+    assert result.exit_code == 2 and "broken.jsonl:1" in result.output and "not valid JSON" in result.output
+    assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))
+
+
+def test_unknown_model_spec_lists_known_ones(tmp_path):
+    requests = _write(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
+    result = runner.invoke(app, ["generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"),
+                                 "-m", "embedded:no-such-model"])
+    assert result.exit_code == 2
+    assert "embedded:smollm2-135m-instruct" in result.output
+
+    result = runner.invoke(app, ["models", "info", "not a model"])
+    assert result.exit_code == 2 and "unknown model spec" in result.output
+
+
+def test_models_fetch_then_info_reports_device_and_dtype():
+    fetched = runner.invoke(app, ["models", "fetch"])  # converts the embedded GGUF once, then reuses it
+    assert fetched.exit_code == 0, fetched.output
+    result = runner.invoke(app, ["models", "info"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["converted"] is True
+    assert info["model_type"] == "llama" and info["dtype"] == "float32" and info["device"] == "cpu"
