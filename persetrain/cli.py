@@ -145,6 +145,98 @@ def serve(
         _fail(err)
 
 
+prepare_app = typer.Typer(help="Turn raw data into instruction datasets.", no_args_is_help=True)
+app.add_typer(prepare_app, name="prepare")
+
+
+@prepare_app.command("sample")
+def prepare_sample(
+    out: Annotated[Path, typer.Option(help="Folder for the raw files.")],
+    seed: int = 0,
+) -> None:
+    """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences."""
+    from data_prep.synthetic import write_sample_data
+
+    write_sample_data(out, seed=seed)
+    console.print(f"wrote synthetic raw data to {out}")
+
+
+@prepare_app.command("perse")
+def prepare_perse_cmd(
+    raw: Annotated[Path, typer.Option(help="Raw data folder (see data_prep/README.md).")],
+    out: Annotated[Path, typer.Option(help="Output folder for the datasets.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    no_llm: Annotated[bool, typer.Option(help="Skip anonymization/summarization (raw synopses).")] = False,
+    k: Annotated[list[int] | None, typer.Option(help="Profile size K (repeatable); default 3.")] = None,
+    seed: int = 0,
+    probe: Annotated[bool, typer.Option(help="Run the title contamination probe.")] = True,
+) -> None:
+    """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
+    from data_prep.prepare import prepare_perse
+
+    try:
+        engine = None if no_llm else _engine(model, backend, base_url, out / "engine-cache.sqlite")
+        prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
+    except (InputError, ModelSpecError, ValueError) as err:
+        _fail(err)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sft(ctx: typer.Context) -> None:
+    """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
+
+    Every TRL / transformers training argument and every recipe key can be given on the command line,
+    where it overrides the recipe.
+    """
+    from persetrain.train.recipe import RecipeError
+    from persetrain.train.sft import run_sft
+
+    try:
+        run_sft(list(ctx.args))
+    except (RecipeError, InputError, ModelSpecError) as err:
+        _fail(err)
+
+
+@app.command()
+def evaluate(
+    data: Annotated[Path, typer.Option(help="A dataset folder written by `persetrain prepare`.")],
+    out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics and the report.")],
+    evaluator: Annotated[str | None, typer.Option(help="perse: judge with --model.")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Judge model spec (repeatable).")] = None,
+    baseline: Annotated[list[str] | None, typer.Option(help="reviewer-avg or mf (repeatable).")] = None,
+    system: Annotated[list[str] | None, typer.Option(help="NAME=perse:MODEL (repeatable).")] = None,
+    split: str = "test",
+    max_examples: int | None = None,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    temperature: float = 0.8,
+    max_new_tokens: int = 600,
+    review: Annotated[bool, typer.Option(help="Generate the review before scoring (paper protocol).")] = True,
+) -> None:
+    """Judge a dataset's held-out split with PerSE and baselines; write metrics and a report."""
+    from persetrain.evaluation import EvaluationConfig, SystemSpec
+    from persetrain.evaluation import evaluate as run_evaluation
+    from persetrain.evaluators.perse import PerSEScalarConfig
+
+    try:
+        systems = [SystemSpec.parse(s) for s in system or []]
+        if evaluator is not None:
+            if evaluator != "perse" or not model:
+                raise ValueError("--evaluator perse needs at least one --model")
+            systems += [SystemSpec(m, "perse", m) for m in model]
+        systems += [SystemSpec.parse(b) for b in baseline or []]
+        if not systems:
+            raise ValueError("nothing to evaluate: give --evaluator perse --model SPEC, --baseline or --system")
+        run_evaluation(EvaluationConfig(
+            data=str(data), out=str(out), systems=systems, split=split, max_examples=max_examples,
+            backend=backend, base_url=base_url,
+            perse=PerSEScalarConfig(temperature=temperature, max_new_tokens=max_new_tokens, review=review)))
+    except (InputError, ModelSpecError, ValueError) as err:
+        _fail(err)
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/demo"),

@@ -1,0 +1,122 @@
+"""PerSE: a judge that infers one reviewer's taste from their profile and scores a new text.
+
+Scalar (Per-MPST, Amazon): the judge writes ``[Review] ... [Score] n``. Two scores come out of one
+call sequence, and both are reported:
+
+* ``perse`` — the score parsed from the sampled text (the paper's protocol: temperature 0.8, up
+  to 600 new tokens). A text without a readable score is kept as an unparsed judgment, never
+  dropped, so the metrics can count it.
+* ``perse-expected`` — the expectation of the score under ``choice_probs`` over "1".."10" right
+  after the judge's own review and the ``[Score]`` marker: deterministic given the review, and
+  free of the parsing failure mode. With ``review=False`` the marker follows the prompt directly,
+  which skips generation altogether (cheapest; it asks the model to score before it explains).
+
+Pairwise (Per-DOC): ``choice_probs`` over "Plot A"/"Plot B", asked in both orders with the plots
+swapped; the two answers are averaged so that a position bias cancels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from persetrain.engine import ChatRequest, Engine, GenerationParams
+from persetrain.prompts.perse import (
+    PAIRWISE_CHOICES,
+    REVIEW_MARKER,
+    SCORE_MARKER,
+    SCORE_MAX,
+    SCORE_MIN,
+    pairwise_request,
+    scalar_request,
+)
+from persetrain.schema import Judgment, PairwiseExample, ScalarExample
+
+SCORE_CHOICES = [str(n) for n in range(SCORE_MIN, SCORE_MAX + 1)]
+
+_SCORE_PATTERNS = [
+    re.compile(re.escape(SCORE_MARKER) + r"\s*:?\s*(\d{1,2})(?:\s*/\s*10)?"),
+    re.compile(r"\bscore\s*(?:is|of|:)?\s*(\d{1,2})\s*(?:/\s*10|out of 10)?", re.IGNORECASE),
+    re.compile(r"\b(\d{1,2})\s*(?:/\s*10|out of 10)\b"),
+]
+
+
+def parse_scalar_output(text: str) -> tuple[str, int | None]:
+    """Split a judge's text into (review, score); the score is None when none can be read.
+
+    The marker form is tried first, then looser forms models produce ("Score: 7", "7/10"); only
+    integers on the 1-10 scale count, and the last match wins because judges often restate.
+    """
+    review = text.split(SCORE_MARKER)[0].replace(REVIEW_MARKER, "").strip()
+    for pattern in _SCORE_PATTERNS:
+        values = [int(m.group(1)) for m in pattern.finditer(text) if SCORE_MIN <= int(m.group(1)) <= SCORE_MAX]
+        if values:
+            return review, values[-1]
+    return review, None
+
+
+@dataclass
+class PerSEScalarConfig:
+    temperature: float = 0.8
+    max_new_tokens: int = 600
+    seed: int = 0
+    #: Generate the review before scoring (the paper's protocol). False: expected score only.
+    review: bool = True
+    profile_words: int = 50
+
+
+def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerSEScalarConfig | None = None,
+                 name: str = "perse") -> dict[str, list[Judgment]]:
+    """Judgments keyed by evaluator name: ``name`` (parsed text) and ``name-expected``."""
+    config = config or PerSEScalarConfig()
+    requests = [scalar_request(ex, profile_words=config.profile_words) for ex in examples]
+    out: dict[str, list[Judgment]] = {}
+    if config.review:
+        params = GenerationParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                  seed=config.seed)
+        generations = engine.generate(requests, params, description=f"{name}: reviews")
+        parsed = [parse_scalar_output(g.text) for g in generations]
+        out[name] = [
+            Judgment(example_id=ex.id, evaluator=name, score=score, explanation=review, raw=g.text,
+                     parsed=score is not None, cost=g.cost)
+            for ex, g, (review, score) in zip(examples, generations, parsed, strict=True)
+        ]
+        prefixes = [f"{REVIEW_MARKER} {review} {SCORE_MARKER} " for review, _ in parsed]
+    else:
+        prefixes = [f"{SCORE_MARKER} "] * len(examples)
+    scoring = [r.model_copy(update={"assistant_prefix": p}) for r, p in zip(requests, prefixes, strict=True)]
+    probs = engine.choice_probs(scoring, SCORE_CHOICES, description=f"{name}: score probabilities")
+    out[f"{name}-expected"] = [
+        Judgment(example_id=ex.id, evaluator=f"{name}-expected", score=p.expectation(), probs=p.probs,
+                 explanation=prefix.removeprefix(REVIEW_MARKER).removesuffix(f"{SCORE_MARKER} ").strip(),
+                 cost=p.cost)
+        for ex, p, prefix in zip(examples, probs, prefixes, strict=True)
+    ]
+    return out
+
+
+def _swapped(example: PairwiseExample) -> PairwiseExample:
+    return example.model_copy(update={"plot_a": example.plot_b, "plot_b": example.plot_a,
+                                      "preferred": "B" if example.preferred == "A" else "A"})
+
+
+def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_words: int = 50,
+                   name: str = "perse") -> list[Judgment]:
+    """Per-aspect preference with position bias cancelled by asking in both orders."""
+    requests: list[ChatRequest] = []
+    for ex in examples:
+        requests.append(pairwise_request(ex, profile_words=profile_words))
+        requests.append(pairwise_request(_swapped(ex), profile_words=profile_words))
+    probs = engine.choice_probs(requests, list(PAIRWISE_CHOICES), description=f"{name}: pairwise")
+    a, b = PAIRWISE_CHOICES
+    judgments = []
+    for i, ex in enumerate(examples):
+        forward, backward = probs[2 * i], probs[2 * i + 1]
+        p_a = (forward.probs[a] + backward.probs[b]) / 2  # original Plot A sits in slot B when swapped
+        judgments.append(Judgment(
+            example_id=ex.id, evaluator=name, choice="A" if p_a >= 0.5 else "B", probs={"A": p_a, "B": 1 - p_a},
+            explanation=f"P(Plot A) = {forward.probs[a]:.3f} as shown, {backward.probs[b]:.3f} swapped",
+            cost=forward.cost + backward.cost,
+        ))
+    return judgments

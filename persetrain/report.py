@@ -1,0 +1,83 @@
+"""Human-readable reports of an evaluation run: a metrics table, plots and example explanations.
+
+Inputs are the metrics dict and judgments an evaluation already computed; nothing here computes
+a metric or calls a model, so a report can be re-rendered from a run directory at any time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from persetrain.io import atomic_write
+from persetrain.schema import Judgment
+
+SCALAR_COLUMNS = ("pearson", "spearman", "kendall")
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def scalar_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
+    """Markdown table: one row per system, correlations with p-values, counts of unparsed outputs."""
+    lines = ["| system | Pearson | Spearman | Kendall | n | unparsed |", "|---|---|---|---|---|---|"]
+    for system, m in metrics.items():
+        cells = [f"{_fmt(m[c])} (p={_fmt(m[c + '_p'])})" for c in SCALAR_COLUMNS]
+        lines.append(f"| {system} | " + " | ".join(cells) + f" | {m['n']} | {m['n_unparsed']} |")
+    return "\n".join(lines)
+
+
+def pairwise_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
+    aspects = sorted({a for m in metrics.values() for a in m["per_aspect"]})
+    header = "| system | " + " | ".join(aspects) + " | average | unparsed |"
+    lines = [header, "|" + "---|" * (len(aspects) + 3)]
+    for system, m in metrics.items():
+        cells = [_fmt(m["per_aspect"][a]["accuracy"]) if a in m["per_aspect"] else "-" for a in aspects]
+        lines.append(f"| {system} | " + " | ".join(cells) + f" | {_fmt(m['macro_accuracy'])} | {m['n_unparsed']} |")
+    return "\n".join(lines)
+
+
+def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequence[float | None]]) -> Path:
+    """Predicted vs. true score, one panel per system, with a little jitter so ties stay visible."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    fig, axes = plt.subplots(1, len(systems), figsize=(4 * len(systems), 4), squeeze=False)
+    for ax, (name, pred) in zip(axes[0], systems.items(), strict=True):
+        pairs = [(g, p) for g, p in zip(gold, pred, strict=True) if p is not None]
+        if pairs:
+            g, p = (np.array(v, dtype=float) for v in zip(*pairs, strict=True))
+            ax.scatter(g + rng.uniform(-0.15, 0.15, len(g)), p, s=14, alpha=0.6)
+        ax.plot([1, 10], [1, 10], color="grey", linewidth=0.8, linestyle="--")
+        ax.set(title=name, xlabel="true score", ylabel="predicted score", xlim=(0.5, 10.5), ylim=(0.5, 10.5))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, mode="wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def explanation_samples(judgments: Sequence[Judgment], gold_reviews: Mapping[str, str], k: int = 3) -> str:
+    blocks = []
+    for j in list(judgments)[:k]:
+        blocks.append(f"**{j.example_id}** — predicted {_fmt(j.score)}\n\n> judge: {j.explanation[:400]}\n>\n"
+                      f"> reviewer: {gold_reviews.get(j.example_id, '')[:400]}")
+    return "\n\n".join(blocks)
+
+
+def write_markdown(path: Path, title: str, sections: Mapping[str, str]) -> Path:
+    body = [f"# {title}", ""]
+    for heading, text in sections.items():
+        body += [f"## {heading}", "", text, ""]
+    with atomic_write(path) as f:
+        f.write("\n".join(body))
+    return path

@@ -1,0 +1,77 @@
+"""The PerSE judge: output parsing, position-bias cancellation, unparsed outputs kept in the metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from persetrain.engine import load_engine
+from persetrain.evaluation import SystemSpec, score
+from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar, parse_scalar_output
+from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, ProfileReview, ScalarExample
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[Review] A slow, lovely film. [Score] 8", ("A slow, lovely film.", 8)),
+    ("[Review] Meh. [Score]: 3/10", ("Meh.", 3)),
+    ("I liked it. Score: 7", ("I liked it. Score: 7", 7)),
+    ("Overall 9 out of 10 for me.", ("Overall 9 out of 10 for me.", 9)),
+    ("[Review] Great. [Score] 11", ("Great.", None)),  # off the scale: not a score
+    ("[Review] No number here at all.", ("No number here at all.", None)),
+])
+def test_parse_scalar_output(text, expected):
+    assert parse_scalar_output(text) == expected
+
+
+def _scalar(i: int) -> ScalarExample:
+    profile = [ProfileReview(plot_id=f"p{k}", plot=f"A plot about harbour number {k}.", review="Fine.", score=k + 3)
+               for k in range(3)]
+    return ScalarExample(id=f"s{i}", reviewer_id="r1", profile=profile, query_plot_id=f"q{i}",
+                         query_plot=f"A lighthouse keeper finds letter number {i}.", review="Lovely.", score=i + 2)
+
+
+def _pairwise(i: int) -> PairwiseExample:
+    item = PairwiseProfileItem(premise="A town floods.", plot_a="They leave.", plot_b="They stay.",
+                               aspect="Ending", preferred="B")
+    return PairwiseExample(id=f"d{i}", annotator_id="a1", aspect="Ending", profile=[item], premise="A ship sinks.",
+                           plot_a=f"Everyone is saved {i}.", plot_b=f"Nobody is saved {i}.", preferred="A")
+
+
+def test_pairwise_order_swap_is_symmetric(tiny_llama_dir):
+    """Averaging both orders makes the answer antisymmetric: swapping the plots flips P(A) to 1 - P(A)."""
+    engine = load_engine(str(tiny_llama_dir))
+    examples = [_pairwise(i) for i in range(3)]
+    swapped = [ex.model_copy(update={"plot_a": ex.plot_b, "plot_b": ex.plot_a, "preferred": "B"}) for ex in examples]
+    ours, theirs = judge_pairwise(engine, examples), judge_pairwise(engine, swapped)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.probs["A"] + b.probs["A"] == pytest.approx(1.0, abs=1e-6)
+        assert a.choice != b.choice or a.probs["A"] == pytest.approx(0.5, abs=1e-6)
+        assert a.cost.calls == 2
+
+
+def test_scalar_judge_gives_both_scores_and_keeps_unparsed(tiny_llama_dir):
+    engine = load_engine(str(tiny_llama_dir))
+    examples = [_scalar(i) for i in range(4)]
+    out = judge_scalar(engine, examples, PerSEScalarConfig(max_new_tokens=6, temperature=0.8), name="tiny")
+    assert set(out) == {"tiny", "tiny-expected"}
+    assert all(1.0 <= j.score <= 10.0 and abs(sum(j.probs.values()) - 1) < 1e-6 for j in out["tiny-expected"])
+    # A random tiny model writes no "[Score] n": every text judgment is unparsed, and the metrics say so.
+    metrics = score("scalar", examples, out, text_metrics=False)
+    text = metrics["systems"]["tiny"]
+    assert text["n"] == 4 and text["n_unparsed"] == sum(not j.parsed for j in out["tiny"])
+    assert metrics["systems"]["tiny-expected"]["n_unparsed"] == 0
+
+
+def test_metrics_count_missing_judgments():
+    examples = [_scalar(i) for i in range(5)]
+    judgments = {"partial": [Judgment(example_id=f"s{i}", evaluator="partial", score=float(i + 2)) for i in range(3)]}
+    metrics = score("scalar", examples, judgments, text_metrics=False)["systems"]["partial"]
+    assert metrics["n"] == 5 and metrics["n_unparsed"] == 2
+
+
+def test_system_spec_parsing():
+    assert SystemSpec.parse("mf") == SystemSpec("mf", "mf")
+    assert SystemSpec.parse("perse:embedded:smollm2-135m-instruct") == SystemSpec(
+        "embedded:smollm2-135m-instruct", "perse", "embedded:smollm2-135m-instruct")
+    assert SystemSpec.parse("trained=perse:runs/demo/judge") == SystemSpec("trained", "perse", "runs/demo/judge")
+    with pytest.raises(ValueError, match="unknown system"):
+        SystemSpec.parse("gpt4")
