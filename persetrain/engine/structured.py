@@ -29,14 +29,17 @@ class GrammarFactory:
 
     def _compile_uncached(self, kind: str, source: str) -> xgr.CompiledGrammar:
         if kind == "json":
-            return self._compiler.compile_json_schema(source)
+            # One-line JSON: with free whitespace allowed, small models spend their token budget on
+            # newlines and indentation. Properties keep the schema's order (the source is not key-sorted),
+            # so a schema can ask for the name before the new name.
+            return self._compiler.compile_json_schema(source, any_whitespace=False)
         return self._compiler.compile_regex(source)
 
     def matchers(self, params: GenerationParams, n: int) -> list[xgr.GrammarMatcher] | None:
         if params.json_schema is not None and params.regex is not None:
             raise ValueError("give either json_schema or regex, not both")
         if params.json_schema is not None:
-            compiled = self._compile("json", json.dumps(params.json_schema, sort_keys=True))
+            compiled = self._compile("json", json.dumps(params.json_schema))
         elif params.regex is not None:
             compiled = self._compile("regex", params.regex)
         else:
