@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from persetrain.engine.types import Cost
 
@@ -19,6 +19,16 @@ PERDOC_ASPECTS: tuple[str, ...] = (
     "Character Development",
     "Ending",
 )
+
+
+def ten_point_score(score: int, score_max: int) -> int:
+    """Map a score on 1..score_max linearly onto the judge's 1..10 (1 -> 1, score_max -> 10).
+
+    Amazon stars shown to a 1-10 judge as raw stars would read as harsh (5 stars = "5/10"); the
+    same linear map, inverted, turns the judge's 1-10 back into stars (``metrics.calibration``).
+    Halves round up (3 stars -> 5.5 -> 6).
+    """
+    return int(1 + (score - 1) * 9 / (score_max - 1) + 0.5)
 
 
 class _Record(BaseModel):
@@ -44,6 +54,20 @@ class ScalarExample(_Record):
     query_plot: str = Field(min_length=1)
     review: str = ""
     score: int = Field(ge=1, le=10)
+    #: Top of the scale the scores (query and profile) are on: 10 for Per-MPST, 5 for Amazon stars.
+    #: The judge always works on 1-10; ``ten_point_score`` maps into it for prompts.
+    score_max: int = Field(default=10, ge=2, le=10)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScalarExample:
+        # The field validator below cannot see query_plot_id (it is validated after profile),
+        # so the query-in-profile check is made here, once every field is known.
+        if any(p.plot_id == self.query_plot_id for p in self.profile):
+            raise ValueError(f"profile contains the query plot {self.query_plot_id}")
+        for score in [self.score] + [p.score for p in self.profile]:
+            if score > self.score_max:
+                raise ValueError(f"score {score} is above score_max {self.score_max}")
+        return self
 
     @field_validator("profile")
     @classmethod

@@ -1,0 +1,156 @@
+"""Anonymize plots: the LLM lists names and new names, code does the replacing (paper, Appendix B).
+
+The model is never asked to rewrite the text, only to return a mapping ``{old name: new name}``,
+because a model that rewrites a synopsis also paraphrases and hallucinates. The mapping is checked
+(non-empty, actually changed, actually in the text), completed so that relatives keep a shared
+family name, and applied by whole-word replacement, longest name first, in a single pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from data_prep.llm_step import StepResult, run_step
+from persetrain.engine.types import GenerationParams
+from persetrain.prompts.perse import ANONYMIZE
+
+if TYPE_CHECKING:
+    from persetrain.engine import Engine
+
+_NAME = {"type": "string", "minLength": 1, "maxLength": 40}
+#: An array of {"name", "new_name"} objects: small models fill fixed keys far more reliably than an
+#: object whose keys are the names themselves. The keys sort in the order they must be written (the
+#: grammar may emit properties alphabetically: with "old"/"new" a model had to invent the new name
+#: before seeing the old one).
+MAPPING_SCHEMA: dict = {
+    "type": "object",
+    "properties": {
+        "names": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"name": _NAME, "new_name": _NAME},
+                      "required": ["name", "new_name"], "additionalProperties": False},
+            "maxItems": 12,
+        },
+    },
+    "required": ["names"],
+    "additionalProperties": False,
+}
+
+_FAMILY = re.compile(r"[A-Z][\w'\-]*")
+
+
+def _word_pattern(names: Iterable[str]) -> re.Pattern:
+    """Match any of ``names`` as whole words; longest first so 'John Smith' wins over 'John'."""
+    ordered = sorted(set(names), key=len, reverse=True)
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(n) for n in ordered) + r")(?!\w)")
+
+
+def parse_mapping(text: str) -> list[tuple[str, str]] | None:
+    """Read the model's answer as (old, new) pairs; None when it is not the JSON asked for.
+
+    Accepts the schema's ``{"names": [{"name", "new_name"}]}`` and, for servers that ignore the
+    schema, a plain ``{"old name": "new name"}`` object.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("names"), list):
+        pairs = [(e.get("name"), e.get("new_name")) for e in data["names"] if isinstance(e, dict)]
+    elif isinstance(data, dict):
+        pairs = list(data.items())
+    else:
+        return None
+    return [(old, new) for old, new in pairs if isinstance(old, str) and isinstance(new, str)]
+
+
+def valid_mapping(pairs: Iterable[tuple[str, str]], text: str) -> dict[str, str]:
+    """Keep the entries worth applying: both names non-empty, a real change, the old name present
+    in ``text`` as a whole word, and the new name absent from it (else two characters would merge
+    into one). The first entry for a name wins.
+    """
+    mapping: dict[str, str] = {}
+    for old, new in pairs:
+        old, new = " ".join(old.split()), " ".join(new.split())
+        if not old or not new or old == new or old in mapping:
+            continue
+        if _word_pattern([old]).search(text) and not _word_pattern([new]).search(text):
+            mapping[old] = new
+    return mapping
+
+
+def share_family_names(mapping: Mapping[str, str]) -> dict[str, str]:
+    """Make relatives keep one shared new family name, and rename the bare family name too.
+
+    From multi-word entries ('John Smith' -> 'Tom Brown') the old family name ('Smith') gets one new
+    family name: an explicit single-word entry for it if the model gave one, else the first
+    multi-word entry's that actually differs from the old one. Every multi-word entry with that old
+    family name is rewritten to end with it ('Iris Smith' -> 'Emily Jones' becomes 'Emily Brown'),
+    and a bare 'Smith' is mapped to 'Brown' unless the model mapped it already.
+    """
+    families: dict[str, str] = {}
+    for old, new in mapping.items():
+        old_parts, new_parts = old.split(), new.split()
+        if len(old_parts) < 2 or len(new_parts) < 2 or not _FAMILY.fullmatch(old_parts[-1]):
+            continue
+        family = old_parts[-1]
+        explicit = mapping.get(family, "")
+        if len(explicit.split()) == 1 and explicit != family:
+            families[family] = explicit
+        elif family not in families and new_parts[-1] != family:
+            families[family] = new_parts[-1]
+    result: dict[str, str] = {}
+    for old, new in mapping.items():
+        old_parts, new_parts = old.split(), new.split()
+        if len(old_parts) >= 2 and len(new_parts) >= 2 and old_parts[-1] in families:
+            new = " ".join(new_parts[:-1] + [families[old_parts[-1]]])
+        result[old] = new
+    for family, new_family in families.items():
+        result.setdefault(family, new_family)
+    return result
+
+
+def apply_mapping(text: str, mapping: Mapping[str, str]) -> str:
+    """Replace every whole-word occurrence of each old name in one pass (so swaps are safe)."""
+    if not mapping:
+        return text
+    return _word_pattern(mapping).sub(lambda m: mapping[m.group(0)], text)
+
+
+def anonymize_text(text: str, pairs: Iterable[tuple[str, str]]) -> tuple[str, dict[str, str]]:
+    """The code half of anonymization: validate, share family names, replace."""
+    mapping = share_family_names(valid_mapping(pairs, text))
+    return apply_mapping(text, mapping), mapping
+
+
+def anonymize_plots(
+    engine: Engine,
+    plots: Mapping[str, str],
+    out_path: str | Path,
+    seed: int = 0,
+    max_tries: int = 3,
+    max_new_tokens: int = 192,
+    temperature: float = 0.0,
+    batch_size: int = 16,
+) -> StepResult:
+    """Anonymize ``plots`` (id -> text). Records: ``{"id", "text", "mapping"}``.
+
+    A plot whose answers are malformed or name nothing found in it, ``max_tries`` times over, is
+    reported and left out (``StepResult.failed``).
+    """
+    requests = {pid: ANONYMIZE.render(id=pid, plot=text) for pid, text in plots.items()}
+    params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                              json_schema=MAPPING_SCHEMA)
+
+    def check(pid: str, answer: str) -> dict | None:
+        pairs = parse_mapping(answer)
+        if pairs is None:
+            return None
+        text, mapping = anonymize_text(plots[pid], pairs)
+        return {"text": text, "mapping": mapping} if mapping else None
+
+    return run_step(engine, requests, params, check, out_path, "anonymize", max_tries, batch_size)

@@ -1,0 +1,520 @@
+"""SYNTHETIC raw data with planted reviewer preferences, in all three raw formats.
+
+Nothing here is real: plots, names, titles, reviews and ratings are generated from templates by a
+seeded random generator. The point is a data set whose ground truth is known, so the whole PerSE
+pipeline (prepare -> sft -> evaluate) can be run and checked on a CPU in minutes, and the analysis
+can ask whether a judge recovered the preferences that were planted:
+
+* MPST-like: each plot has a genre mix (weights over ``GENRES`` summing to 1) and a quality; each
+  reviewer has a harshness and one affinity per genre; the score is
+  ``clip(round(5.5 + quality + affinity . genre_mix - harshness + noise), 1, 10)`` and the review
+  text agrees with it (tone by score, names the genres the reviewer liked or disliked).
+* DOC-like: plot pairs from one premise, each plot with a tone, setting, twist, cast and ending;
+  each annotator prefers one value per aspect (e.g. Ending: tragic) and picks the plot that has it.
+* Amazon-like (2018 JSON lines): books with a genre mix and quality, customers with harshness and
+  affinities, 1-5 stars, a metadata file whose descriptions are lists of strings.
+
+``ground_truth.json`` holds every planted parameter. Sizes are small by default (the demo trains a
+135M model on CPU); a few sparse reviewers and rare books are planted so that every filter of the
+builders (fewer than 6 reviews, 5-core, both/neither answers, unknown questions) has work to do.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from persetrain.io import atomic_write, write_json, write_jsonl
+from persetrain.prompts.perse import ASPECT_QUESTIONS
+
+GENRES: tuple[str, ...] = (
+    "horror", "comedy", "romance", "science fiction", "western", "mystery", "war", "fantasy",
+)
+SCORE_FORMULA = "clip(round(5.5 + quality + sum_g affinity[g] * genre_mix[g] - harshness + noise), 1, 10)"
+STARS_FORMULA = "clip(round(3.5 + 0.6 * (quality + sum_g affinity[g] * genre_mix[g] - harshness) + noise), 1, 5)"
+#: A DOC question outside the five PerSE aspects, planted so the builder's question filter has work.
+EXTRA_QUESTION = "Which story plot is more coherent?"
+
+# ---------------------------------------------------------------------------------------------
+# Invented names: syllables glued together, so no real film or person is ever named.
+_SYLLABLES = ("ka", "lo", "mi", "ren", "ta", "vel", "or", "sa", "di", "bren", "mar", "tho", "li", "ne",
+              "qua", "ish", "el", "dor", "fen", "ya", "zo", "ru", "pel", "an", "gri", "nu")
+_FAMILY_ENDINGS = ("wick", "mont", "dale", "ver", "ston", "holt", "ard", "ing", "ley", "ford")
+_PLACE_ENDINGS = ("haven", "ford", "moor", "vale", "crest", "bury", "mouth", "field")
+_PLACE_PREFIXES = ("", "", "", "Port ", "Fort ", "Lake ", "North ")
+
+
+def _word(rng: random.Random, parts: int) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+
+
+def _first_name(rng: random.Random) -> str:
+    return _word(rng, rng.choice((2, 2, 3)))
+
+
+def _family_name(rng: random.Random) -> str:
+    return _word(rng, 1) + rng.choice(_FAMILY_ENDINGS)
+
+
+def _place(rng: random.Random) -> str:
+    return rng.choice(_PLACE_PREFIXES) + _word(rng, rng.choice((1, 2))) + rng.choice(_PLACE_ENDINGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# MPST-like synopses: genre sentence templates. The first sentence of each list opens a story.
+_GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
+    "horror": (
+        "{hero} moves with {kin_first} into an old house on the edge of {place}, where the walls seem to "
+        "whisper at night.",
+        "Strange marks appear on the cellar door, and {hero_first} begins to suspect that something "
+        "followed the {family} family from {place2}.",
+        "One by one the neighbours of {place} vanish, and {rival} insists that the disappearances are "
+        "only a coincidence.",
+        "During a storm {hero_first} finds a diary describing a ritual performed in the house a century "
+        "earlier.",
+        "The thing in the cellar finally shows itself, and {kin_first} is dragged into the dark.",
+        "{hero_first} has to decide whether to burn the house down with the creature still inside.",
+    ),
+    "comedy": (
+        "{hero} is a hopeless wedding planner in {place} whose every event ends in some kind of disaster.",
+        "When {rival} opens a rival agency across the street, {hero_first} hatches a ridiculous plan to "
+        "win back the town's clients.",
+        "A mix-up with a delivery of goats turns the mayor's garden party into chaos.",
+        "{kin}, an overconfident cousin, keeps offering advice that makes everything worse.",
+        "A road trip to {place2} goes wrong at every stop, from a flat tyre to an accidental talent show.",
+        "In the end the two rivals must organise a wedding together, and the result is a glorious mess.",
+    ),
+    "romance": (
+        "{hero} returns to {place} to sell the family bakery and runs straight into {rival}, an old flame.",
+        "The two of them are forced to work side by side when the summer festival needs a last-minute cake.",
+        "Letters hidden in the bakery reveal that {kin} once gave up a great love of their own.",
+        "A misunderstanding at a dance pushes {hero_first} to buy a one-way ticket to {place2}.",
+        "{rival_first} races to the station in the rain to say what should have been said years ago.",
+        "Slowly {hero_first} realises that the life left behind in {place} is the one worth wanting.",
+    ),
+    "science fiction": (
+        "In the year 2291 {hero} pilots a cargo ship between the mining colonies of {place} and {place2}.",
+        "A signal from a dead moon draws the crew off course, and the ship's computer starts hiding things.",
+        "{rival}, an officer of the colonial authority, wants the source of the signal for a weapons "
+        "programme.",
+        "{hero_first} discovers that the signal is a warning left by an expedition that never returned.",
+        "A failing reactor gives the crew a few hours to choose between a rescue and an escape.",
+        "{kin}, the ship's engineer, rewires the engines with a trick that could tear the hull apart.",
+    ),
+    "western": (
+        "{hero} rides into the dusty town of {place} looking for the man who burned the {family} ranch.",
+        "The sheriff, {rival}, owns half the town and pays the other half to keep quiet.",
+        "{hero_first} takes work breaking horses while quietly asking questions about the fire.",
+        "A cattle drive to {place2} turns deadly when raiders strike the herd at the river crossing.",
+        "{kin}, thought dead for years, turns up riding with the raiders.",
+        "The feud ends in a showdown on the main street of {place} at noon.",
+    ),
+    "mystery": (
+        "When a wealthy collector is found dead in a locked study in {place}, inspector {hero} is called in.",
+        "Every guest at the manor had a reason to want the collector dead, and {rival} had the best one.",
+        "{hero_first} notices that the study clock was stopped an hour before the body was found.",
+        "A forged letter leads the investigation to a pawnshop in {place2}.",
+        "{kin}, a journalist and the inspector's sibling, digs up an old scandal about the family fortune.",
+        "In the last scene {hero_first} gathers the suspects in the library and names the killer.",
+    ),
+    "war": (
+        "In the winter of 1917 {hero} is sent with a small platoon to hold a bridge outside {place}.",
+        "Supplies run short, and {rival}, the company captain, orders an attack that everyone knows is "
+        "hopeless.",
+        "{hero_first} writes letters home to {kin} that never mention how bad things have become.",
+        "A night raid across the river costs the platoon half of its men.",
+        "A wounded enemy soldier found in a barn near {place2} forces {hero_first} to question the orders.",
+        "When the retreat finally comes, {hero_first} stays behind at the bridge to cover the others.",
+    ),
+    "fantasy": (
+        "{hero}, an apprentice map-maker in the kingdom of {place}, finds a map that redraws itself each "
+        "night.",
+        "The map shows the way to {place2}, a city that vanished from the world three hundred years ago.",
+        "{rival}, the court sorcerer, sends hunters after the map and anyone who has seen it.",
+        "With {kin}, a sharp-tongued cousin who can talk to crows, {hero_first} sets out through the "
+        "marshes.",
+        "In the drowned city they learn that the map was drawn to imprison something, not to find it.",
+        "{hero_first} must choose between fame and burning the only copy of the map.",
+    ),
+}
+_LINKING_SENTENCES: tuple[str, ...] = (
+    "Along the way {hero_first} learns that {rival_first} is not who they seemed.",
+    "Old debts between the {family} family and the people of {place} come back to the surface.",
+    "{kin_first} keeps a secret that could change everything, and waits too long to tell it.",
+    "Months pass, and the quarrel between {hero_first} and {rival_first} grows into open hostility.",
+    "A stranger from {place2} arrives with news that nobody in {place} wants to hear.",
+    "{hero_first} and {kin_first} argue bitterly, and for a while they stop speaking altogether.",
+    "Nothing goes to plan, and {hero_first} is left with fewer friends than before.",
+)
+_TITLE_NOUNS = ("Road", "Crown", "Harbour", "Winter", "Letters", "Bridge", "Signal", "Bakery", "Map",
+                "Storm", "Promise", "Cellar", "Frontier", "Verdict", "Lantern", "Orchard")
+_TITLE_ADJECTIVES = ("Hollow", "Last", "Silent", "Crooked", "Golden", "Broken", "Distant", "Quiet",
+                     "Burning", "Lost", "Second", "Narrow")
+
+# Review pieces, by score band (1-2, 3-4, 5-6, 7-8, 9-10).
+_OPENERS: tuple[tuple[str, ...], ...] = (
+    ("A chore from start to finish.", "One of the worst things I have sat through this year.",
+     "I struggled to finish this one."),
+    ("Mostly a disappointment.", "It never really came together for me.", "Weak, with a few bright moments."),
+    ("An uneven but watchable film.", "Middle of the road.", "Some good ideas, some tired ones."),
+    ("A really enjoyable watch.", "I had a good time with this one.", "Solid and satisfying."),
+    ("An absolute favourite of mine.", "Wonderful from the first scene to the last.",
+     "This is the kind of film I watch twice."),
+)
+_CLOSERS: tuple[tuple[str, ...], ...] = (
+    ("I would not recommend it to anyone.", "Skip it."),
+    ("I would not watch it again.", "Hard to recommend."),
+    ("Worth a look on a quiet evening.", "Fine, if nothing else is on."),
+    ("Recommended.", "I would happily watch it again."),
+    ("Do not miss it.", "Highly recommended."),
+)
+_LIKES = ("I always enjoy a good {genre} story, and this one delivers on it.",
+          "The {genre} side of it is exactly what I look for.",
+          "As a fan of {genre}, I was pleased.")
+_DISLIKES = ("{Genre} is just not my thing, and there is a lot of it here.",
+             "The {genre} elements left me cold, as they usually do.",
+             "I have little patience for {genre}, and it shows in my rating.")
+_GOOD_CRAFT = ("The writing is sharp.", "It is well made and well paced.")
+_BAD_CRAFT = ("The script feels clumsy and rushed.", "The pacing is a mess.")
+
+
+def _band(score: int, top: int) -> int:
+    """Which of the five tone bands a score falls in, on a 1..top scale."""
+    return min(4, int((score - 1) * 5 / top))
+
+
+def _clip_round(x: float, lo: int, hi: int) -> int:
+    return max(lo, min(hi, math.floor(x + 0.5)))
+
+
+def _genre_mix(rng: random.Random) -> dict[str, float]:
+    """1-3 genres with random weights summing to 1 (most films are a blend)."""
+    chosen = rng.sample(GENRES, rng.choice((1, 2, 2, 3)))
+    raw = [rng.random() + 0.3 for _ in chosen]
+    return {g: round(w / sum(raw), 3) for g, w in zip(chosen, raw, strict=True)}
+
+
+def _dot(affinity: dict[str, float], mix: dict[str, float]) -> float:
+    return sum(affinity[g] * w for g, w in mix.items())
+
+
+def _cast(rng: random.Random) -> dict[str, str]:
+    """Invented names for one story; the relative shares the hero's family name on purpose."""
+    family = _family_name(rng)
+    hero_first, kin_first, rival_first = _first_name(rng), _first_name(rng), _first_name(rng)
+    place, place2 = _place(rng), _place(rng)
+    while place2 == place:
+        place2 = _place(rng)
+    return {
+        "hero": f"{hero_first} {family}", "hero_first": hero_first, "family": family,
+        "kin": f"{kin_first} {family}", "kin_first": kin_first,
+        "rival": f"{rival_first} {_family_name(rng)}", "rival_first": rival_first,
+        "place": place, "place2": place2,
+    }
+
+
+def _synopsis(rng: random.Random, mix: dict[str, float]) -> str:
+    """A few sentences from the plot's genres (weighted by the mix), right-skewed in length."""
+    cast = _cast(rng)
+    target = min(150, 60 + int(rng.expovariate(1 / 28)))
+    lead = max(mix, key=mix.__getitem__)
+    pool = [(s, mix[g]) for g in mix for s in _GENRE_SENTENCES[g][1:]] + [(s, 0.15) for s in _LINKING_SENTENCES]
+    sentences = [_GENRE_SENTENCES[lead][0].format(**cast)]
+    words = len(sentences[0].split())
+    while words < target and pool:
+        pick = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
+        sentence = pool.pop(pick)[0].format(**cast)
+        if words + len(sentence.split()) <= 150:
+            sentences.append(sentence)
+            words += len(sentence.split())
+    return " ".join(sentences)
+
+
+def _blurb(synopsis: str, words: int) -> str:
+    """Whole sentences of ``synopsis`` up to about ``words`` words (at least the first sentence)."""
+    sentences = re.split(r"(?<=\.) ", synopsis)
+    kept = [sentences[0]]
+    for sentence in sentences[1:]:
+        if len(" ".join(kept + [sentence]).split()) > words:
+            break
+        kept.append(sentence)
+    return " ".join(kept)
+
+
+def _title(rng: random.Random, taken: set[str]) -> str:
+    while True:
+        title = rng.choice((
+            f"The {rng.choice(_TITLE_ADJECTIVES)} {rng.choice(_TITLE_NOUNS)}",
+            f"{_place(rng)} {rng.choice(_TITLE_NOUNS)}",
+            f"The {rng.choice(_TITLE_NOUNS)} of {_place(rng)}",
+        ))
+        if title not in taken:
+            taken.add(title)
+            return title
+
+
+def _review(rng: random.Random, score: int, top: int, quality: float, affinity: dict[str, float],
+            mix: dict[str, float], medium: str) -> str:
+    """Templated review whose tone follows the score and which names the liked/disliked genres."""
+    band = _band(score, top)
+    parts = [rng.choice(_OPENERS[band]).replace("film", medium)]
+    contributions = {g: affinity[g] * w for g, w in mix.items() if w >= 0.2}
+    best = max(contributions, key=contributions.__getitem__, default=None)
+    worst = min(contributions, key=contributions.__getitem__, default=None)
+    if best is not None and contributions[best] > 0.3:
+        parts.append(rng.choice(_LIKES).format(genre=best))
+    if worst is not None and contributions[worst] < -0.3:
+        parts.append(rng.choice(_DISLIKES).format(genre=worst, Genre=worst.capitalize()))
+    if quality > 0.7:
+        parts.append(rng.choice(_GOOD_CRAFT))
+    elif quality < -0.7:
+        parts.append(rng.choice(_BAD_CRAFT))
+    parts.append(rng.choice(_CLOSERS[band]))
+    return " ".join(parts)
+
+
+def _taste(rng: random.Random) -> dict:
+    return {"harshness": round(rng.gauss(0, 1.0), 3),
+            "affinity": {g: round(rng.gauss(0, 1.8), 3) for g in GENRES}}
+
+
+# ---------------------------------------------------------------------------------------------
+def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_reviewer: tuple[int, int],
+          n_sparse_reviewers: int) -> tuple[list[dict], list[dict], dict]:
+    titles: set[str] = set()
+    plots, truth_plots = [], {}
+    for i in range(n_plots):
+        plot_id = f"tt{1000001 + i * 37:07d}"
+        mix, quality = _genre_mix(rng), round(rng.gauss(0, 1.3), 3)
+        plots.append({"imdb_id": plot_id, "title": _title(rng, titles), "plot_synopsis": _synopsis(rng, mix)})
+        truth_plots[plot_id] = {"quality": quality, "genres": mix}
+    reviews, truth_reviewers = [], {}
+    for j in range(n_reviewers + n_sparse_reviewers):
+        reviewer_id = f"ur{2000003 + j * 101:07d}"
+        taste = _taste(rng)
+        count = rng.randint(*reviews_per_reviewer) if j < n_reviewers else rng.randint(2, 5)
+        truth_reviewers[reviewer_id] = {**taste, "sparse": j >= n_reviewers}
+        for plot in rng.sample(plots, min(count, len(plots))):
+            t = truth_plots[plot["imdb_id"]]
+            raw = 5.5 + t["quality"] + _dot(taste["affinity"], t["genres"]) - taste["harshness"] + rng.gauss(0, 0.6)
+            score = _clip_round(raw, 1, 10)
+            reviews.append({
+                "imdb_id": plot["imdb_id"], "reviewer_id": reviewer_id,
+                "review": _review(rng, score, 10, t["quality"], taste["affinity"], t["genres"], "film"),
+                "rating": score,
+            })
+    truth = {"formula": SCORE_FORMULA, "plots": truth_plots, "reviewers": truth_reviewers}
+    return plots, reviews, truth
+
+
+# DOC-like plots: five attributes, one per aspect an annotator cares about.
+_DOC_ATTRIBUTES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Interestingness": ("tone", ("dark", "light")),
+    "Adaptability": ("setting", ("city", "countryside", "sea", "space")),
+    "Surprise": ("twist", ("twist", "straight")),
+    "Character Development": ("cast", ("ensemble", "loner")),
+    "Ending": ("ending", ("happy", "bittersweet", "tragic")),
+}
+_SETTINGS = {"city": "a crowded harbour city full of markets and tenements",
+             "countryside": "a farming valley far from any town", "sea": "an old fishing boat at sea",
+             "space": "a research station orbiting a cold planet"}
+_ROLES = ("retired teacher", "struggling artist", "young doctor", "ship's cook", "night-shift guard",
+          "failed inventor", "village postmaster", "travelling musician")
+_DISCOVERIES = ("a letter addressed to a stranger", "a door that was not there the day before",
+                "an old photograph of themselves", "a debt their father never paid",
+                "a child who already knows their name", "a diary written in their own hand")
+_TONE_BEATS = {"dark": "{a} is haunted by an old crime and trusts no one, least of all {b}.",
+               "light": "{a} throws themselves into the puzzle with cheerful curiosity, teasing {b} along the way."}
+_TWIST_BEATS = {"twist": "Halfway through it turns out that {b} planned the whole thing from the start.",
+                "straight": "{a} follows the trail step by step, and each clue leads plainly to the next."}
+_CAST_BEATS = {"ensemble": "{a}, {b} and {c} share the work, and each of them changes because of the others.",
+               "loner": "{a} faces every problem alone and learns to rely on no one but themselves."}
+_ENDING_BEATS = {"happy": "In the end {a} sets everything right and is welcomed home.",
+                 "bittersweet": "In the end {a} succeeds, but has to leave {b} behind forever.",
+                 "tragic": "In the end {a} fails, and the cost falls on everyone {a} loved."}
+
+
+def _doc_plot(rng: random.Random, attrs: dict[str, str]) -> str:
+    names = [f"{_first_name(rng)} {_family_name(rng)}" for _ in range(3)]
+    a, b, c = names
+    fill = {"a": a.split()[0], "b": b.split()[0], "c": c.split()[0]}
+    characters = f"{a}, {b} and {c}." if attrs["cast"] == "ensemble" else f"{a} and {b}."
+    outline = [_TONE_BEATS[attrs["tone"]], _TWIST_BEATS[attrs["twist"]], _CAST_BEATS[attrs["cast"]],
+               _ENDING_BEATS[attrs["ending"]]]
+    steps = " ".join(f"{n}. {beat.format(**fill)}" for n, beat in enumerate(outline, start=1))
+    return (f"Setting: The story is set in {_SETTINGS[attrs['setting']]}.\n"
+            f"Characters: {characters}\nOutline: {steps}")
+
+
+def _doc(rng: random.Random, n_premises: int, n_annotators: int, pairs_per_annotator: tuple[int, int],
+         n_sparse_annotators: int) -> tuple[list[dict], dict]:
+    pairs, truth_pairs = [], {}
+    for p in range(n_premises):
+        premise = (f"A {rng.choice(_ROLES)} stumbles upon {rng.choice(_DISCOVERIES)}, "
+                   f"but following it will cost them dearly.")
+        for q in range(rng.choice((1, 2))):
+            pair_id = f"doc-{p:03d}-{q}"
+            while True:
+                attrs = [{name: rng.choice(values) for name, values in _DOC_ATTRIBUTES.values()} for _ in "AB"]
+                if sum(attrs[0][k] != attrs[1][k] for k in attrs[0]) >= 2:
+                    break
+            pairs.append({"pair_id": pair_id, "premise": premise,
+                          "plot_a": _doc_plot(rng, attrs[0]), "plot_b": _doc_plot(rng, attrs[1])})
+            truth_pairs[pair_id] = {"A": attrs[0], "B": attrs[1]}
+    rows, truth_annotators = [], {}
+    for j in range(n_annotators + n_sparse_annotators):
+        annotator_id = f"worker-{j:04d}"
+        prefs = {aspect: rng.choice(values) for aspect, (_, values) in _DOC_ATTRIBUTES.items()}
+        truth_annotators[annotator_id] = {"prefers": prefs, "sparse": j >= n_annotators}
+        count = rng.randint(*pairs_per_annotator) if j < n_annotators else 1
+        for pair in rng.sample(pairs, min(count, len(pairs))):
+            truth = truth_pairs[pair["pair_id"]]
+            for aspect, question in ASPECT_QUESTIONS.items():
+                attribute = _DOC_ATTRIBUTES[aspect][0]
+                match_a = truth["A"][attribute] == prefs[aspect]
+                match_b = truth["B"][attribute] == prefs[aspect]
+                if match_a != match_b:
+                    answer = "A" if match_a else "B"
+                    if rng.random() < 0.1:  # annotators are not perfectly consistent
+                        answer = "B" if answer == "A" else "A"
+                elif rng.random() < 0.6:
+                    answer = "both" if match_a else "neither"
+                else:
+                    answer = rng.choice("AB")
+                rows.append({**pair, "annotator_id": annotator_id, "question": question, "answer": answer})
+            rows.append({**pair, "annotator_id": annotator_id, "question": EXTRA_QUESTION,
+                         "answer": rng.choice(("A", "B", "both"))})
+    truth = {"rule": "an annotator prefers, per aspect, the plot whose attribute equals their preferred value "
+                     "(10% of answers flipped); when both or neither plot has it they answer both/neither "
+                     "60% of the time, else at random",
+             "aspect_attribute": {a: attr for a, (attr, _) in _DOC_ATTRIBUTES.items()},
+             "pairs": truth_pairs, "annotators": truth_annotators}
+    return rows, truth
+
+
+def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_customer: tuple[int, int],
+            n_sparse_customers: int, n_rare_books: int) -> tuple[list[dict], list[dict], dict]:
+    titles: set[str] = set()
+    books, truth_books = [], {}
+    for i in range(n_books + n_rare_books):
+        asin = f"B{rng.randrange(10**8, 10**9):09d}"
+        mix, quality = _genre_mix(rng), round(rng.gauss(0, 1.2), 3)
+        genres = " and ".join(mix)
+        description = [f"<b>A {genres} novel.</b>", _blurb(_synopsis(rng, mix), 60),
+                       rng.choice(("Now in paperback.", "The first book of a new series.", ""))]
+        books.append({"asin": asin, "title": _title(rng, titles), "description": [d for d in description if d],
+                      "category": ["Books", "Literature & Fiction"], "brand": "", "rank": f"{i + 1:,} in Books"})
+        truth_books[asin] = {"quality": quality, "genres": mix, "rare": i >= n_books}
+    core, rare = books[:n_books], books[n_books:]
+    reviews, truth_customers = [], {}
+    for j in range(n_customers + n_sparse_customers):
+        reviewer_id = f"A{rng.randrange(10**12, 10**13):013d}"
+        taste = _taste(rng)
+        sparse = j >= n_customers
+        truth_customers[reviewer_id] = {**taste, "sparse": sparse}
+        count = rng.randint(1, 4) if sparse else rng.randint(*reviews_per_customer)
+        shelf = rng.sample(core, min(count, len(core)))
+        if rare and rng.random() < 0.15:
+            shelf[-1] = rng.choice(rare)
+        for book in shelf:
+            t = truth_books[book["asin"]]
+            appeal = t["quality"] + _dot(taste["affinity"], t["genres"]) - taste["harshness"]
+            raw = 3.5 + 0.6 * appeal + rng.gauss(0, 0.4)
+            stars = _clip_round(raw, 1, 5)
+            day = rng.randrange(14000, 17500)
+            reviews.append({
+                "overall": float(stars), "verified": rng.random() < 0.7,
+                "reviewTime": f"{day % 12 + 1:02d} {day % 28 + 1:02d}, {1970 + day // 365}",
+                "reviewerID": reviewer_id, "asin": book["asin"], "reviewerName": _first_name(rng),
+                "reviewText": _review(rng, stars, 5, t["quality"], taste["affinity"], t["genres"], "book"),
+                "summary": rng.choice(_OPENERS[_band(stars, 5)]).replace("film", "book"),
+                "unixReviewTime": day * 86400,
+            })
+    truth = {"formula": STARS_FORMULA, "books": truth_books, "customers": truth_customers}
+    return reviews, books, truth
+
+
+@dataclass(frozen=True)
+class SampleData:
+    """Where ``write_sample_data`` put each raw file (the layout ``prepare_perse`` expects)."""
+
+    root: Path
+    mpst_plots: Path
+    mpst_reviews: Path
+    doc_annotations: Path
+    amazon_reviews: Path
+    amazon_meta: Path
+    ground_truth: Path
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with atomic_write(path) as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+_README = """# SYNTHETIC sample data (not real)
+
+Written by `data_prep.synthetic.write_sample_data(seed={seed})`. Every plot, name, title, review and
+rating here was generated from templates with planted preferences; `ground_truth.json` holds the
+planted parameters (plot quality and genre mix, reviewer harshness and genre affinities, annotator
+aspect preferences) so that a trained judge can be checked against the truth.
+
+- `mpst/plots.csv` (imdb_id, title, plot_synopsis) and `mpst/reviews.jsonl` (imdb_id, reviewer_id,
+  review, rating 1-10): score = {formula}
+- `doc/annotations.csv` (pair_id, premise, plot_a, plot_b, annotator_id, question, answer)
+- `amazon/Books.json` and `amazon/meta_Books.json`: Amazon 2018 JSON-lines layout, 1-5 stars
+"""
+
+
+def write_sample_data(
+    out_dir: str | Path,
+    seed: int = 0,
+    n_plots: int = 120,
+    n_reviewers: int = 40,
+    reviews_per_reviewer: tuple[int, int] = (8, 12),
+    n_sparse_reviewers: int = 4,
+    n_premises: int = 24,
+    n_annotators: int = 30,
+    pairs_per_annotator: tuple[int, int] = (3, 6),
+    n_sparse_annotators: int = 3,
+    n_books: int = 24,
+    n_customers: int = 30,
+    reviews_per_customer: tuple[int, int] = (6, 10),
+    n_sparse_customers: int = 5,
+    n_rare_books: int = 4,
+) -> SampleData:
+    """Write the synthetic raw files under ``out_dir`` and return their paths.
+
+    The same arguments always write the same bytes. Each source draws from its own random stream,
+    so resizing one (say, more DOC annotators) leaves the others unchanged.
+    """
+    root = Path(out_dir)
+    plots, reviews, mpst_truth = _mpst(random.Random(f"{seed}:mpst"), n_plots, n_reviewers,
+                                       reviews_per_reviewer, n_sparse_reviewers)
+    annotations, doc_truth = _doc(random.Random(f"{seed}:doc"), n_premises, n_annotators,
+                                  pairs_per_annotator, n_sparse_annotators)
+    amazon_reviews, books, amazon_truth = _amazon(random.Random(f"{seed}:amazon"), n_books, n_customers,
+                                                  reviews_per_customer, n_sparse_customers, n_rare_books)
+    data = SampleData(
+        root=root, mpst_plots=root / "mpst" / "plots.csv", mpst_reviews=root / "mpst" / "reviews.jsonl",
+        doc_annotations=root / "doc" / "annotations.csv", amazon_reviews=root / "amazon" / "Books.json",
+        amazon_meta=root / "amazon" / "meta_Books.json", ground_truth=root / "ground_truth.json",
+    )
+    _write_csv(data.mpst_plots, plots)
+    write_jsonl(data.mpst_reviews, reviews)
+    _write_csv(data.doc_annotations, annotations)
+    write_jsonl(data.amazon_reviews, amazon_reviews)
+    write_jsonl(data.amazon_meta, books)
+    write_json(data.ground_truth, {
+        "synthetic": True, "seed": seed, "genres": list(GENRES),
+        "mpst": mpst_truth, "doc": doc_truth, "amazon": amazon_truth,
+    })
+    with atomic_write(root / "README.md") as f:
+        f.write(_README.format(seed=seed, formula=SCORE_FORMULA))
+    return data
