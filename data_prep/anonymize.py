@@ -21,24 +21,54 @@ from persetrain.prompts.perse import ANONYMIZE
 if TYPE_CHECKING:
     from persetrain.engine import Engine
 
-_NAME = {"type": "string", "minLength": 1, "maxLength": 40}
-#: An array of {"name", "new_name"} objects: small models fill fixed keys far more reliably than an
-#: object whose keys are the names themselves. The keys sort in the order they must be written (the
-#: grammar may emit properties alphabetically: with "old"/"new" a model had to invent the new name
-#: before seeing the old one).
-MAPPING_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "names": {
-            "type": "array",
-            "items": {"type": "object", "properties": {"name": _NAME, "new_name": _NAME},
-                      "required": ["name", "new_name"], "additionalProperties": False},
-            "maxItems": 12,
-        },
-    },
-    "required": ["names"],
-    "additionalProperties": False,
-}
+#: A new name: one or two capitalised words (so the model cannot answer with a phrase).
+NEW_NAME_PATTERN = r"[A-Z][a-z]{2,11}( [A-Z][a-z]{2,11})?"
+#: Capitalised words that start sentences rather than name anyone.
+_NOT_NAMES = frozenset({
+    "A", "An", "The", "This", "That", "These", "Those", "When", "While", "After", "Before", "Then",
+    "There", "Their", "They", "He", "She", "His", "Her", "Him", "It", "Its", "In", "On", "At", "As",
+    "Of", "For", "From", "With", "Without", "But", "And", "Or", "Nor", "So", "Yet", "If", "One", "Two",
+    "Three", "Meanwhile", "Later", "Soon", "Years", "Eventually", "Finally", "However", "Although",
+    "Though", "Once", "During", "Despite", "Unbeknownst", "Back", "Now", "Still", "Even", "Only",
+})
+_CANDIDATE = re.compile(r"[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
+
+
+def name_candidates(text: str) -> list[str]:
+    """Capitalised spans of ``text`` that could be names, and each word of the multi-word ones.
+
+    These become the ``enum`` of the names the model may list, so a small model can only pick
+    strings that really occur in the plot (it cannot copy the prompt's example or invent one).
+    """
+    found: dict[str, None] = {}
+    for match in _CANDIDATE.finditer(text):
+        words = [w for w in match.group(0).split() if w not in _NOT_NAMES]
+        if not words:
+            continue
+        found[" ".join(words)] = None
+        for word in words if len(words) > 1 else []:
+            found[word] = None
+    return [name for name in found if _word_pattern([name]).search(text)]
+
+
+def mapping_schema(text: str) -> dict | None:
+    """The JSON schema of one plot's answer; None when the plot has no candidate name at all.
+
+    An array of {"name", "new_name"} objects: small models fill fixed keys far more reliably than an
+    object whose keys are the names themselves, and "name" comes first so the model reads the old
+    name before inventing the new one.
+    """
+    candidates = name_candidates(text)
+    if not candidates:
+        return None
+    item = {"type": "object", "properties": {"name": {"enum": candidates},
+                                             "new_name": {"type": "string", "pattern": NEW_NAME_PATTERN}},
+            "required": ["name", "new_name"], "additionalProperties": False}
+    return {"type": "object",
+            "properties": {"names": {"type": "array", "items": item, "minItems": 1,
+                                     "maxItems": min(8, len(candidates))}},
+            "required": ["names"], "additionalProperties": False}
+
 
 _FAMILY = re.compile(r"[A-Z][\w'\-]*")
 
@@ -70,13 +100,13 @@ def parse_mapping(text: str) -> list[tuple[str, str]] | None:
 
 def valid_mapping(pairs: Iterable[tuple[str, str]], text: str) -> dict[str, str]:
     """Keep the entries worth applying: both names non-empty, a real change, the old name present
-    in ``text`` as a whole word, and the new name absent from it (else two characters would merge
-    into one). The first entry for a name wins.
+    in ``text`` as a whole word, and the new name absent from it and not given to another name
+    (else two characters would merge into one). The first entry for a name wins.
     """
     mapping: dict[str, str] = {}
     for old, new in pairs:
         old, new = " ".join(old.split()), " ".join(new.split())
-        if not old or not new or old == new or old in mapping:
+        if not old or not new or old == new or old in mapping or new in mapping.values():
             continue
         if _word_pattern([old]).search(text) and not _word_pattern([new]).search(text):
             mapping[old] = new
@@ -142,9 +172,10 @@ def anonymize_plots(
     A plot whose answers are malformed or name nothing found in it, ``max_tries`` times over, is
     reported and left out (``StepResult.failed``).
     """
-    requests = {pid: ANONYMIZE.render(id=pid, plot=text) for pid, text in plots.items()}
-    params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                              json_schema=MAPPING_SCHEMA)
+    schemas = {pid: mapping_schema(text) for pid, text in plots.items()}
+    requests = {pid: ANONYMIZE.render(id=pid, plot=text) for pid, text in plots.items() if schemas[pid]}
+    params = {pid: GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                                    json_schema=schemas[pid]) for pid in requests}
 
     def check(pid: str, answer: str) -> dict | None:
         pairs = parse_mapping(answer)
@@ -153,4 +184,8 @@ def anonymize_plots(
         text, mapping = anonymize_text(plots[pid], pairs)
         return {"text": text, "mapping": mapping} if mapping else None
 
-    return run_step(engine, requests, params, check, out_path, "anonymize", max_tries, batch_size)
+    result = run_step(engine, requests, params, check, out_path, "anonymize", max_tries, batch_size)
+    for pid in plots:  # a plot that names no one is already anonymous
+        if schemas[pid] is None:
+            result.records[pid] = {"id": pid, "text": plots[pid], "mapping": {}}
+    return result

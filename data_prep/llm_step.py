@@ -37,7 +37,7 @@ class StepResult:
 def run_step(
     engine: Engine,
     requests: Mapping[str, ChatRequest],
-    params: GenerationParams,
+    params: GenerationParams | Mapping[str, GenerationParams],
     check: Check,
     out_path: str | Path,
     name: str,
@@ -47,6 +47,7 @@ def run_step(
 ) -> StepResult:
     """Generate an answer for every request not already in ``out_path``; see the module docstring.
 
+    ``params`` is one setting for every record or one per record key (e.g. a schema per record).
     The first try uses ``params`` as given (greedy by default). Try ``t >= 1`` uses seed
     ``params.seed + t`` and a temperature of at least ``retry_temperature``, so a retry can answer
     differently, while a rerun of the whole step repeats the same calls and hits the cache.
@@ -58,13 +59,15 @@ def run_step(
         for attempt in range(max_tries):
             if not pending:
                 break
-            try_params = params if attempt == 0 else params.model_copy(update={
-                "seed": params.seed + attempt, "temperature": max(params.temperature, retry_temperature)})
+            def for_try(p: GenerationParams, attempt: int = attempt) -> GenerationParams:
+                return p if attempt == 0 else p.model_copy(update={
+                    "seed": p.seed + attempt, "temperature": max(p.temperature, retry_temperature)})
             batches = [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
             still: list[str] = []
             label = name if attempt == 0 else f"{name} (retry {attempt})"
             for batch in track(batches, description=label):
-                generations = engine.generate([requests[k] for k in batch], try_params, description=name)
+                batch_params = [for_try(params if isinstance(params, GenerationParams) else params[k]) for k in batch]
+                generations = engine.generate([requests[k] for k in batch], batch_params, description=name)
                 for key, generation in zip(batch, generations, strict=True):
                     fields = check(key, generation.text)
                     if fields is None:

@@ -63,6 +63,14 @@ class PrepareResult:
     report: Path | None = None
 
 
+@dataclass(frozen=True)
+class LLMTokens:
+    """New-token budgets of the LLM steps: real synopses need the defaults, the CPU demo less."""
+
+    anonymize: int = 192
+    summarize: int = 160
+
+
 def _is_synthetic(raw_dir: Path) -> bool:
     truth = raw_dir / "ground_truth.json"
     return truth.is_file() and bool(json.loads(truth.read_text(encoding="utf-8")).get("synthetic"))
@@ -70,15 +78,17 @@ def _is_synthetic(raw_dir: Path) -> bool:
 
 def _mpst_texts(
     plots: Sequence[mpst.Plot], reviews: list[mpst.Review], engine: Engine | None, plot_text: PlotText,
-    work: Path, seed: int, probe: bool, batch_size: int, result: PrepareResult,
+    work: Path, seed: int, probe: bool, batch_size: int, result: PrepareResult, llm_tokens: LLMTokens,
 ) -> tuple[dict[str, str], list[mpst.Review]]:
     """The text shown for each plot, and the reviews (with names replaced when plots were anonymized)."""
     raw = {p.id: p.synopsis for p in plots}
     if engine is None:
         return raw, reviews
-    anonymized = anonymize_plots(engine, raw, work / "anonymized.jsonl", seed=seed, batch_size=batch_size)
+    anonymized = anonymize_plots(engine, raw, work / "anonymized.jsonl", seed=seed, batch_size=batch_size,
+                                 max_new_tokens=llm_tokens.anonymize)
     anon_text = {pid: r["text"] for pid, r in anonymized.records.items()}
-    summarized = summarize_plots(engine, anon_text, work / "summaries.jsonl", seed=seed, batch_size=batch_size)
+    summarized = summarize_plots(engine, anon_text, work / "summaries.jsonl", seed=seed, batch_size=batch_size,
+                                 max_new_tokens=llm_tokens.summarize)
     summary_text = {pid: r["summary"] for pid, r in summarized.records.items()}
     result.left_out = {"anonymize": anonymized.failed, "summarize": summarized.failed}
     if probe:
@@ -114,6 +124,7 @@ def prepare_perse(
     probe: bool = True,
     amazon_limit: int | None = None,
     batch_size: int = 16,
+    llm_tokens: LLMTokens = LLMTokens(),
 ) -> PrepareResult:
     """Build every dataset whose raw files are in ``raw_dir``: ``per_mpst_k<K>`` for each K in ``ks``,
     ``per_doc`` and ``amazon_books``, each a DatasetDict directory under ``out_dir``.
@@ -135,7 +146,7 @@ def prepare_perse(
         plots = mpst.read_plots(plots_path, mpst_plot_columns)
         reviews = mpst.read_reviews(reviews_path, mpst_review_columns)
         texts, reviews = _mpst_texts(plots, reviews, engine, plot_text, out_dir / "work", seed, probe, batch_size,
-                                     result)
+                                     result, llm_tokens)
         sources = {"MPST plots": str(plots_path), "MPST reviews": str(reviews_path), "plot text": plot_text}
         for k in ks:
             built = build_per_mpst(texts, reviews, k=k, seed=seed, profile_words=profile_words or PROFILE_WORDS)

@@ -23,14 +23,16 @@ REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 
 #: Sizes that keep the whole demo within ~15 minutes on 2 CPU cores.
-DEMO_DATA = {"n_plots": 90, "n_reviewers": 60, "reviews_per_reviewer": (8, 10), "n_sparse_reviewers": 4}
+DEMO_DATA = {"n_plots": 60, "n_reviewers": 60, "reviews_per_reviewer": (8, 10), "n_sparse_reviewers": 4}
+#: The synthetic plots name a handful of characters and are ~100 words long.
+DEMO_LLM_TOKENS = {"anonymize": 80, "summarize": 96}
 #: The paper samples 600 new tokens at temperature 0.8; the synthetic reviews are one or two
 #: sentences, so the demo caps reviews at 64 tokens (the expected score needs none).
 DEMO_REVIEW_TOKENS = 64
 
 
 def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
-    from data_prep.prepare import prepare_perse
+    from data_prep.prepare import LLMTokens, prepare_perse
     from data_prep.synthetic import write_sample_data
     from persetrain.engine import load_engine
     from persetrain.evaluation import EvaluationConfig, SystemSpec, evaluate
@@ -46,9 +48,11 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     timings["data"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    console.rule("2/4 anonymize, summarize, probe, build Per-MPST K=3")
+    console.rule("2/4 anonymize, summarize, build Per-MPST K=3")
     engine = load_engine(model, cache_path=out / "engine-cache.sqlite")
-    prepared = prepare_perse(out / "raw", out / "data", engine=engine, ks=(3,))
+    # The title probe is left to `persetrain prepare perse`: invented titles cannot be memorized.
+    prepared = prepare_perse(out / "raw", out / "data", engine=engine, ks=(3,), probe=False,
+                             llm_tokens=LLMTokens(**DEMO_LLM_TOKENS))
     engine.close()
     dataset = prepared.datasets["per_mpst_k3"]
     timings["prepare"] = time.perf_counter() - start

@@ -28,8 +28,8 @@ class Backend(ABC):
     fingerprint: str
 
     @abstractmethod
-    def generate(self, requests: Sequence[ChatRequest], params: GenerationParams, on_done: OnDone) -> None:
-        """Compute a ``Generation`` for each request; call ``on_done(index, result)`` for each."""
+    def generate(self, requests: Sequence[ChatRequest], params: Sequence[GenerationParams], on_done: OnDone) -> None:
+        """Compute a ``Generation`` for each request under its own ``params[i]``; call ``on_done(i, result)``."""
 
     @abstractmethod
     def choice_probs(self, requests: Sequence[ChatRequest], choices: Sequence[str], on_done: OnDone) -> None:
@@ -64,14 +64,25 @@ class Engine:
         self.cache_hits = 0
 
     def generate(
-        self, requests: Sequence[ChatRequest], params: GenerationParams | None = None,
+        self, requests: Sequence[ChatRequest], params: GenerationParams | Sequence[GenerationParams] | None = None,
         description: str = "generate",
     ) -> list[Generation]:
-        params = params or GenerationParams()
-        keys = [request_key(self.backend.fingerprint, "generate", _request_payload(r),
-                            params.model_dump(mode="json")) for r in requests]
+        """Generate for every request; ``params`` is one setting for all or one per request.
+
+        Per-request params let a batch carry a different grammar per row — e.g. an anonymization
+        schema whose allowed names are the capitalised words of that row's own plot.
+        """
+        if params is None or isinstance(params, GenerationParams):
+            per_request = [params or GenerationParams()] * len(requests)
+        else:
+            per_request = list(params)
+            if len(per_request) != len(requests):
+                raise ValueError(f"{len(per_request)} params for {len(requests)} requests")
+        keys = [request_key(self.backend.fingerprint, "generate", _request_payload(r), p.model_dump(mode="json"))
+                for r, p in zip(requests, per_request, strict=True)]
         return self._run(requests, keys, Generation, description,
-                         lambda todo, done: self.backend.generate(todo, params, done))
+                         lambda todo, done: self.backend.generate([requests[i] for i in todo],
+                                                                  [per_request[i] for i in todo], done))
 
     def choice_probs(
         self, requests: Sequence[ChatRequest], choices: Sequence[str], description: str = "choice_probs",
@@ -80,7 +91,7 @@ class Engine:
         keys = [request_key(self.backend.fingerprint, "choice_probs", _request_payload(r), choices)
                 for r in requests]
         return self._run(requests, keys, ChoiceProbs, description,
-                         lambda todo, done: self.backend.choice_probs(todo, choices, done))
+                         lambda todo, done: self.backend.choice_probs([requests[i] for i in todo], choices, done))
 
     def _run(self, requests, keys, result_type, description, compute):
         results: list = [None] * len(requests)
@@ -106,7 +117,7 @@ class Engine:
                     self.cache.put(keys[i], result.model_dump(mode="json", exclude={"id", "cached"}))
                 bar.advance(task)
 
-            compute([requests[i] for i in todo], done)
+            compute(todo, done)
         missing = [requests[i].id or i for i, r in enumerate(results) if r is None]
         if missing:
             raise EngineError(f"backend returned no result for requests {missing[:10]}")

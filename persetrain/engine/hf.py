@@ -276,6 +276,10 @@ class HFBackend(Backend):
             cost=Cost(calls=1, prompt_tokens=prompt_tokens + scored, completion_tokens=0),
         )
 
+    def check_grammar(self, params: GenerationParams) -> None:
+        """Compile the schema or regex of ``params`` now, so a bad one fails before decoding starts."""
+        self._grammars.matcher(params)
+
     # ------------------------------------------------------- raw log-probs (for serving)
     @torch.inference_mode()
     def token_logprobs(self, tokens: list[int], start: int, top_k: int = 0) -> list[dict]:
@@ -306,28 +310,36 @@ class HFBackend(Backend):
         return entries
 
     # ---------------------------------------------------------------------- generation
-    def generate(self, requests: Sequence[ChatRequest], params: GenerationParams, on_done: OnDone) -> None:
-        budget = self.context_window - params.max_new_tokens
-        if budget <= 0:
-            raise ValueError(f"max_new_tokens={params.max_new_tokens} leaves no room in the "
-                             f"context window of {self.context_window} tokens")
-        prompts = [self._fit(self.encode(self.render(r)), budget, r) for r in requests]
-        order = sorted(range(len(requests)), key=lambda i: len(prompts[i]))
-        for batch in self._batches(order, lambda i: len(prompts[i]) + params.max_new_tokens):
-            outputs = self._decode([prompts[i] for i in batch], [requests[i] for i in batch], params)
-            for i, result in zip(batch, outputs, strict=True):
-                on_done(i, result)
+    def generate(self, requests: Sequence[ChatRequest], params: Sequence[GenerationParams], on_done: OnDone) -> None:
+        prompts = []
+        for request, p in zip(requests, params, strict=True):
+            budget = self.context_window - p.max_new_tokens
+            if budget <= 0:
+                raise ValueError(f"max_new_tokens={p.max_new_tokens} leaves no room in the "
+                                 f"context window of {self.context_window} tokens")
+            prompts.append(self._fit(self.encode(self.render(request)), budget, request))
+        # Rows of one batch share the decoding settings; each row may still carry its own grammar.
+        groups: dict[GenerationParams, list[int]] = {}
+        for i, p in enumerate(params):
+            groups.setdefault(p.model_copy(update={"json_schema": None, "regex": None}), []).append(i)
+        for shared, members in groups.items():
+            order = sorted(members, key=lambda i: len(prompts[i]))
+            for batch in self._batches(order, lambda i, s=shared: len(prompts[i]) + s.max_new_tokens):
+                outputs = self._decode([prompts[i] for i in batch], [requests[i] for i in batch], shared,
+                                       [params[i] for i in batch])
+                for i, result in zip(batch, outputs, strict=True):
+                    on_done(i, result)
 
     @torch.inference_mode()
-    def _decode(self, prompts: list[list[int]], requests: list[ChatRequest],
-                params: GenerationParams) -> list[Generation]:
+    def _decode(self, prompts: list[list[int]], requests: list[ChatRequest], params: GenerationParams,
+                row_params: list[GenerationParams]) -> list[Generation]:
         n, width = len(prompts), max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [self._generator(params, r) for r in requests] if params.temperature > 0 else None
-        matchers = self._grammars.matchers(params, n)
+        matchers = self._grammars.matchers(row_params)
 
         cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -345,7 +357,7 @@ class HFBackend(Backend):
             for b, i in enumerate(active):
                 token = chosen[b]
                 sampled[i] += 1
-                if matchers is not None and not matchers[i].is_terminated():
+                if matchers is not None and matchers[i] is not None and not matchers[i].is_terminated():
                     matchers[i].accept_token(token)
                 if token in self.eos_ids:
                     finish[i] = "stop"

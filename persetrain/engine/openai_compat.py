@@ -150,10 +150,10 @@ class OpenAIBackend(Backend):
                 future.cancel()
 
     # ------------------------------------------------------------------------ generation
-    def generate(self, requests: Sequence[ChatRequest], params: GenerationParams, on_done: OnDone) -> None:
-        if params.json_schema is not None and params.regex is not None:
+    def generate(self, requests: Sequence[ChatRequest], params: Sequence[GenerationParams], on_done: OnDone) -> None:
+        if any(p.json_schema is not None and p.regex is not None for p in params):
             raise ValueError("give either json_schema or regex, not both")
-        self._run([(self._generate_one, r, params) for r in requests], on_done)
+        self._run([(self._generate_one, r, p) for r, p in zip(requests, params, strict=True)], on_done)
 
     def _generate_one(self, request: ChatRequest, params: GenerationParams) -> Generation:
         body = self._body(request, request.assistant_prefix, max_tokens=params.max_new_tokens,

@@ -342,12 +342,12 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
             regex=regex,
         )
         try:  # compile now so that a bad schema or regex is the client's error, not a crash mid-decode
-            backend._grammars.matchers(params, 1)
+            backend.check_grammar(params)
         except RuntimeError as err:
             raise APIError(f"invalid structured-output constraint: {str(err).strip()}",
                            param="response_format" if json_schema is not None else "guided_regex") from err
         results: dict[int, Generation] = {}
-        backend.generate([request], params, results.__setitem__)
+        backend.generate([request], [params], results.__setitem__)
         generation = results[0]
         content, prompt_records = scorer.score(
             prompt, generation, params,

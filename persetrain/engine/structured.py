@@ -35,22 +35,26 @@ class GrammarFactory:
             return self._compiler.compile_json_schema(source, any_whitespace=False)
         return self._compiler.compile_regex(source)
 
-    def matchers(self, params: GenerationParams, n: int) -> list[xgr.GrammarMatcher] | None:
+    def matcher(self, params: GenerationParams) -> xgr.GrammarMatcher | None:
         if params.json_schema is not None and params.regex is not None:
             raise ValueError("give either json_schema or regex, not both")
         if params.json_schema is not None:
-            compiled = self._compile("json", json.dumps(params.json_schema))
-        elif params.regex is not None:
-            compiled = self._compile("regex", params.regex)
-        else:
-            return None
-        return [xgr.GrammarMatcher(compiled) for _ in range(n)]
+            return xgr.GrammarMatcher(self._compile("json", json.dumps(params.json_schema)))
+        if params.regex is not None:
+            return xgr.GrammarMatcher(self._compile("regex", params.regex))
+        return None
 
-    def mask(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher]) -> torch.Tensor:
-        """Set the logits of tokens the grammar forbids to -inf, row by row."""
-        bitmask = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
+    def matchers(self, row_params: list[GenerationParams]) -> list[xgr.GrammarMatcher | None] | None:
+        """One matcher per batch row (None for a row without a grammar), or None when no row has one."""
+        found = [self.matcher(p) for p in row_params]
+        return found if any(m is not None for m in found) else None
+
+    def mask(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> torch.Tensor:
+        """Set the logits of tokens the grammar forbids to -inf, row by row (rows without one: untouched)."""
+        bitmask = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)  # all tokens allowed
         for row, matcher in enumerate(matchers):
-            matcher.fill_next_token_bitmask(bitmask, row)
+            if matcher is not None:
+                matcher.fill_next_token_bitmask(bitmask, row)
         device = logits.device
         logits = logits.to("cpu") if device.type not in {"cpu", "cuda"} else logits
         xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device))
