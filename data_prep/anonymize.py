@@ -9,6 +9,7 @@ family name, and applied by whole-word replacement, longest name first, in a sin
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,8 +22,20 @@ from persetrain.prompts.perse import ANONYMIZE
 if TYPE_CHECKING:
     from persetrain.engine import Engine
 
-#: A new name: one or two capitalised words (so the model cannot answer with a phrase).
-NEW_NAME_PATTERN = r"[A-Z][a-z]{2,11}( [A-Z][a-z]{2,11})?"
+#: Replacement names the model chooses from. Offering a per-plot pool (names absent from that plot)
+#: as the ``enum`` of "new_name" rules out the failure modes of small models: copying the old name,
+#: copying the prompt's example, or writing a phrase instead of a name.
+FIRST_NAMES = (
+    "Alma Bruno Celia Dario Edith Felix Greta Hugo Ines Jonas Klara Leon Mira Nils Olga Pavel Rosa Silas Tilda "
+    "Ugo Vera Walt Xenia Yusuf Zora Amos Bette Cyril Dora Emil Freya Gideon Hedda Ivo Jolene Kasimir Lotte Milo "
+    "Nora Otto"
+).split()
+FAMILY_NAMES = (
+    "Abernathy Bellweather Castellan Draycott Ellery Fairbanks Greenhalgh Hartigan Ibsen Jablonski Kettering "
+    "Lindqvist Montague Nakamura Oyelaran Pemberton Quintero Rasmussen Saltonstall Thibodeaux Underhill Valcourt "
+    "Whitlock Yarborough Zellweger"
+).split()
+POOL_SIZE = 24
 #: Capitalised words that start sentences rather than name anyone.
 _NOT_NAMES = frozenset({
     "A", "An", "The", "This", "That", "These", "Those", "When", "While", "After", "Before", "Then",
@@ -51,7 +64,19 @@ def name_candidates(text: str) -> list[str]:
     return [name for name in found if _word_pattern([name]).search(text)]
 
 
-def mapping_schema(text: str) -> dict | None:
+def name_pool(text: str, seed: str) -> list[str]:
+    """Fresh first names and full names for one plot, none of whose words occur in it."""
+    rng = random.Random(seed)
+    used = set(re.findall(r"\w+", text))
+    firsts = [n for n in FIRST_NAMES if n not in used]
+    families = [n for n in FAMILY_NAMES if n not in used]
+    rng.shuffle(firsts)
+    rng.shuffle(families)
+    half = POOL_SIZE // 2
+    return firsts[:half] + [f"{f} {fam}" for f, fam in zip(firsts[half:], families, strict=False)][:half]
+
+
+def mapping_schema(text: str, seed: str = "0") -> dict | None:
     """The JSON schema of one plot's answer; None when the plot has no candidate name at all.
 
     An array of {"name", "new_name"} objects: small models fill fixed keys far more reliably than an
@@ -62,11 +87,11 @@ def mapping_schema(text: str) -> dict | None:
     if not candidates:
         return None
     item = {"type": "object", "properties": {"name": {"enum": candidates},
-                                             "new_name": {"type": "string", "pattern": NEW_NAME_PATTERN}},
+                                             "new_name": {"enum": name_pool(text, seed)}},
             "required": ["name", "new_name"], "additionalProperties": False}
     return {"type": "object",
             "properties": {"names": {"type": "array", "items": item, "minItems": 1,
-                                     "maxItems": min(8, len(candidates))}},
+                                     "maxItems": min(6, len(candidates))}},
             "required": ["names"], "additionalProperties": False}
 
 
@@ -79,16 +104,21 @@ def _word_pattern(names: Iterable[str]) -> re.Pattern:
     return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(n) for n in ordered) + r")(?!\w)")
 
 
+_PAIR = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"new_name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}')
+
+
 def parse_mapping(text: str) -> list[tuple[str, str]] | None:
-    """Read the model's answer as (old, new) pairs; None when it is not the JSON asked for.
+    """Read the model's answer as (old, new) pairs; None when it holds no usable pair.
 
     Accepts the schema's ``{"names": [{"name", "new_name"}]}`` and, for servers that ignore the
-    schema, a plain ``{"old name": "new name"}`` object.
+    schema, a plain ``{"old name": "new name"}`` object. An answer cut off by the token budget
+    (small models tend to repeat entries until it runs out) keeps its complete entries.
     """
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        return None
+        pairs = [(json.loads(f'"{a}"'), json.loads(f'"{b}"')) for a, b in _PAIR.findall(text)]
+        return pairs or None
     if isinstance(data, dict) and isinstance(data.get("names"), list):
         pairs = [(e.get("name"), e.get("new_name")) for e in data["names"] if isinstance(e, dict)]
     elif isinstance(data, dict):
@@ -172,7 +202,7 @@ def anonymize_plots(
     A plot whose answers are malformed or name nothing found in it, ``max_tries`` times over, is
     reported and left out (``StepResult.failed``).
     """
-    schemas = {pid: mapping_schema(text) for pid, text in plots.items()}
+    schemas = {pid: mapping_schema(text, seed=f"{seed}:{pid}") for pid, text in plots.items()}
     requests = {pid: ANONYMIZE.render(id=pid, plot=text) for pid, text in plots.items() if schemas[pid]}
     params = {pid: GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                     json_schema=schemas[pid]) for pid in requests}

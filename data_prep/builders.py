@@ -407,6 +407,11 @@ def save_dataset(
     either the previous complete dataset or the new complete one, never a mix.
     """
     out_dir = Path(out_dir)
+    empty = [split for split, examples in built.splits.items() if not examples]
+    if empty:
+        counts = ", ".join(f"{f.name}: {f.dropped} dropped" for f in built.filters) or "no filters"
+        raise ValueError(f"{built.name}: split(s) {empty} would be empty ({counts}); "
+                         "the raw data has too few reviewers or records after filtering")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = out_dir.with_name(f".{out_dir.name}.tmp"), out_dir.with_name(f".{out_dir.name}.old")
     for stale in (tmp, old):
