@@ -175,9 +175,10 @@ class HFBackend(Backend):
     def _prefix_groups(self, rows: list[_Row]) -> list[tuple[int, list[int]]]:
         """Group row indices that share a token prefix; return (prefix length, members) pairs.
 
-        Rows are sorted so that sequences with a common head are adjacent; a group grows while
-        the head it shares stays at least ``min_shared_prefix`` tokens long. A prefix stops
-        before the first position whose logits any member needs, so every member has a tail.
+        Rows are sorted so that sequences with a common head are adjacent; a group takes the next
+        row while they share at least ``min_shared_prefix`` tokens and at least half of the group's
+        current head. A prefix stops before the first position whose logits any member needs, so
+        every member has a tail.
         """
         order = sorted(range(len(rows)), key=lambda k: rows[k].tokens)
         if not self.prefix_sharing:
@@ -195,7 +196,9 @@ class HFBackend(Backend):
         members, shared = [order[0]], len(rows[order[0]].tokens)
         for k in order[1:]:
             lcp = _common_prefix(rows[members[0]].tokens, rows[k].tokens)
-            if min(shared, lcp) >= self.min_shared_prefix:
+            # Joining must not cut the group's shared head by more than half: rows that share only a
+            # system prompt with this group but a long history among themselves form their own group.
+            if lcp >= max(self.min_shared_prefix, shared // 2):
                 members.append(k)
                 shared = min(shared, lcp)
             else:
