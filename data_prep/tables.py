@@ -9,17 +9,15 @@ the record starts on, and the file's own column name, because that is what a use
 from __future__ import annotations
 
 import csv
-import gzip
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Annotated, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from persetrain.console import track
-from persetrain.io import InputError
+from persetrain.io import InputError, iter_jsonl, open_text
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -81,12 +79,6 @@ def table_format(path: Path) -> str:
     raise InputError(path, f"unknown table format {suffix!r}; expected .csv, .jsonl or .json (JSON lines)")
 
 
-def _open(path: Path) -> IO[str]:
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return path.open(encoding="utf-8", newline="")
-
-
 def read_rows(
     path: str | os.PathLike, columns: ColumnMap, required: Sequence[str], optional: Sequence[str] = ()
 ) -> Iterator[tuple[int, dict]]:
@@ -107,7 +99,7 @@ def read_rows(
 
 
 def _csv_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: list[str]):
-    with _open(path) as f:
+    with open_text(path) as f:
         reader = csv.reader(f)
         try:
             header = next(reader)
@@ -130,21 +122,12 @@ def _csv_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: l
 
 
 def _jsonl_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: list[str]):
-    with _open(path) as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(path, f"not valid JSON ({err.msg} at column {err.colno})", record=line_no) from None
-            if not isinstance(obj, dict):
-                raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=line_no)
-            for name in required:
-                if columns[name] not in obj:
-                    raise InputError(path, f"missing column (holds our '{name}')", record=line_no,
-                                     field=columns[name])
-            yield line_no, {name: obj[columns[name]] for name in fields if columns[name] in obj}
+    for line_no, obj in iter_jsonl(path):
+        for name in required:
+            if columns[name] not in obj:
+                raise InputError(path, f"missing column (holds our '{name}')", record=line_no,
+                                 field=columns[name])
+        yield line_no, {name: obj[columns[name]] for name in fields if columns[name] in obj}
 
 
 def parse_row(model: type[T], row: dict, path: str | os.PathLike, line: int, columns: ColumnMap) -> T:

@@ -9,6 +9,7 @@ record-by-record outputs are append-only JSONL that a resumed run reads back to 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import tempfile
@@ -47,12 +48,20 @@ def parse_record(model: type[T], data: object, path: str | os.PathLike, record: 
         raise InputError(path, msg, record=record, field=field) from None
 
 
+def open_text(path: str | os.PathLike) -> IO[str]:
+    """Open a text file for reading, gzip-compressed when its name ends in ``.gz`` (public dumps often are)."""
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, object)`` for each non-empty line; malformed JSON names its line."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "file not found")
-    with path.open(encoding="utf-8") as f:
+    with open_text(path) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
