@@ -418,15 +418,15 @@ def test_title_probe_matching_and_summary_cleaning():
 def test_llm_steps_end_to_end_with_the_embedded_model(sample, tmp_path):
     """anonymize -> summarize -> title probe on 2 plots with the real 135M model, then a rerun that
     must be served entirely from the step outputs and the engine cache."""
-    engine_module = pytest.importorskip("persetrain.engine")
     from data_prep.anonymize import anonymize_plots
     from data_prep.contamination import probe_titles
     from data_prep.summarize import summarize_plots
 
     plots = mpst.read_plots(sample.mpst_plots)[:2]
     raw = {p.id: p.synopsis for p in plots}
-    engine = engine_module.load_engine("embedded:smollm2-135m-instruct", backend="hf",
-                                       cache_path=tmp_path / "cache.sqlite")
+    from persetrain.engine import load_engine
+
+    engine = load_engine("embedded:smollm2-135m-instruct", backend="hf", cache_path=tmp_path / "cache.sqlite")
 
     def run():
         anon = anonymize_plots(engine, raw, tmp_path / "anonymized.jsonl", max_tries=2, max_new_tokens=96)
