@@ -23,10 +23,6 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def is_quiet() -> bool:
-    return _quiet
-
-
 def progress() -> Progress:
     """A progress display that is disabled when quiet; use ``add_task``/``advance`` for manual steps."""
     return Progress(
@@ -40,7 +36,11 @@ def progress() -> Progress:
     )
 
 
-def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+def track(items: Iterable[T], description: str, total: int | None = None, disable: bool = False) -> Iterator[T]:
+    """Iterate with a progress bar; ``disable`` hides it for loops too short to need one."""
+    if disable or _quiet:
+        yield from items
+        return
     with progress() as bar:
         yield from bar.track(items, total=total, description=description)
 

@@ -60,22 +60,13 @@ class ScalarExample(_Record):
 
     @model_validator(mode="after")
     def _consistent(self) -> ScalarExample:
-        # The field validator below cannot see query_plot_id (it is validated after profile),
-        # so the query-in-profile check is made here, once every field is known.
+        # A model validator, not a field validator: profile is validated before query_plot_id.
         if any(p.plot_id == self.query_plot_id for p in self.profile):
             raise ValueError(f"profile contains the query plot {self.query_plot_id}")
         for score in [self.score] + [p.score for p in self.profile]:
             if score > self.score_max:
                 raise ValueError(f"score {score} is above score_max {self.score_max}")
         return self
-
-    @field_validator("profile")
-    @classmethod
-    def _profile_never_holds_query(cls, profile, info):
-        query = info.data.get("query_plot_id")
-        if query is not None and any(p.plot_id == query for p in profile):
-            raise ValueError(f"profile contains the query plot {query}")
-        return profile
 
 
 class PairwiseProfileItem(_Record):

@@ -96,9 +96,6 @@ class ChoiceProbs(BaseModel):
     cost: Cost
     cached: bool = False
 
-    def best(self) -> str:
-        return max(self.probs, key=self.probs.__getitem__)
-
     def expectation(self) -> float:
         """Expected value when the choices are numbers (e.g. a 1-10 score)."""
         return sum(float(k) * p for k, p in self.probs.items())

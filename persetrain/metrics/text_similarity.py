@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import sacrebleu
-from rich.progress import track
 from rouge_score import rouge_scorer
+
+from persetrain.console import track
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
