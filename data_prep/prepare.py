@@ -131,6 +131,8 @@ def prepare_perse(
 
     ``plot_text`` picks what the MPST judge sees: the summary of the anonymized plot (default with an
     engine, as in the paper), the anonymized plot, or the raw synopsis (the only choice without one).
+    ``profile_words`` cuts the plots of scalar profiles (Per-MPST, Amazon); Per-DOC profiles keep
+    ``PAIRWISE_PROFILE_WORDS``, because a pairwise preference may hinge on a plot's last sentence.
     """
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     plot_text = plot_text or ("summary" if engine is not None else "raw")
@@ -156,7 +158,7 @@ def prepare_perse(
     if annotations_path:
         found_any = True
         built = build_per_doc(doc.read_annotations(annotations_path, doc_columns), seed=seed,
-                              profile_words=profile_words or PAIRWISE_PROFILE_WORDS)
+                              profile_words=PAIRWISE_PROFILE_WORDS)
         result.datasets[built.name] = save_dataset(built, out_dir / built.name,
                                                    {"DOC annotations": str(annotations_path)}, synthetic)
 

@@ -6,9 +6,12 @@ pipeline (prepare -> sft -> evaluate) can be run and checked on a CPU in minutes
 can ask whether a judge recovered the preferences that were planted:
 
 * MPST-like: each plot has a genre mix (weights over ``GENRES`` summing to 1) and a quality; each
-  reviewer has a harshness and one affinity per genre; the score is
+  reviewer has a harshness and one affinity per genre (a strong favourite, a strong least
+  favourite, mild others); the score is
   ``clip(round(5.5 + quality + affinity . genre_mix - harshness + noise), 1, 10)`` and the review
-  text agrees with it (tone by score, names the genres the reviewer liked or disliked).
+  text agrees with it: it says what kind of story the plot is, states the reviewer's taste (the
+  favourite or least favourite genre when the plot has it, often a remark about them when not),
+  and ends with a verdict whose tone follows the score.
 * DOC-like: plot pairs from one premise, each plot with a tone, setting, twist, cast and ending;
   each annotator prefers one value per aspect (e.g. Ending: tragic) and picks the plot that has it.
 * Amazon-like (2018 JSON lines): books with a genre mix and quality, customers with harshness and
@@ -31,11 +34,12 @@ from pathlib import Path
 from persetrain.io import atomic_write, write_json, write_jsonl
 from persetrain.prompts.perse import ASPECT_QUESTIONS
 
-GENRES: tuple[str, ...] = (
-    "horror", "comedy", "romance", "science fiction", "western", "mystery", "war", "fantasy",
-)
+GENRES: tuple[str, ...] = ("horror", "comedy", "romance", "science fiction", "western", "fantasy")
 SCORE_FORMULA = "clip(round(5.5 + quality + sum_g affinity[g] * genre_mix[g] - harshness + noise), 1, 10)"
 STARS_FORMULA = "clip(round(3.5 + 0.6 * (quality + sum_g affinity[g] * genre_mix[g] - harshness) + noise), 1, 5)"
+#: Spread of a plot's own merit, which every reviewer feels. No text shows it to a judge (only other
+#: reviewers' scores do, which is what matrix factorization uses), so it is kept below the spread of taste.
+PLOT_QUALITY_SD = 0.7
 #: A DOC question outside the five PerSE aspects, planted so the builder's question filter has work.
 EXTRA_QUESTION = "Which story plot is more coherent?"
 
@@ -113,23 +117,6 @@ _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
         "{kin}, thought dead for years, turns up riding with the raiders.",
         "The feud ends in a showdown on the main street of {place} at noon.",
     ),
-    "mystery": (
-        "When a wealthy collector is found dead in a locked study in {place}, inspector {hero} is called in.",
-        "Every guest at the manor had a reason to want the collector dead, and {rival} had the best one.",
-        "{hero_first} notices that the study clock was stopped an hour before the body was found.",
-        "A forged letter leads the investigation to a pawnshop in {place2}.",
-        "{kin}, a journalist and the inspector's sibling, digs up an old scandal about the family fortune.",
-        "In the last scene {hero_first} gathers the suspects in the library and names the killer.",
-    ),
-    "war": (
-        "In the winter of 1917 {hero} is sent with a small platoon to hold a bridge outside {place}.",
-        "Supplies run short, and {rival}, the company captain, orders an attack that everyone knows is "
-        "hopeless.",
-        "{hero_first} writes letters home to {kin} that never mention how bad things have become.",
-        "A night raid across the river costs the platoon half of its men.",
-        "A wounded enemy soldier found in a barn near {place2} forces {hero_first} to question the orders.",
-        "When the retreat finally comes, {hero_first} stays behind at the bridge to cover the others.",
-    ),
     "fantasy": (
         "{hero}, an apprentice map-maker in the kingdom of {place}, finds a map that redraws itself each "
         "night.",
@@ -178,6 +165,14 @@ _LIKES = ("I always enjoy a good {genre} story, and this one delivers on it.",
 _DISLIKES = ("{Genre} is just not my thing, and there is a lot of it here.",
              "The {genre} elements left me cold, as they usually do.",
              "I have little patience for {genre}, and it shows in my rating.")
+# Taste remarks about genres the plot does not have: reviewers say what they usually look for, so a
+# profile reveals a taste even when its plots and the query share no genre.
+_MISSING_FAVOURITE = ("There is nothing here for a {genre} fan like me.",
+                      "I kept wishing it had some of the {genre} I love.")
+_MISSING_LEAST = ("At least there is no {genre} in it, which I cannot stand.",
+                  "Thankfully it stays away from {genre}, my least favourite kind of story.")
+#: How often a review mentions the reviewer's favourite / least favourite genre when the plot lacks it.
+TASTE_REMARK_RATE = 0.7
 _GOOD_CRAFT = ("The writing is sharp.", "It is well made and well paced.")
 _BAD_CRAFT = ("The script feels clumsy and rushed.", "The pacing is a mess.")
 
@@ -257,29 +252,53 @@ def _title(rng: random.Random, taken: set[str]) -> str:
             return title
 
 
-def _review(rng: random.Random, score: int, top: int, quality: float, affinity: dict[str, float],
-            mix: dict[str, float], medium: str) -> str:
-    """Templated review whose tone follows the score and which names the liked/disliked genres."""
+def _kind(mix: dict[str, float]) -> str:
+    """What kind of story it is, as a reviewer would say it: "A western story with some horror."."""
+    genres = sorted(mix, key=mix.__getitem__, reverse=True)
+    extra = f" with some {' and '.join(genres[1:])}" if len(genres) > 1 else ""
+    return f"A {genres[0]} story{extra}."
+
+
+def _review(rng: random.Random, score: int, top: int, quality: float, taste: dict, mix: dict[str, float],
+            medium: str) -> str:
+    """Templated review that reasons its way to the score, as the judge is meant to.
+
+    It says what kind of story this is, how that meets the reviewer's taste (the favourite or least
+    favourite genre when the plot has it, often a remark about them when not) and the craft, and
+    only then gives a verdict whose tone follows the score.
+    """
     band = _band(score, top)
-    parts = [rng.choice(_OPENERS[band]).replace("film", medium)]
-    contributions = {g: affinity[g] * w for g, w in mix.items() if w >= 0.2}
-    best = max(contributions, key=contributions.__getitem__, default=None)
-    worst = min(contributions, key=contributions.__getitem__, default=None)
-    if best is not None and contributions[best] > 0.3:
-        parts.append(rng.choice(_LIKES).format(genre=best))
-    if worst is not None and contributions[worst] < -0.3:
-        parts.append(rng.choice(_DISLIKES).format(genre=worst, Genre=worst.capitalize()))
+    parts = [_kind(mix)]
+    favourite, least = taste["favourite"], taste["least_favourite"]
+    if mix.get(favourite, 0.0) >= 0.2:
+        parts.append(rng.choice(_LIKES).format(genre=favourite))
+    elif rng.random() < TASTE_REMARK_RATE:
+        parts.append(rng.choice(_MISSING_FAVOURITE).format(genre=favourite))
+    if mix.get(least, 0.0) >= 0.2:
+        parts.append(rng.choice(_DISLIKES).format(genre=least, Genre=least.capitalize()))
+    elif rng.random() < TASTE_REMARK_RATE:
+        parts.append(rng.choice(_MISSING_LEAST).format(genre=least))
     if quality > 0.7:
         parts.append(rng.choice(_GOOD_CRAFT))
     elif quality < -0.7:
         parts.append(rng.choice(_BAD_CRAFT))
+    parts.append(rng.choice(_OPENERS[band]).replace("film", medium))
     parts.append(rng.choice(_CLOSERS[band]))
     return " ".join(parts)
 
 
 def _taste(rng: random.Random) -> dict:
-    return {"harshness": round(rng.gauss(0, 1.0), 3),
-            "affinity": {g: round(rng.gauss(0, 1.8), 3) for g in GENRES}}
+    """A harshness and one affinity per genre: a strong favourite and least favourite, mild others.
+
+    Taste is concentrated on two genres, as it is for many real reviewers, so a profile of three
+    reviews can reveal it; a per-genre affinity drawn independently for every genre could not be
+    read from three reviews, and no judge (nor any baseline) could be checked against it.
+    """
+    favourite, least = rng.sample(GENRES, 2)
+    affinity = {g: round(rng.gauss(0, 0.5), 3) for g in GENRES}
+    affinity[favourite], affinity[least] = 2.5, -2.5
+    return {"harshness": round(rng.gauss(0, 0.8), 3), "affinity": affinity,
+            "favourite": favourite, "least_favourite": least}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +308,7 @@ def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_review
     plots, truth_plots = [], {}
     for i in range(n_plots):
         plot_id = f"tt{1000001 + i * 37:07d}"
-        mix, quality = _genre_mix(rng), round(rng.gauss(0, 1.3), 3)
+        mix, quality = _genre_mix(rng), round(rng.gauss(0, PLOT_QUALITY_SD), 3)
         plots.append({"imdb_id": plot_id, "title": _title(rng, titles), "plot_synopsis": _synopsis(rng, mix)})
         truth_plots[plot_id] = {"quality": quality, "genres": mix}
     reviews, truth_reviewers = [], {}
@@ -304,7 +323,7 @@ def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_review
             score = _clip_round(raw, 1, 10)
             reviews.append({
                 "imdb_id": plot["imdb_id"], "reviewer_id": reviewer_id,
-                "review": _review(rng, score, 10, t["quality"], taste["affinity"], t["genres"], "film"),
+                "review": _review(rng, score, 10, t["quality"], taste, t["genres"], "film"),
                 "rating": score,
             })
     truth = {"formula": SCORE_FORMULA, "plots": truth_plots, "reviewers": truth_reviewers}
@@ -402,7 +421,7 @@ def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_cust
     books, truth_books = [], {}
     for i in range(n_books + n_rare_books):
         asin = f"B{rng.randrange(10**8, 10**9):09d}"
-        mix, quality = _genre_mix(rng), round(rng.gauss(0, 1.2), 3)
+        mix, quality = _genre_mix(rng), round(rng.gauss(0, PLOT_QUALITY_SD), 3)
         genres = " and ".join(mix)
         description = [f"<b>A {genres} novel.</b>", _blurb(_synopsis(rng, mix), 60),
                        rng.choice(("Now in paperback.", "The first book of a new series.", ""))]
@@ -430,7 +449,7 @@ def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_cust
                 "overall": float(stars), "verified": rng.random() < 0.7,
                 "reviewTime": f"{day % 12 + 1:02d} {day % 28 + 1:02d}, {1970 + day // 365}",
                 "reviewerID": reviewer_id, "asin": book["asin"], "reviewerName": _first_name(rng),
-                "reviewText": _review(rng, stars, 5, t["quality"], taste["affinity"], t["genres"], "book"),
+                "reviewText": _review(rng, stars, 5, t["quality"], taste, t["genres"], "book"),
                 "summary": rng.choice(_OPENERS[_band(stars, 5)]).replace("film", "book"),
                 "unixReviewTime": day * 86400,
             })

@@ -208,12 +208,15 @@ def evaluate(
     baseline: Annotated[list[str] | None, typer.Option(help="reviewer-avg or mf (repeatable).")] = None,
     system: Annotated[list[str] | None, typer.Option(help="NAME=perse:MODEL (repeatable).")] = None,
     split: str = "test",
+    max_per_reviewer: Annotated[int | None, typer.Option(help="At most N queries per held-out reviewer.")] = None,
     max_examples: int | None = None,
     backend: BackendOpt = "hf",
     base_url: BaseUrlOpt = None,
     temperature: float = 0.8,
     max_new_tokens: int = 600,
     review: Annotated[bool, typer.Option(help="Generate the review before scoring (paper protocol).")] = True,
+    calibration: Annotated[str, typer.Option(
+        help="Map 1-10 judge scores onto another dataset scale: linear or quantile (2-fold cross-fit).")] = "linear",
 ) -> None:
     """Judge a dataset's held-out split with PerSE and baselines; write metrics and a report."""
     from persetrain.evaluation import EvaluationConfig, SystemSpec
@@ -231,7 +234,8 @@ def evaluate(
             raise ValueError("nothing to evaluate: give --evaluator perse --model SPEC, --baseline or --system")
         run_evaluation(EvaluationConfig(
             data=str(data), out=str(out), systems=systems, split=split, max_examples=max_examples,
-            backend=backend, base_url=base_url,
+            max_per_reviewer=max_per_reviewer,
+            backend=backend, base_url=base_url, calibration=calibration,
             perse=PerSEScalarConfig(temperature=temperature, max_new_tokens=max_new_tokens, review=review)))
     except (InputError, ModelSpecError, ValueError) as err:
         _fail(err)

@@ -22,13 +22,20 @@ from persetrain.models import DEFAULT_MODEL
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 
-#: Sizes that keep the whole demo within ~15 minutes on 2 CPU cores.
-DEMO_DATA = {"n_plots": 60, "n_reviewers": 60, "reviews_per_reviewer": (8, 10), "n_sparse_reviewers": 4}
+#: Sizes that keep the whole demo within ~15 minutes on 2 CPU cores. The LLM steps cost per plot,
+#: so plots are few; reviewers are many, so that the 9:1 split holds out ~24 of them.
+DEMO_DATA = {"n_plots": 60, "n_reviewers": 240, "reviews_per_reviewer": (7, 9), "n_sparse_reviewers": 4}
+#: Three queries per held-out reviewer: a pooled correlation over many reviewers, at a judging cost
+#: the CPU can pay twice (trained and untrained).
+DEMO_QUERIES_PER_REVIEWER = 3
+#: Profile plots are cut to their opening words: the profile's reviews say what kind of story each
+#: one is, and every token saved in the prompt is one more the CPU recipe can train on.
+DEMO_PROFILE_WORDS = 16
 #: The synthetic plots name a handful of characters and are ~100 words long.
 DEMO_LLM_TOKENS = {"anonymize": 80, "summarize": 96}
 #: The paper samples 600 new tokens at temperature 0.8; the synthetic reviews are one or two
-#: sentences, so the demo caps reviews at 64 tokens (the expected score needs none).
-DEMO_REVIEW_TOKENS = 64
+#: sentences, so the demo caps reviews at 96 tokens (the expected score needs none).
+DEMO_REVIEW_TOKENS = 96
 
 
 def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
@@ -52,7 +59,8 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     engine = load_engine(model, cache_path=out / "engine-cache.sqlite")
     # The title probe is left to `persetrain prepare perse`: invented titles cannot be memorized.
     prepared = prepare_perse(out / "raw", out / "data", engine=engine, ks=(3,), probe=False,
-                             llm_tokens=LLMTokens(**DEMO_LLM_TOKENS))
+                             profile_words=DEMO_PROFILE_WORDS, llm_tokens=LLMTokens(**DEMO_LLM_TOKENS),
+                             batch_size=64)
     engine.close()
     dataset = prepared.datasets["per_mpst_k3"]
     timings["prepare"] = time.perf_counter() - start
@@ -70,7 +78,7 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
         data=str(dataset), out=str(out / "eval"),
         systems=[SystemSpec("trained", "perse", str(judge)), SystemSpec("untrained", "perse", model),
                  SystemSpec.parse("reviewer-avg"), SystemSpec.parse("mf")],
-        perse=PerSEScalarConfig(max_new_tokens=DEMO_REVIEW_TOKENS),
+        perse=PerSEScalarConfig(max_new_tokens=DEMO_REVIEW_TOKENS), max_per_reviewer=DEMO_QUERIES_PER_REVIEWER,
     ))
     timings["evaluate"] = time.perf_counter() - start
 

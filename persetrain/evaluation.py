@@ -9,17 +9,22 @@ crash only computes what is missing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from persetrain.console import console
 from persetrain.evaluators.baselines import matrix_factorization, reviewer_average, reviewer_majority
 from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar
 from persetrain.io import InputError, write_json, write_jsonl
 from persetrain.metrics import correlations, pairwise_accuracy, similarity_summary
+from persetrain.metrics.calibration import apply_calibration, fit_quantile_calibration, linear_calibration
+from persetrain.prompts.perse import SCORE_MAX, SCORE_MIN
 from persetrain.report import (
     explanation_samples,
     pairwise_table,
@@ -58,11 +63,19 @@ class EvaluationConfig:
     out: str
     systems: list[SystemSpec]
     split: str = "test"
+    #: At most this many queries per held-out reviewer (chosen by a hash of the example id). A
+    #: pooled correlation over few reviewers mostly measures who is harsh; for a fixed judging
+    #: budget, more reviewers with fewer queries each is the better sample.
+    max_per_reviewer: int | None = None
     max_examples: int | None = None
     backend: str = "hf"
     base_url: str | None = None
     perse: PerSEScalarConfig = field(default_factory=PerSEScalarConfig)
     text_metrics: bool = True
+    #: How a judge's 1-10 scores are put on a dataset with another scale (Amazon: 1-5 stars):
+    #: ``linear`` needs no labels; ``quantile`` is fit by 2-fold cross-fitting so that no example's
+    #: own label shapes its calibrated score.
+    calibration: Literal["linear", "quantile"] = "linear"
 
 
 def _load_split(data: Path, split: str):
@@ -90,6 +103,26 @@ def load_examples(data: Path, split: str) -> tuple[list, str]:
         except ValueError as err:
             raise InputError(data / split, str(err).splitlines()[0], record=i) from None
     return examples, "scalar" if model is ScalarExample else "pairwise"
+
+
+def per_reviewer_sample(examples: Sequence, limit: int) -> list:
+    """The first ``limit`` examples of each reviewer by a hash of their ids, in the original order."""
+    def owner(ex) -> str:
+        return ex.reviewer_id if isinstance(ex, ScalarExample) else ex.annotator_id
+
+    ranked: dict[str, list] = {}
+    for ex in sorted(examples, key=lambda e: hashlib.sha256(e.id.encode()).hexdigest()):
+        ranked.setdefault(owner(ex), []).append(ex.id)
+    keep = {i for ids in ranked.values() for i in ids[:limit]}
+    return [ex for ex in examples if ex.id in keep]
+
+
+def built_profile_words(data: Path) -> int | None:
+    """The ``profile_words`` a prepared dataset's prompts were cut to (its build_info.json), if known."""
+    info = data / "build_info.json"
+    if not info.exists():
+        return None
+    return json.loads(info.read_text(encoding="utf-8")).get("params", {}).get("profile_words")
 
 
 def environment() -> dict:
@@ -131,21 +164,69 @@ def _judge(system: SystemSpec, kind: str, examples: Sequence, config: Evaluation
 def evaluate(config: EvaluationConfig) -> dict:
     """Run every system, compute metrics, write the run directory; return the metrics."""
     out = Path(config.out)
+    if config.calibration not in ("linear", "quantile"):
+        raise ValueError(f"unknown calibration {config.calibration!r}; use linear or quantile")
     examples, kind = load_examples(Path(config.data), config.split)
+    if config.max_per_reviewer:
+        examples = per_reviewer_sample(examples, config.max_per_reviewer)
     if config.max_examples:
         examples = examples[: config.max_examples]
+    if config.perse.profile_words is None:
+        config.perse = replace(config.perse, profile_words=built_profile_words(Path(config.data)))
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
 
     judgments: dict[str, list[Judgment]] = {}
+    calibrations: dict[str, dict] = {}
     for system in config.systems:
         for name, found in _judge(system, kind, examples, config, out / "engine-cache.sqlite").items():
+            if system.evaluator == "perse" and kind == "scalar":
+                found, calibrations[name] = calibrate(found, examples, config.calibration)
             write_jsonl(out / "judgments" / f"{name}.jsonl", found)
             judgments[name] = found
     metrics = score(kind, examples, judgments, config.text_metrics)
+    for name, calibration in calibrations.items():
+        if calibration:
+            metrics["systems"][name]["calibration"] = calibration
     write_json(out / "metrics.json", metrics)
     _report(out, kind, examples, judgments, metrics)
     return metrics
+
+
+def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
+              method: str) -> tuple[list[Judgment], dict | None]:
+    """Put a judge's 1-10 scores on the examples' own scale (PerSE on Amazon: 1-5 stars).
+
+    Nothing changes on a 1-10 dataset. Elsewhere ``score`` becomes the calibrated value the
+    metrics use, while ``raw`` (parsed judgments) and ``probs`` (expected) keep the judge's 1-10 answer.
+    """
+    scales = {ex.score_max for ex in examples}
+    if len(scales) != 1:
+        raise ValueError(f"examples mix score scales {sorted(scales)}; evaluate one scale at a time")
+    top = scales.pop()
+    if top == SCORE_MAX:
+        return found, None
+    by_id = {j.example_id: j for j in found}
+    ordered = [by_id[ex.id] for ex in examples]
+    pred = [j.score if j.parsed else None for j in ordered]
+    if method == "linear":
+        fitted = linear_calibration((SCORE_MIN, SCORE_MAX), (1, top))
+        mapped, record = apply_calibration(fitted, pred), {"method": "linear", "map": fitted.to_dict()}
+    elif method == "quantile":
+        mapped = [None] * len(pred)
+        folds = [int(hashlib.sha256(ex.id.encode()).hexdigest(), 16) % 2 for ex in examples]
+        for fold in (0, 1):
+            fit_on = [i for i, f in enumerate(folds) if f != fold]
+            apply_to = [i for i, f in enumerate(folds) if f == fold]
+            fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
+            for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
+                mapped[i] = value
+        record = {"method": "quantile", "folds": 2}
+    else:
+        raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
+    record["scale"] = [1, top]
+    updated = [j.model_copy(update={"score": m}) if m is not None else j for j, m in zip(ordered, mapped, strict=True)]
+    return updated, record
 
 
 def score(kind: str, examples: Sequence, judgments: dict[str, list[Judgment]], text_metrics: bool = True) -> dict:
@@ -156,7 +237,8 @@ def score(kind: str, examples: Sequence, judgments: dict[str, list[Judgment]], t
         ordered = [by_id.get(ex.id) for ex in examples]
         if kind == "scalar":
             pred = [j.score if j is not None and j.parsed else None for j in ordered]
-            metrics = correlations(pred, [ex.score for ex in examples])
+            top = max(ex.score_max for ex in examples)
+            metrics = correlations(pred, [ex.score for ex in examples], scale=(1, top))
             has_text = any(j is not None and j.raw for j in ordered)
             if text_metrics and has_text:
                 metrics["explanation"] = similarity_summary([j.explanation if j else "" for j in ordered],

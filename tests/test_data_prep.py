@@ -32,7 +32,7 @@ from data_prep.builders import (
 from data_prep.contamination import normalize_title, title_memorized
 from data_prep.prepare import prepare_perse, rename_in_reviews
 from data_prep.summarize import clean_summary
-from data_prep.synthetic import EXTRA_QUESTION, write_sample_data
+from data_prep.synthetic import _LIKES, EXTRA_QUESTION, write_sample_data
 from persetrain.io import InputError
 from persetrain.prompts.perse import ASPECT_QUESTIONS, REVIEW_MARKER, SCORE_MARKER
 from persetrain.schema import PERDOC_ASPECTS, ScalarExample
@@ -85,8 +85,25 @@ def test_synthetic_reviews_agree_with_scores_and_name_genres(mpst_data):
     assert low and high
     assert not any("Highly recommended" in r.text or "Do not miss it" in r.text for r in low)
     assert not any("Skip it" in r.text or "worst" in r.text for r in high)
-    genre_words = ("horror", "comedy", "romance", "science fiction", "western", "mystery", "war", "fantasy")
-    assert sum(any(g in r.text.lower() for g in genre_words) for r in reviews) > len(reviews) / 2
+
+
+def test_synthetic_reviews_state_the_planted_taste(sample, truth):
+    """A review says what kind of story the plot is and, when the plot has the reviewer's favourite
+    (least favourite) genre, that the reviewer likes (dislikes) it: the profile carries the taste."""
+    planted = truth["mpst"]
+    likes = [re.escape(t).replace(r"\{genre\}", "{g}") for t in _LIKES]
+    checked = 0
+    for line in sample.mpst_reviews.read_text().splitlines():
+        review = json.loads(line)
+        mix = planted["plots"][review["imdb_id"]]["genres"]
+        taste = planted["reviewers"][review["reviewer_id"]]
+        lead = max(mix, key=mix.__getitem__)
+        assert review["review"].startswith(f"A {lead} story"), review
+        favourite = taste["favourite"]
+        liked = any(re.search(p.format(g=favourite), review["review"]) for p in likes)
+        assert liked == (mix.get(favourite, 0) >= 0.2), review
+        checked += liked
+    assert checked > 20
 
 
 def test_synthetic_plots_are_varied_and_right_skewed(mpst_data, truth):

@@ -179,3 +179,48 @@ def test_structured_json_on_embedded_model():
     digits = engine.generate([ChatRequest.of("Rate the film 1-10.")], GenerationParams(max_new_tokens=4,
                                                                                        regex="[1-9]|10"))[0]
     assert digits.text in {str(i) for i in range(1, 11)}
+
+
+def test_scoring_after_generation_reuses_the_generated_states(tiny_llama_dir):
+    """Generate, then score choices after prompt + generated text: the scoring pass starts from the
+    states generation left behind and gives the probabilities a cold engine computes."""
+    # Each request's own text outweighs what they share, so each is its own scoring group.
+    requests = [ChatRequest.of(f"Story {i}: " + " ".join(f"keeper{i} letter{j} lamp{i * j}" for j in range(12))
+                               + " Review it.", id=str(i)) for i in range(4)]
+    params = GenerationParams(max_new_tokens=12, temperature=0.8, seed=3)
+    warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
+    cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
+    texts = [g.text for g in warm.generate(requests, params)]
+    assert texts == [g.text for g in cold.generate(requests, params)]
+    assert len(warm.backend.prefix_cache) == len(requests) and len(cold.backend.prefix_cache) == 0
+
+    scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
+    choices = ["1", "10", "2"]  # multi-token choices, so each request is a shared-prefix group
+    reused = warm.choice_probs(scoring, choices)
+    fresh = cold.choice_probs(scoring, choices)
+    cache = warm.backend.prefix_cache
+    assert cache.hits == len(requests)
+    prompt_tokens = min(len(warm.backend.encode(warm.backend.render(r))) for r in requests)
+    assert cache.reused_tokens >= len(requests) * prompt_tokens
+    for a, b in zip(reused, fresh, strict=True):
+        for c in choices:
+            assert a.probs[c] == pytest.approx(b.probs[c], abs=1e-5)
+
+
+def test_prefix_cache_evicts_least_recently_used():
+    from persetrain.engine.prefix_cache import PrefixCache
+
+    def states(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.full((1, 2, n, 4), float(n)), torch.zeros(1, 2, n, 4))]
+
+    per_token = 2 * 2 * 4 * 4  # keys + values, 2 heads x 4 dims, fp32
+    cache = PrefixCache(max_bytes=per_token * 10, min_tokens=2)
+    cache.put([1, 2, 3, 4], states(4))
+    cache.put([5, 6, 7, 8], states(4))
+    assert cache.longest([1, 2, 3, 9])[0] == 3  # a shared prefix of an entry is usable
+    cache.put([9, 9, 9, 9], states(4))  # over budget: [5, 6, 7, 8] was used least recently
+    assert cache.longest([5, 6, 7, 8]) == (0, None)
+    n, found = cache.longest([1, 2, 3, 4, 5])
+    assert n == 4 and found[0][0].shape == (1, 2, 4, 4)
+    cache.put([1, 2, 3, 4, 5], states(5))  # subsumes [1, 2, 3, 4]
+    assert len(cache) == 2 and cache.bytes <= cache.max_bytes

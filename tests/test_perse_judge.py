@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from persetrain.engine import load_engine
-from persetrain.evaluation import SystemSpec, score
+from persetrain.evaluation import SystemSpec, calibrate, score
 from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar, parse_scalar_output
 from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, ProfileReview, ScalarExample
 
@@ -75,3 +75,25 @@ def test_system_spec_parsing():
     assert SystemSpec.parse("trained=perse:runs/demo/judge") == SystemSpec("trained", "perse", "runs/demo/judge")
     with pytest.raises(ValueError, match="unknown system"):
         SystemSpec.parse("gpt4")
+
+
+def test_judge_scores_are_calibrated_onto_the_dataset_scale():
+    """Amazon: the judge answers on 1-10, the gold is 1-5 stars; metrics see calibrated scores."""
+    examples = [_scalar(i % 5).model_copy(update={"score": i % 5 + 1, "score_max": 5, "id": f"a{i}"})
+                for i in range(20)]
+    judge_says = [2 * (i % 5) + 1 for i in range(20)]  # 1, 3, 5, 7, 9: ordered like the gold
+    found = [Judgment(example_id=ex.id, evaluator="j", score=float(s), parsed=i != 0)
+             for i, (ex, s) in enumerate(zip(examples, judge_says, strict=True))]
+    linear, record = calibrate(found, examples, "linear")
+    assert record["method"] == "linear" and record["scale"] == [1, 5]
+    assert [j.score for j in linear[1:5]] == [pytest.approx(1 + (s - 1) * 4 / 9) for s in judge_says[1:5]]
+    assert linear[0].score == 1.0 and not linear[0].parsed  # an unparsed judgment stays unparsed
+    quantile, _ = calibrate(found, examples, "quantile")
+    assert all(1 <= j.score <= 5 for j in quantile)
+    metrics = score("scalar", examples, {"j": quantile}, text_metrics=False)["systems"]["j"]
+    assert metrics["n_unparsed"] == 1 and metrics["spearman"] > 0.8  # the unparsed one sits at the midpoint
+    ten_point = [_scalar(i) for i in range(3)]
+    same = [Judgment(example_id=ex.id, evaluator="j", score=7.0) for ex in ten_point]
+    assert calibrate(same, ten_point, "quantile") == (same, None)
+    with pytest.raises(ValueError, match="unknown calibration"):
+        calibrate(found, examples, "isotonic")

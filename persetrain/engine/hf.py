@@ -7,6 +7,9 @@ Two things make it more than a loop over ``model.generate``:
   rubric rule, one aspect question). ``choice_probs`` sorts the token sequences, groups those
   sharing a prefix, runs each prefix once and continues every tail from a copy of its KV cache.
   On a CPU, where batching alone buys nothing, the speed-up follows the token-count ratio.
+* **Automatic prefix caching** (``prefix_cache.py``). Generation leaves each sequence's KV states
+  behind, and scoring starts from the longest cached prefix: a judge that writes a review and then
+  scores it pays for its prompt once.
 * **Exact closed-set probabilities.** Choices are scored from the next-token distribution in a
   forward pass (multi-token choices by their full sequence log-probability), never by sampling.
   A choice that is a token-prefix of another ("1" and "10") is scored as "this choice and then
@@ -33,6 +36,7 @@ from transformers import DynamicCache
 
 from persetrain.console import warn
 from persetrain.engine.base import Backend, OnDone
+from persetrain.engine.prefix_cache import PrefixCache
 from persetrain.engine.structured import GrammarFactory
 from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, Generation, GenerationParams
 from persetrain.models import load_model, resolve
@@ -64,6 +68,7 @@ class HFBackend(Backend):
         max_batch_rows: int = 32,
         min_shared_prefix: int = 32,
         prefix_sharing: bool = True,
+        prefix_cache_bytes: int = 2 << 30,
     ):
         self.model, self.tokenizer = load_model(model_spec, device=device)
         self.device = next(self.model.parameters()).device
@@ -73,6 +78,8 @@ class HFBackend(Backend):
         self.max_batch_rows = max_batch_rows
         self.min_shared_prefix = min_shared_prefix
         self.prefix_sharing = prefix_sharing
+        # Generation leaves its sequences' KV states here and scoring starts from them (0 disables).
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, min_tokens=min_shared_prefix)
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
         self.eos_ids = self._eos_ids()
         self._grammars = GrammarFactory(self.tokenizer, self.model.config.vocab_size)
@@ -214,10 +221,15 @@ class HFBackend(Backend):
         """Yield (row index, log-probs at its needed positions) for every member of one group."""
         prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         if prefix_len:
-            head = torch.tensor([rows[members[0]].tokens[:prefix_len]], device=self.device)
-            cache = DynamicCache(config=self.model.config)
-            self._hidden(head, cache, 0)
+            head = rows[members[0]].tokens[:prefix_len]
+            reused, states = self.prefix_cache.longest(head)
+            cache = DynamicCache(ddp_cache_data=states, config=self.model.config) if states else \
+                DynamicCache(config=self.model.config)
+            if reused < prefix_len:
+                self._hidden(torch.tensor([head[reused:]], device=self.device), cache, reused)
             prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+            if reused < prefix_len // 2:  # mostly new: worth keeping for a later call on the same head
+                self.prefix_cache.put(head, prefix_kv)
         members = sorted(members, key=lambda k: len(rows[k].tokens))
         for batch in self._batches(members, lambda k: len(rows[k].tokens) - prefix_len):
             tails = [rows[k].tokens[prefix_len:] for k in batch]
@@ -370,6 +382,9 @@ class HFBackend(Backend):
                     finish[i] = "stop"
                     continue
                 keep.append(b)
+            for b in range(len(active)):
+                if finish[active[b]] is not None:  # leave its states for a later call on the same text
+                    self._remember(cache, b, prompts[active[b]], generated[active[b]], width)
             if not keep:
                 break
             if len(keep) < len(active):
@@ -384,6 +399,9 @@ class HFBackend(Backend):
                              past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1].float()
 
+        for b, i in enumerate(active):
+            if finish[i] is None:
+                self._remember(cache, b, prompts[i], generated[i], width)
         results = []
         for i in range(n):
             text = self.tokenizer.decode(generated[i], skip_special_tokens=True)
@@ -396,6 +414,15 @@ class HFBackend(Backend):
                 cost=Cost(calls=1, prompt_tokens=len(prompts[i]), completion_tokens=sampled[i]),
             ))
         return results
+
+    def _remember(self, cache: DynamicCache, b: int, prompt: list[int], generated: list[int], width: int) -> None:
+        """Put batch row ``b``'s states (its left padding cut off) into the prefix cache."""
+        if self.prefix_cache.max_bytes <= 0:
+            return
+        total, start = cache.get_seq_length(), width - len(prompt)
+        tokens = (prompt + generated)[: total - start]
+        self.prefix_cache.put(tokens, [(layer.keys[b : b + 1, :, start:total], layer.values[b : b + 1, :, start:total])
+                                       for layer in cache.layers])
 
     def _generator(self, params: GenerationParams, request: ChatRequest) -> torch.Generator:
         digest = hashlib.sha256(

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from persetrain.engine import ChatRequest, Engine, GenerationParams
 from persetrain.prompts.perse import (
     PAIRWISE_CHOICES,
+    PAIRWISE_PROFILE_WORDS,
+    PROFILE_WORDS,
     REVIEW_MARKER,
     SCORE_MARKER,
     SCORE_MAX,
@@ -63,14 +65,18 @@ class PerSEScalarConfig:
     seed: int = 0
     #: Generate the review before scoring (the paper's protocol). False: expected score only.
     review: bool = True
-    profile_words: int = 50
+    #: Words of each profile plot in the prompt. None: as the dataset was built (``evaluate`` reads
+    #: its build_info.json), because a judge scored on prompts cut differently from the ones it was
+    #: trained on is handicapped; the prompt module's default where no build info exists.
+    profile_words: int | None = None
 
 
 def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerSEScalarConfig | None = None,
                  name: str = "perse") -> dict[str, list[Judgment]]:
     """Judgments keyed by evaluator name: ``name`` (parsed text) and ``name-expected``."""
     config = config or PerSEScalarConfig()
-    requests = [scalar_request(ex, profile_words=config.profile_words) for ex in examples]
+    words = config.profile_words or PROFILE_WORDS
+    requests = [scalar_request(ex, profile_words=words) for ex in examples]
     out: dict[str, list[Judgment]] = {}
     if config.review:
         params = GenerationParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
@@ -101,9 +107,10 @@ def _swapped(example: PairwiseExample) -> PairwiseExample:
                                       "preferred": "B" if example.preferred == "A" else "A"})
 
 
-def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_words: int = 50,
+def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_words: int | None = None,
                    name: str = "perse") -> list[Judgment]:
     """Per-aspect preference with position bias cancelled by asking in both orders."""
+    profile_words = profile_words or PAIRWISE_PROFILE_WORDS
     requests: list[ChatRequest] = []
     for ex in examples:
         requests.append(pairwise_request(ex, profile_words=profile_words))

@@ -69,8 +69,8 @@ class DataArguments:
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (when eval is on)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N eval rows."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use a seeded random N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use a seeded random N eval rows."})
 
 
 @dataclass

@@ -297,8 +297,12 @@ def retain_freed_memory() -> bool:
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
-def _load_splits(data: DataArguments, want_eval: bool) -> tuple[Dataset, Dataset | None]:
-    """The train (and, when evaluating, test) split as prompt-completion datasets."""
+def _load_splits(data: DataArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
+    """The train (and, when evaluating, test) split as prompt-completion datasets.
+
+    A row limit takes a seeded random subset, not the first rows: prepared splits are grouped by
+    reviewer, and the first N rows would hold only a few reviewers' tastes.
+    """
     if data.dataset_path is None:
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
     path = Path(data.dataset_path)
@@ -316,7 +320,9 @@ def _load_splits(data: DataArguments, want_eval: bool) -> tuple[Dataset, Dataset
             raise InputError(path, f"split '{split}' lacks column(s) {sorted(missing)}: SFT needs TRL's "
                                    f"prompt-completion format (has: {', '.join(ds.column_names)})")
         ds = ds.select_columns(["prompt", "completion"])
-        return ds.select(range(min(limit, len(ds)))) if limit is not None else ds
+        if limit is None or limit >= len(ds):
+            return ds
+        return ds.shuffle(seed=seed).select(range(limit))
 
     train = pick(data.dataset_train_split, data.max_train_samples)
     evaluation = pick(data.dataset_test_split, data.max_eval_samples) if want_eval else None
@@ -413,7 +419,8 @@ def build_sft_trainer(
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_DIR", str(training.output_dir))
 
-    train_dataset, eval_dataset = _load_splits(args.data, want_eval=training.eval_strategy != "no")
+    train_dataset, eval_dataset = _load_splits(args.data, want_eval=training.eval_strategy != "no",
+                                               seed=training.seed)
     model_dtype = _torch_dtype(args.model.dtype)
     lora, quantization = _peft_configs(args.peft, compute_dtype=best_dtype(best_device()))
     # TRL loads the model from a path (so that its DeepSpeed/device-map handling applies); the user's own

@@ -1,0 +1,97 @@
+"""Automatic prefix caching: the KV states of recent token sequences, reused by later calls.
+
+An evaluator that generates a text and then scores it (PerSE's expected score after its own
+review) sends the same long prompt twice, and a judge asked several closed questions about one
+text sends one head many times. Keeping the KV states of recently computed sequences, as vLLM's
+automatic prefix caching and SGLang's radix cache do, lets the later call compute only the tokens
+the earlier one did not. Entries are whole sequences; a lookup returns the states of the longest
+token prefix shared with any entry (the state at position p depends on tokens 0..p only, so a
+shared prefix of a longer entry is as good as an entry of its own). Entries are evicted least
+recently used under a byte budget.
+
+States computed in a differently shaped batch differ from a fresh forward pass by float rounding
+(~1e-6 in probabilities), so results with and without the cache agree to that, not bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+#: Per layer: (keys, values), each shaped [1, kv_heads, tokens, head_dim].
+LayerStates = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class _Entry:
+    tokens: torch.Tensor  # 1-D int64
+    states: LayerStates
+    nbytes: int
+
+
+class PrefixCache:
+    """An LRU store of per-sequence KV states, looked up by longest common token prefix."""
+
+    def __init__(self, max_bytes: int, min_tokens: int = 32):
+        self.max_bytes = max_bytes
+        self.min_tokens = min_tokens  # shorter matches are not worth the copy
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._next_key = 0
+        self.bytes = 0
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, tokens: list[int], states: LayerStates) -> None:
+        """Keep ``states`` (cloned, so the caller's batch tensors can be freed) for ``tokens``."""
+        if self.max_bytes <= 0 or len(tokens) < self.min_tokens:
+            return
+        if any(k.shape[-2] != len(tokens) for k, _ in states):
+            raise ValueError(f"states cover {states[0][0].shape[-2]} positions, the sequence has {len(tokens)}")
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in states)
+        if nbytes > self.max_bytes:
+            return
+        key_tokens = torch.tensor(tokens, dtype=torch.long)
+        for key, entry in list(self._entries.items()):  # an entry that is a prefix of this one is redundant
+            if len(entry.tokens) <= len(key_tokens) and _shared(entry.tokens, key_tokens) == len(entry.tokens):
+                self._drop(key)
+        states = [(k.detach().clone(), v.detach().clone()) for k, v in states]
+        self._entries[self._next_key] = _Entry(key_tokens, states, nbytes)
+        self._next_key += 1
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def longest(self, tokens: list[int], limit: int | None = None) -> tuple[int, LayerStates | None]:
+        """(n, states of the first n tokens) for the longest cached prefix of ``tokens``, n <= limit."""
+        if not self._entries:
+            return 0, None
+        query = torch.tensor(tokens if limit is None else tokens[:limit], dtype=torch.long)
+        best_key, best = None, 0
+        for key, entry in self._entries.items():
+            shared = _shared(entry.tokens, query)
+            if shared > best:
+                best_key, best = key, shared
+        if best_key is None or best < self.min_tokens:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        self.hits += 1
+        self.reused_tokens += best
+        return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key].states]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+    def _drop(self, key: int) -> None:
+        self.bytes -= self._entries.pop(key).nbytes
+
+
+def _shared(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(len(a), len(b))
+    differ = (a[:n] != b[:n]).nonzero()
+    return n if len(differ) == 0 else int(differ[0])
