@@ -34,8 +34,11 @@ def judge_figures(run: Path, rerun: bool) -> dict:
         key = name.replace("-", "_")
         figures[f"kendall_{key}"] = systems[name]["kendall"]
         figures[f"n_unparsed_{key}"] = systems[name]["n_unparsed"]
-    figures["kendall_trained"] = max(systems["trained"]["kendall"], systems["trained-expected"]["kendall"])
-    figures["kendall_untrained"] = max(systems["untrained"]["kendall"], systems["untrained-expected"]["kendall"])
+    # Each judge is credited with the better of its two scores (parsed text, expected score); an
+    # undefined correlation (null: every output unparsed) does not count.
+    for judge in ("trained", "untrained"):
+        found = [systems[n]["kendall"] for n in (judge, f"{judge}-expected") if systems[n]["kendall"] is not None]
+        figures[f"kendall_{judge}"] = max(found) if found else None
     figures["kendall_reviewer_avg"] = systems["reviewer-avg"]["kendall"]
     return figures
 
@@ -59,6 +62,7 @@ def main() -> None:
                                         "matmul_gflops")})
     figures["trained_minus_untrained"] = round(figures["kendall_trained"] - figures["kendall_untrained"], 4)
     figures["trained_beats_reviewer_avg"] = figures["kendall_trained"] > figures["kendall_reviewer_avg"]
+    figures["target_met"] = figures["trained_minus_untrained"] >= 0.15 and figures["trained_beats_reviewer_avg"]
     print(json.dumps(figures))
 
 

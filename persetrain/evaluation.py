@@ -172,7 +172,7 @@ def evaluate(config: EvaluationConfig) -> dict:
     if config.max_examples:
         examples = examples[: config.max_examples]
     if config.perse.profile_words is None:
-        config.perse = replace(config.perse, profile_words=built_profile_words(Path(config.data)))
+        config = replace(config, perse=replace(config.perse, profile_words=built_profile_words(Path(config.data))))
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
 

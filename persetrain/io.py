@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -105,9 +106,21 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) ->
 
 
 def write_json(path: str | os.PathLike, obj: object) -> None:
+    """Strict JSON: an undefined number (a correlation of constant predictions) is written as null,
+    not as the NaN token that Python accepts and other readers (jq, JavaScript) reject."""
     with atomic_write(path) as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
+        json.dump(_finite(obj), f, indent=2, ensure_ascii=False, default=str, allow_nan=False)
         f.write("\n")
+
+
+def _finite(obj: object) -> object:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _dumps(rec: BaseModel | dict) -> str:

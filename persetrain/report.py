@@ -17,8 +17,10 @@ SCALAR_COLUMNS = ("pearson", "spearman", "kendall")
 
 
 def _fmt(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"  # undefined; the system's note says why
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3f}"
+        return f"{value:.3f}"
     return str(value)
 
 
@@ -28,7 +30,8 @@ def scalar_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
     for system, m in metrics.items():
         cells = [f"{_fmt(m[c])} (p={_fmt(m[c + '_p'])})" for c in SCALAR_COLUMNS]
         lines.append(f"| {system} | " + " | ".join(cells) + f" | {m['n']} | {m['n_unparsed']} |")
-    return "\n".join(lines)
+    notes = [f"- {system}: {m['note']}" for system, m in metrics.items() if m.get("note")]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def pairwise_table(metrics: Mapping[str, Mapping[str, object]]) -> str:

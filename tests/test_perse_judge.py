@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from persetrain.engine import load_engine
-from persetrain.evaluation import SystemSpec, calibrate, score
+from persetrain.evaluation import SystemSpec, calibrate, per_reviewer_sample, score
 from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar, parse_scalar_output
 from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, ProfileReview, ScalarExample
 
@@ -97,3 +97,12 @@ def test_judge_scores_are_calibrated_onto_the_dataset_scale():
     assert calibrate(same, ten_point, "quantile") == (same, None)
     with pytest.raises(ValueError, match="unknown calibration"):
         calibrate(found, examples, "isotonic")
+
+
+def test_per_reviewer_sample_spreads_the_budget_over_reviewers():
+    examples = [_scalar(i % 5).model_copy(update={"id": f"r{r}:q{i}", "reviewer_id": f"r{r}"})
+                for r in range(4) for i in range(6)]
+    picked = per_reviewer_sample(examples, 2)
+    assert len(picked) == 8 and {ex.reviewer_id for ex in picked} == {"r0", "r1", "r2", "r3"}
+    assert picked == [ex for ex in examples if ex in picked]  # original order kept
+    assert per_reviewer_sample(examples, 2) == picked  # deterministic

@@ -8,19 +8,28 @@ from __future__ import annotations
 
 import json
 
+from datasets import load_from_disk
+
 from data_prep.prepare import prepare_perse
 from data_prep.synthetic import write_sample_data
 from persetrain.demo import CPU_RECIPE
-from persetrain.evaluation import EvaluationConfig, SystemSpec, evaluate
+from persetrain.evaluation import EvaluationConfig, SystemSpec, built_profile_words, evaluate, load_examples
 from persetrain.evaluators.perse import PerSEScalarConfig
 from persetrain.models import load_model
+from persetrain.prompts.perse import scalar_request
 from persetrain.train.sft import run_sft
 
 
 def test_perse_pipeline_on_embedded_model(tmp_path):
     write_sample_data(tmp_path / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8),
                       n_sparse_reviewers=1)
-    dataset = prepare_perse(tmp_path / "raw", tmp_path / "data", engine=None, ks=(3,)).datasets["per_mpst_k3"]
+    dataset = prepare_perse(tmp_path / "raw", tmp_path / "data", engine=None, ks=(3,),
+                            profile_words=12).datasets["per_mpst_k3"]
+    # The judge is asked exactly what the judge was trained on: prompts cut as the dataset was built.
+    row = load_from_disk(str(dataset))["test"][0]
+    example = load_examples(dataset, "test")[0][0]
+    assert built_profile_words(dataset) == 12
+    assert [m.model_dump() for m in scalar_request(example, 12).messages] == row["prompt"]
 
     judge = tmp_path / "judge"
     result = run_sft(["--config", str(CPU_RECIPE), "--dataset_path", str(dataset), "--output_dir", str(judge),
@@ -32,7 +41,7 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
 
     config = EvaluationConfig(
-        data=str(dataset), out=str(tmp_path / "eval"), max_examples=4,
+        data=str(dataset), out=str(tmp_path / "eval"), max_per_reviewer=2, max_examples=4,
         systems=[SystemSpec("trained", "perse", str(result.model_dir)), SystemSpec.parse("reviewer-avg"),
                  SystemSpec.parse("mf")],
         perse=PerSEScalarConfig(max_new_tokens=24, temperature=0.8),
