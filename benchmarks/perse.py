@@ -29,11 +29,9 @@ def judge_figures(run: Path, rerun: bool) -> dict:
 
         run_demo(run)
     systems = json.loads(metrics_path.read_text())["systems"]
-    figures = {}
-    for name in systems:
-        key = name.replace("-", "_")
-        figures[f"kendall_{key}"] = systems[name]["kendall"]
-        figures[f"n_unparsed_{key}"] = systems[name]["n_unparsed"]
+    figures = {"kendall_by_system": {name: m["kendall"] for name, m in systems.items()},
+               "unparsed_by_system": {name: m["n_unparsed"] for name, m in systems.items()},
+               "n_examples": json.loads(metrics_path.read_text())["n_examples"]}
     # Each judge is credited with the better of its two scores (parsed text, expected score); an
     # undefined correlation (null: every output unparsed) does not count.
     for judge in ("trained", "untrained"):
