@@ -209,19 +209,22 @@ def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
     by_id = {j.example_id: j for j in found}
     ordered = [by_id[ex.id] for ex in examples]
     pred = [j.score if j.parsed else None for j in ordered]
+    linear = linear_calibration((SCORE_MIN, SCORE_MAX), (1, top))
     if method == "linear":
-        fitted = linear_calibration((SCORE_MIN, SCORE_MAX), (1, top))
-        mapped, record = apply_calibration(fitted, pred), {"method": "linear", "map": fitted.to_dict()}
+        mapped, record = apply_calibration(linear, pred), {"method": "linear", "map": linear.to_dict()}
     elif method == "quantile":
         mapped = [None] * len(pred)
         folds = [int(hashlib.sha256(ex.id.encode()).hexdigest(), 16) % 2 for ex in examples]
+        record = {"method": "quantile", "folds": 2, "linear_folds": 0}
         for fold in (0, 1):
-            fit_on = [i for i, f in enumerate(folds) if f != fold]
+            fit_on = [i for i, f in enumerate(folds) if f != fold and pred[i] is not None]
             apply_to = [i for i, f in enumerate(folds) if f == fold]
-            fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
+            if fit_on:
+                fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
+            else:  # nothing parsed to fit on: the label-free map, and the record says so
+                fitted, record["linear_folds"] = linear, record["linear_folds"] + 1
             for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
                 mapped[i] = value
-        record = {"method": "quantile", "folds": 2}
     else:
         raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
     record["scale"] = [1, top]
