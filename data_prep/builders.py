@@ -42,6 +42,7 @@ from persetrain.schema import (
     PairwiseProfileItem,
     ProfileReview,
     ScalarExample,
+    reviewer_of,
     ten_point_score,
 )
 
@@ -80,10 +81,6 @@ def is_test_reviewer(reviewer_id: str, seed: int) -> bool:
     """Test when sha256("<seed>:<reviewer id>") mod 10 == 0: stable across runs, machines and data."""
     digest = hashlib.sha256(f"{seed}:{reviewer_id}".encode()).hexdigest()
     return int(digest, 16) % TEST_BUCKETS == 0
-
-
-def reviewer_of(example: Example) -> str:
-    return example.reviewer_id if isinstance(example, ScalarExample) else example.annotator_id
 
 
 def check_reviewer_disjoint(splits: Mapping[str, Sequence[Example]]) -> None:

@@ -32,7 +32,7 @@ from persetrain.report import (
     scatter_plot,
     write_markdown,
 )
-from persetrain.schema import Judgment, PairwiseExample, ScalarExample
+from persetrain.schema import Judgment, PairwiseExample, ScalarExample, reviewer_of
 
 BASELINES = ("reviewer-avg", "mf")
 
@@ -107,12 +107,9 @@ def load_examples(data: Path, split: str) -> tuple[list, str]:
 
 def per_reviewer_sample(examples: Sequence, limit: int) -> list:
     """The first ``limit`` examples of each reviewer by a hash of their ids, in the original order."""
-    def owner(ex) -> str:
-        return ex.reviewer_id if isinstance(ex, ScalarExample) else ex.annotator_id
-
     ranked: dict[str, list] = {}
     for ex in sorted(examples, key=lambda e: hashlib.sha256(e.id.encode()).hexdigest()):
-        ranked.setdefault(owner(ex), []).append(ex.id)
+        ranked.setdefault(reviewer_of(ex), []).append(ex.id)
     keep = {i for ids in ranked.values() for i in ids[:limit]}
     return [ex for ex in examples if ex.id in keep]
 

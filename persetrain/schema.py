@@ -115,3 +115,8 @@ class Judgment(_Record):
     raw: str = ""
     parsed: bool = True
     cost: Cost = Field(default_factory=Cost)
+
+
+def reviewer_of(example: ScalarExample | PairwiseExample) -> str:
+    """Whose taste an example records: the reviewer (scalar) or the annotator (pairwise)."""
+    return example.reviewer_id if isinstance(example, ScalarExample) else example.annotator_id
