@@ -9,9 +9,9 @@ can ask whether a judge recovered the preferences that were planted:
   reviewer has a harshness and one affinity per genre (a strong favourite, a strong least
   favourite, mild others); the score is
   ``clip(round(5.5 + quality + affinity . genre_mix - harshness + noise), 1, 10)`` and the review
-  text agrees with it: it says what kind of story the plot is, states the reviewer's taste (the
-  favourite or least favourite genre when the plot has it, often a remark about them when not),
-  and ends with a verdict whose tone follows the score.
+  text gives the reasons for it: it says what kind of story the plot is, states the reviewer's
+  favourite and least favourite genre and whether the plot has them, and remarks on the craft of a
+  clearly good or bad plot; the score comes after the reasons, with no verdict sentence in between.
 * DOC-like: plot pairs from one premise, each plot with a tone, setting, twist, cast and ending;
   each annotator prefers one value per aspect (e.g. Ending: tragic) and picks the plot that has it.
 * Amazon-like (2018 JSON lines): books with a genre mix and quality, customers with harshness and
@@ -142,44 +142,30 @@ _TITLE_NOUNS = ("Road", "Crown", "Harbour", "Winter", "Letters", "Bridge", "Sign
 _TITLE_ADJECTIVES = ("Hollow", "Last", "Silent", "Crooked", "Golden", "Broken", "Distant", "Quiet",
                      "Burning", "Lost", "Second", "Narrow")
 
-# Review pieces, by score band (1-2, 3-4, 5-6, 7-8, 9-10).
-_OPENERS: tuple[tuple[str, ...], ...] = (
-    ("A chore from start to finish.", "One of the worst things I have sat through this year.",
-     "I struggled to finish this one."),
-    ("Mostly a disappointment.", "It never really came together for me.", "Weak, with a few bright moments."),
-    ("An uneven but watchable film.", "Middle of the road.", "Some good ideas, some tired ones."),
-    ("A really enjoyable watch.", "I had a good time with this one.", "Solid and satisfying."),
-    ("An absolute favourite of mine.", "Wonderful from the first scene to the last.",
-     "This is the kind of film I watch twice."),
+# A review gives its reasons and leaves the verdict to the score. One phrasing per statement, each
+# stating the taste first and then whether the plot meets it: a judge reading three such reviews can
+# copy the taste, and writing its own review it makes one yes/no decision per genre. Why no verdict
+# sentence ("Middle of the road.", "Highly recommended."): a judge that writes one before its score
+# commits to a score band token by token, and greedy decoding picks the band whose phrasings share the
+# likeliest first token; without one, the band is decided by the score's own 1..10 distribution, whose
+# expectation is the judge's deterministic score.
+_FAVOURITE_PRESENT = "I love {genre}, and this one has plenty of it."
+_FAVOURITE_ABSENT = "I love {genre}, but there is none of it here."
+_LEAST_PRESENT = "I cannot stand {genre}, and there is a lot of it here."
+_LEAST_ABSENT = "I cannot stand {genre}, so I was glad there is none here."
+#: A reviewer remarks on the craft of a plot whose quality is further than this from average: about
+#: one plot in six at each end, with ``PLOT_QUALITY_SD`` 0.7.
+CRAFT_REMARK_QUALITY = 0.7
+_GOOD_CRAFT = "It is well written and well paced."
+_BAD_CRAFT = "It is poorly written and badly paced."
+# Headlines of Amazon reviews (the 2018 layout's ``summary`` field), by 1-5 star band.
+_HEADLINES: tuple[tuple[str, ...], ...] = (
+    ("A chore from start to finish.", "One of the worst books I have read this year."),
+    ("Mostly a disappointment.", "It never really came together for me."),
+    ("Uneven but readable.", "Some good ideas, some tired ones."),
+    ("A really enjoyable read.", "Solid and satisfying."),
+    ("An absolute favourite of mine.", "Wonderful from the first page to the last."),
 )
-_CLOSERS: tuple[tuple[str, ...], ...] = (
-    ("I would not recommend it to anyone.", "Skip it."),
-    ("I would not watch it again.", "Hard to recommend."),
-    ("Worth a look on a quiet evening.", "Fine, if nothing else is on."),
-    ("Recommended.", "I would happily watch it again."),
-    ("Do not miss it.", "Highly recommended."),
-)
-_LIKES = ("I always enjoy a good {genre} story, and this one delivers on it.",
-          "The {genre} side of it is exactly what I look for.",
-          "As a fan of {genre}, I was pleased.")
-_DISLIKES = ("{Genre} is just not my thing, and there is a lot of it here.",
-             "The {genre} elements left me cold, as they usually do.",
-             "I have little patience for {genre}, and it shows in my rating.")
-# Taste remarks about genres the plot does not have: reviewers say what they usually look for, so a
-# profile reveals a taste even when its plots and the query share no genre.
-_MISSING_FAVOURITE = ("There is nothing here for a {genre} fan like me.",
-                      "I kept wishing it had some of the {genre} I love.")
-_MISSING_LEAST = ("At least there is no {genre} in it, which I cannot stand.",
-                  "Thankfully it stays away from {genre}, my least favourite kind of story.")
-#: How often a review mentions the reviewer's favourite / least favourite genre when the plot lacks it.
-TASTE_REMARK_RATE = 0.7
-_GOOD_CRAFT = ("The writing is sharp.", "It is well made and well paced.")
-_BAD_CRAFT = ("The script feels clumsy and rushed.", "The pacing is a mess.")
-
-
-def _band(score: int, top: int) -> int:
-    """Which of the five tone bands a score falls in, on a 1..top scale."""
-    return min(4, int((score - 1) * 5 / top))
 
 
 def _clip_round(x: float, lo: int, hi: int) -> int:
@@ -213,13 +199,20 @@ def _cast(rng: random.Random) -> dict[str, str]:
 
 
 def _synopsis(rng: random.Random, mix: dict[str, float]) -> str:
-    """A few sentences from the plot's genres (weighted by the mix), right-skewed in length."""
+    """A few sentences from the plot's genres (weighted by the mix), right-skewed in length.
+
+    The lead genre's opening sentence comes first and every other genre of the mix gets at least one
+    sentence, so that each genre a review names (and that moves the score) is in the text a judge reads.
+    """
     cast = _cast(rng)
     target = min(150, 60 + int(rng.expovariate(1 / 28)))
     lead = max(mix, key=mix.__getitem__)
-    pool = [(s, mix[g]) for g in mix for s in _GENRE_SENTENCES[g][1:]] + [(s, 0.15) for s in _LINKING_SENTENCES]
     sentences = [_GENRE_SENTENCES[lead][0].format(**cast)]
-    words = len(sentences[0].split())
+    for genre in sorted(mix, key=mix.__getitem__, reverse=True)[1:]:
+        sentences.append(rng.choice(_GENRE_SENTENCES[genre][1:]).format(**cast))
+    pool = [(s, mix[g]) for g in mix for s in _GENRE_SENTENCES[g][1:] if s.format(**cast) not in sentences]
+    pool += [(s, 0.15) for s in _LINKING_SENTENCES]
+    words = sum(len(sentence.split()) for sentence in sentences)
     while words < target and pool:
         pick = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
         sentence = pool.pop(pick)[0].format(**cast)
@@ -259,31 +252,23 @@ def _kind(mix: dict[str, float]) -> str:
     return f"A {genres[0]} story{extra}."
 
 
-def _review(rng: random.Random, score: int, top: int, quality: float, taste: dict, mix: dict[str, float],
-            medium: str) -> str:
-    """Templated review that reasons its way to the score, as the judge is meant to.
+def _review(quality: float, taste: dict, mix: dict[str, float]) -> str:
+    """Templated review that gives the reasons for a score, as the judge is meant to.
 
-    It says what kind of story this is, how that meets the reviewer's taste (the favourite or least
-    favourite genre when the plot has it, often a remark about them when not) and the craft, and
-    only then gives a verdict whose tone follows the score.
+    It says what kind of story this is, states the reviewer's favourite and least favourite genre
+    and whether the plot has them, and remarks on the craft of a clearly good or bad plot. The
+    score itself follows from these reasons, the reviewer's harshness and noise.
     """
-    band = _band(score, top)
-    parts = [_kind(mix)]
     favourite, least = taste["favourite"], taste["least_favourite"]
-    if mix.get(favourite, 0.0) >= 0.2:
-        parts.append(rng.choice(_LIKES).format(genre=favourite))
-    elif rng.random() < TASTE_REMARK_RATE:
-        parts.append(rng.choice(_MISSING_FAVOURITE).format(genre=favourite))
-    if mix.get(least, 0.0) >= 0.2:
-        parts.append(rng.choice(_DISLIKES).format(genre=least, Genre=least.capitalize()))
-    elif rng.random() < TASTE_REMARK_RATE:
-        parts.append(rng.choice(_MISSING_LEAST).format(genre=least))
-    if quality > 0.7:
-        parts.append(rng.choice(_GOOD_CRAFT))
-    elif quality < -0.7:
-        parts.append(rng.choice(_BAD_CRAFT))
-    parts.append(rng.choice(_OPENERS[band]).replace("film", medium))
-    parts.append(rng.choice(_CLOSERS[band]))
+    parts = [
+        _kind(mix),
+        (_FAVOURITE_PRESENT if favourite in mix else _FAVOURITE_ABSENT).format(genre=favourite),
+        (_LEAST_PRESENT if least in mix else _LEAST_ABSENT).format(genre=least),
+    ]
+    if quality > CRAFT_REMARK_QUALITY:
+        parts.append(_GOOD_CRAFT)
+    elif quality < -CRAFT_REMARK_QUALITY:
+        parts.append(_BAD_CRAFT)
     return " ".join(parts)
 
 
@@ -323,7 +308,7 @@ def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_review
             score = _clip_round(raw, 1, 10)
             reviews.append({
                 "imdb_id": plot["imdb_id"], "reviewer_id": reviewer_id,
-                "review": _review(rng, score, 10, t["quality"], taste, t["genres"], "film"),
+                "review": _review(t["quality"], taste, t["genres"]),
                 "rating": score,
             })
     truth = {"formula": SCORE_FORMULA, "plots": truth_plots, "reviewers": truth_reviewers}
@@ -449,8 +434,8 @@ def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_cust
                 "overall": float(stars), "verified": rng.random() < 0.7,
                 "reviewTime": f"{day % 12 + 1:02d} {day % 28 + 1:02d}, {1970 + day // 365}",
                 "reviewerID": reviewer_id, "asin": book["asin"], "reviewerName": _first_name(rng),
-                "reviewText": _review(rng, stars, 5, t["quality"], taste, t["genres"], "book"),
-                "summary": rng.choice(_OPENERS[_band(stars, 5)]).replace("film", "book"),
+                "reviewText": _review(t["quality"], taste, t["genres"]),
+                "summary": rng.choice(_HEADLINES[stars - 1]),
                 "unixReviewTime": day * 86400,
             })
     truth = {"formula": STARS_FORMULA, "books": truth_books, "customers": truth_customers}

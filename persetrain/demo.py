@@ -3,7 +3,8 @@
 1. write synthetic raw data with planted reviewer preferences (``data_prep.synthetic``);
 2. anonymize and summarize the plots with the embedded model, probe for contamination, and build
    Per-MPST K=3 with a reviewer-disjoint split (``data_prep.prepare``);
-3. fine-tune the embedded model into a PerSE judge with the CPU recipe (``persetrain.train.sft``);
+3. fine-tune the embedded model into a PerSE judge with the CPU recipe (``persetrain.train.sft``; a LoRA
+   adapter, merged into ``judge/merged``);
 4. evaluate the trained judge, the untrained model and the baselines on the held-out reviewers and
    write the report (``persetrain.evaluation``).
 
@@ -34,10 +35,10 @@ DEMO_PROFILE_WORDS = 16
 #: The synthetic plots name a handful of characters and are ~100 words long.
 DEMO_LLM_TOKENS = {"anonymize": 80, "summarize": 96}
 #: The paper samples up to 600 new tokens at temperature 0.8 from 7B-13B judges. The synthetic
-#: reviews are a few sentences, so the demo caps them at 96 tokens, and it decodes greedily: a 135M
+#: reviews are three or four sentences (~40 tokens), so the demo caps them at 64 tokens, and it decodes greedily: a 135M
 #: judge's samples at 0.8 wander (on one trained judge, Kendall of the parsed score 0.04 sampled vs
 #: 0.32 greedy, with the expected score unchanged at 0.35). `persetrain evaluate` defaults to 0.8.
-DEMO_REVIEW_TOKENS = 96
+DEMO_REVIEW_TOKENS = 64
 DEMO_TEMPERATURE = 0.0
 
 
@@ -70,9 +71,8 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
 
     start = time.perf_counter()
     console.rule("3/4 fine-tune the judge (CPU recipe)")
-    judge = out / "judge"
-    run_sft(["--config", str(CPU_RECIPE), "--model_name_or_path", model, "--dataset_path", str(dataset),
-             "--output_dir", str(judge)])
+    judge = run_sft(["--config", str(CPU_RECIPE), "--model_name_or_path", model, "--dataset_path", str(dataset),
+                     "--output_dir", str(out / "judge")]).model_dir
     timings["sft"] = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -32,7 +32,7 @@ from data_prep.builders import (
 from data_prep.contamination import normalize_title, title_memorized
 from data_prep.prepare import prepare_perse, rename_in_reviews
 from data_prep.summarize import clean_summary
-from data_prep.synthetic import _LIKES, EXTRA_QUESTION, write_sample_data
+from data_prep.synthetic import _GENRE_SENTENCES, EXTRA_QUESTION, write_sample_data
 from persetrain.io import InputError
 from persetrain.prompts.perse import ASPECT_QUESTIONS, REVIEW_MARKER, SCORE_MARKER
 from persetrain.schema import PERDOC_ASPECTS, ScalarExample
@@ -78,32 +78,46 @@ def test_synthetic_scores_follow_the_planted_preferences(sample, truth):
     assert max(errors) <= 3
 
 
-def test_synthetic_reviews_agree_with_scores_and_name_genres(mpst_data):
+def test_synthetic_reviews_give_reasons_that_agree_with_the_scores(mpst_data):
+    """Reviews that meet the reviewer's favourite genre score higher than those that meet the least
+    favourite; a well-made plot's review says so more often at high scores than at low ones."""
     _, reviews = mpst_data
-    low = [r for r in reviews if r.score <= 2]
-    high = [r for r in reviews if r.score >= 9]
-    assert low and high
-    assert not any("Highly recommended" in r.text or "Do not miss it" in r.text for r in low)
-    assert not any("Skip it" in r.text or "worst" in r.text for r in high)
+
+    def mean_score(phrase: str) -> float:
+        scores = [r.score for r in reviews if phrase in r.text]
+        assert len(scores) > 20, phrase
+        return sum(scores) / len(scores)
+
+    assert mean_score("and this one has plenty of it") > mean_score("and there is a lot of it here") + 2
+    assert mean_score("well written") > mean_score("poorly written") + 1
 
 
 def test_synthetic_reviews_state_the_planted_taste(sample, truth):
-    """A review says what kind of story the plot is and, when the plot has the reviewer's favourite
-    (least favourite) genre, that the reviewer likes (dislikes) it: the profile carries the taste."""
+    """A review says what kind of story the plot is, then the reviewer's favourite and least
+    favourite genre and whether the plot has them: every profile review carries the taste."""
     planted = truth["mpst"]
-    likes = [re.escape(t).replace(r"\{genre\}", "{g}") for t in _LIKES]
-    checked = 0
     for line in sample.mpst_reviews.read_text().splitlines():
         review = json.loads(line)
         mix = planted["plots"][review["imdb_id"]]["genres"]
         taste = planted["reviewers"][review["reviewer_id"]]
         lead = max(mix, key=mix.__getitem__)
         assert review["review"].startswith(f"A {lead} story"), review
-        favourite = taste["favourite"]
-        liked = any(re.search(p.format(g=favourite), review["review"]) for p in likes)
-        assert liked == (mix.get(favourite, 0) >= 0.2), review
-        checked += liked
-    assert checked > 20
+        favourite, least = taste["favourite"], taste["least_favourite"]
+        has = "and this one has plenty of it." if favourite in mix else "but there is none of it here."
+        assert f"I love {favourite}, {has}" in review["review"], review
+        has = "and there is a lot of it here." if least in mix else "so I was glad there is none here."
+        assert f"I cannot stand {least}, {has}" in review["review"], review
+        assert "[Score]" not in review["review"] and not re.search(r"\b(10|[1-9])\b", review["review"])
+
+
+def test_synthetic_plots_show_every_genre_of_their_mix(mpst_data, truth):
+    """A review names every genre of the plot's mix, so the synopsis has a sentence of each."""
+    plots, _ = mpst_data
+    patterns = {g: [re.compile(re.sub(r"\\\{\w+\\\}", ".+?", re.escape(t))) for t in templates]
+                for g, templates in _GENRE_SENTENCES.items()}
+    for plot_id, text in plots.items():
+        for genre in truth["mpst"]["plots"][plot_id]["genres"]:
+            assert any(p.search(text) for p in patterns[genre]), (plot_id, genre, text)
 
 
 def test_synthetic_plots_are_varied_and_right_skewed(mpst_data, truth):

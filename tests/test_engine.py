@@ -224,3 +224,27 @@ def test_prefix_cache_evicts_least_recently_used():
     assert n == 4 and found[0][0].shape == (1, 2, 4, 4)
     cache.put([1, 2, 3, 4, 5], states(5))  # subsumes [1, 2, 3, 4]
     assert len(cache) == 2 and cache.bytes <= cache.max_bytes
+
+
+def test_prefix_cache_keeps_unused_entries_through_a_scan():
+    """Generate N, then score the N in order, with room for fewer than N: plain LRU would make every
+    scoring call miss (each miss's entry evicts the next one needed); entries put with
+    evict_unused=False only displace entries that have served a lookup, so the last that fit hit."""
+    from persetrain.engine.prefix_cache import PrefixCache
+
+    def states(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.zeros(1, 1, n, 1), torch.zeros(1, 1, n, 1))]
+
+    cache = PrefixCache(max_bytes=2 * 4 * 4 * 3, min_tokens=2)  # room for three 4-token entries
+    texts = [[i, i, i, i] for i in range(6)]
+    for tokens in texts:  # generation: plain LRU keeps the newest three
+        cache.put(tokens, states(4))
+    hits = []
+    for tokens in texts:  # scoring in the same order; a miss offers its own head back
+        n, _ = cache.longest(tokens)
+        hits.append(n == 4)
+        if n < 4:
+            cache.put(tokens + [9], states(5), evict_unused=False)
+    assert hits == [False, False, False, True, True, True]
+    cache.put([7, 7, 7, 7], states(4), evict_unused=False)  # used entries now make room
+    assert cache.longest([7, 7, 7, 7])[0] == 4 and cache.bytes <= cache.max_bytes

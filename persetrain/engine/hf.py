@@ -228,8 +228,9 @@ class HFBackend(Backend):
             if reused < prefix_len:
                 self._hidden(torch.tensor([head[reused:]], device=self.device), cache, reused)
             prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
-            if reused < prefix_len // 2:  # mostly new: worth keeping for a later call on the same head
-                self.prefix_cache.put(head, prefix_kv)
+            if reused < prefix_len // 2:  # mostly new: worth keeping for a later call on the same head,
+                # but not at the expense of entries that no call has used yet (see prefix_cache.py)
+                self.prefix_cache.put(head, prefix_kv, evict_unused=False)
         members = sorted(members, key=lambda k: len(rows[k].tokens))
         for batch in self._batches(members, lambda k: len(rows[k].tokens) - prefix_len):
             tails = [rows[k].tokens[prefix_len:] for k in batch]

@@ -7,7 +7,11 @@ automatic prefix caching and SGLang's radix cache do, lets the later call comput
 the earlier one did not. Entries are whole sequences; a lookup returns the states of the longest
 token prefix shared with any entry (the state at position p depends on tokens 0..p only, so a
 shared prefix of a longer entry is as good as an entry of its own). Entries are evicted least
-recently used under a byte budget.
+recently used under a byte budget, with one exception that keeps a scan from thrashing: a caller
+may put an entry only at the expense of entries that have already served a lookup
+(``evict_unused=False``). Why: an evaluator generates N texts and then scores them in the same
+order; when N entries do not fit, plain LRU makes every score call miss (each miss's own entry
+evicts the one the next call needs), while keeping the unused entries makes the last that fit hit.
 
 States computed in a differently shaped batch differ from a fresh forward pass by float rounding
 (~1e-6 in probabilities), so results with and without the cache agree to that, not bit for bit.
@@ -29,6 +33,7 @@ class _Entry:
     tokens: torch.Tensor  # 1-D int64
     states: LayerStates
     nbytes: int
+    used: bool = False  # has served a lookup
 
 
 class PrefixCache:
@@ -46,8 +51,12 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, tokens: list[int], states: LayerStates) -> None:
-        """Keep ``states`` (cloned, so the caller's batch tensors can be freed) for ``tokens``."""
+    def put(self, tokens: list[int], states: LayerStates, evict_unused: bool = True) -> None:
+        """Keep ``states`` (cloned, so the caller's batch tensors can be freed) for ``tokens``.
+
+        With ``evict_unused=False`` room is made only by evicting entries that have served a lookup;
+        when that is not enough, nothing is stored.
+        """
         if self.max_bytes <= 0 or len(tokens) < self.min_tokens:
             return
         if any(k.shape[-2] != len(tokens) for k, _ in states):
@@ -55,16 +64,20 @@ class PrefixCache:
         nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in states)
         if nbytes > self.max_bytes:
             return
+        if not evict_unused:
+            evictable = sum(e.nbytes for e in self._entries.values() if e.used)
+            if self.bytes - evictable + nbytes > self.max_bytes:
+                return
         key_tokens = torch.tensor(tokens, dtype=torch.long)
         for key, entry in list(self._entries.items()):  # an entry that is a prefix of this one is redundant
             if len(entry.tokens) <= len(key_tokens) and _shared(entry.tokens, key_tokens) == len(entry.tokens):
                 self._drop(key)
+        while self.bytes + nbytes > self.max_bytes:  # least recently used first
+            self._drop(next(k for k, e in self._entries.items() if evict_unused or e.used))
         states = [(k.detach().clone(), v.detach().clone()) for k, v in states]
         self._entries[self._next_key] = _Entry(key_tokens, states, nbytes)
         self._next_key += 1
         self.bytes += nbytes
-        while self.bytes > self.max_bytes:
-            self._drop(next(iter(self._entries)))
 
     def longest(self, tokens: list[int], limit: int | None = None) -> tuple[int, LayerStates | None]:
         """(n, states of the first n tokens) for the longest cached prefix of ``tokens``, n <= limit."""
@@ -79,6 +92,7 @@ class PrefixCache:
         if best_key is None or best < self.min_tokens:
             return 0, None
         self._entries.move_to_end(best_key)
+        self._entries[best_key].used = True
         self.hits += 1
         self.reused_tokens += best
         return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key].states]
