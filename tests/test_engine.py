@@ -248,3 +248,27 @@ def test_prefix_cache_keeps_unused_entries_through_a_scan():
     assert hits == [False, False, False, True, True, True]
     cache.put([7, 7, 7, 7], states(4), evict_unused=False)  # used entries now make room
     assert cache.longest([7, 7, 7, 7])[0] == 4 and cache.bytes <= cache.max_bytes
+
+
+def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_states(tiny_llama_dir):
+    """Two prompts that share their first half would be merged into one scoring group (computing both
+    long tails from the shared half); with each one's whole context cached by its own generation,
+    each is scored from its own entry instead, with the probabilities a cold engine gives."""
+    shared = "Profile: " + " ".join(f"shared{j} word{j}" for j in range(20))
+    requests = [ChatRequest.of(f"{shared} Story {i}: " + " ".join(f"own{i} text{j}" for j in range(20)), id=str(i))
+                for i in range(2)]
+    params = GenerationParams(max_new_tokens=8, temperature=0.0)
+    warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
+    cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
+    texts = [g.text for g in warm.generate(requests, params)]
+    scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
+    choices = ["1", "10", "2"]
+    rows, _, _ = cold.backend._choice_rows(scoring, choices)
+    assert [len(members) for _, members in cold.backend._prefix_groups(rows)] == [2 * len(choices)]  # merged cold
+    reused, fresh = warm.choice_probs(scoring, choices), cold.choice_probs(scoring, choices)
+    cache = warm.backend.prefix_cache
+    prompt_tokens = min(len(warm.backend.encode(warm.backend.render(r))) for r in requests)
+    assert cache.hits == 2 and cache.reused_tokens >= 2 * prompt_tokens
+    for a, b in zip(reused, fresh, strict=True):
+        for c in choices:
+            assert a.probs[c] == pytest.approx(b.probs[c], abs=1e-5)

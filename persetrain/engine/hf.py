@@ -183,10 +183,22 @@ class HFBackend(Backend):
         """Group row indices that share a token prefix; return (prefix length, members) pairs.
 
         Rows are sorted so that sequences with a common head are adjacent; a group takes the next
-        row while they share at least ``min_shared_prefix`` tokens and at least half of the group's
-        current head. A prefix stops before the first position whose logits any member needs, so
-        every member has a tail.
+        row while they share at least ``min_shared_prefix`` tokens, at least half of the group's
+        current head, and no less than either row finds in the prefix cache. A prefix stops before the
+        first position whose logits any member needs, so every member has a tail.
+
+        Why the prefix-cache condition: two PerSE prompts of one reviewer can share half their
+        profile. Merged, they would be scored from their common half, recomputing both long tails
+        (~11 s on a CPU), though each has its whole context cached from its own generation (~0.5 s).
         """
+        cached: dict[int, int] = {}
+
+        def cached_head(k: int) -> int:
+            request = rows[k].request
+            if request not in cached:
+                cached[request] = min(self.prefix_cache.match_length(rows[k].tokens), rows[k].first_needed)
+            return cached[request]
+
         order = sorted(range(len(rows)), key=lambda k: rows[k].tokens)
         if not self.prefix_sharing:
             return [(0, order)]
@@ -205,7 +217,7 @@ class HFBackend(Backend):
             lcp = _common_prefix(rows[members[0]].tokens, rows[k].tokens)
             # Joining must not cut the group's shared head by more than half: rows that share only a
             # system prompt with this group but a long history among themselves form their own group.
-            if lcp >= max(self.min_shared_prefix, shared // 2):
+            if lcp >= max(self.min_shared_prefix, shared // 2, cached_head(members[0]), cached_head(k)):
                 members.append(k)
                 shared = min(shared, lcp)
             else:

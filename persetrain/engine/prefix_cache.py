@@ -97,6 +97,13 @@ class PrefixCache:
         self.reused_tokens += best
         return best, [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key].states]
 
+    def match_length(self, tokens: list[int]) -> int:
+        """How many leading tokens of ``tokens`` a lookup would reuse (0 below ``min_tokens``); unlike
+        :meth:`longest` it changes nothing, so a planner can ask before it decides."""
+        query = torch.tensor(tokens, dtype=torch.long)
+        best = max((_shared(entry.tokens, query) for entry in self._entries.values()), default=0)
+        return best if best >= self.min_tokens else 0
+
     def clear(self) -> None:
         self._entries.clear()
         self.bytes = 0
