@@ -35,9 +35,10 @@ DEMO_PROFILE_WORDS = 16
 #: The synthetic plots name a handful of characters and are ~100 words long.
 DEMO_LLM_TOKENS = {"anonymize": 80, "summarize": 96}
 #: The paper samples up to 600 new tokens at temperature 0.8 from 7B-13B judges. The synthetic
-#: reviews are three or four sentences (~40 tokens), so the demo caps them at 64 tokens, and it decodes greedily: a 135M
-#: judge's samples at 0.8 wander (on one trained judge, Kendall of the parsed score 0.04 sampled vs
-#: 0.32 greedy, with the expected score unchanged at 0.35). `persetrain evaluate` defaults to 0.8.
+#: reviews are three or four sentences (~40 tokens), so the demo caps them at 64 tokens, and it
+#: decodes greedily: a 135M judge's samples at 0.8 wander (on one trained judge, Kendall of the parsed
+#: score 0.04 sampled vs 0.32 greedy, with the expected score unchanged at 0.35). `persetrain
+#: evaluate` defaults to 0.8.
 DEMO_REVIEW_TOKENS = 64
 DEMO_TEMPERATURE = 0.0
 
