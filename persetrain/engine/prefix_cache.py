@@ -81,15 +81,8 @@ class PrefixCache:
 
     def longest(self, tokens: list[int], limit: int | None = None) -> tuple[int, LayerStates | None]:
         """(n, states of the first n tokens) for the longest cached prefix of ``tokens``, n <= limit."""
-        if not self._entries:
-            return 0, None
-        query = torch.tensor(tokens if limit is None else tokens[:limit], dtype=torch.long)
-        best_key, best = None, 0
-        for key, entry in self._entries.items():
-            shared = _shared(entry.tokens, query)
-            if shared > best:
-                best_key, best = key, shared
-        if best_key is None or best < self.min_tokens:
+        best_key, best = self._best(tokens if limit is None else tokens[:limit])
+        if best_key is None:
             return 0, None
         self._entries.move_to_end(best_key)
         self._entries[best_key].used = True
@@ -100,9 +93,18 @@ class PrefixCache:
     def match_length(self, tokens: list[int]) -> int:
         """How many leading tokens of ``tokens`` a lookup would reuse (0 below ``min_tokens``); unlike
         :meth:`longest` it changes nothing, so a planner can ask before it decides."""
+        return self._best(tokens)[1]
+
+    def _best(self, tokens: list[int]) -> tuple[int | None, int]:
+        """(key, shared length) of the entry sharing the longest prefix with ``tokens``; (None, 0) when
+        none shares ``min_tokens``."""
         query = torch.tensor(tokens, dtype=torch.long)
-        best = max((_shared(entry.tokens, query) for entry in self._entries.values()), default=0)
-        return best if best >= self.min_tokens else 0
+        best_key, best = None, 0
+        for key, entry in self._entries.items():
+            shared = _shared(entry.tokens, query)
+            if shared > best:
+                best_key, best = key, shared
+        return (best_key, best) if best >= self.min_tokens else (None, 0)
 
     def clear(self) -> None:
         self._entries.clear()
