@@ -7,8 +7,9 @@ can ask whether a judge recovered the preferences that were planted:
 
 * MPST-like: each plot has a genre mix (weights over ``GENRES`` summing to 1) and a quality; each
   reviewer has a harshness and one affinity per genre (a strong favourite, a strong least
-  favourite, mild others); the score is
-  ``clip(round(5.5 + quality + affinity . genre_mix - harshness + noise), 1, 10)`` and the review
+  favourite, mild others); the score is ``clip(round(5.5 + quality + taste - harshness + noise), 1, 10)``
+  where ``taste`` counts the favourite and least favourite genre whenever the plot has them (as the
+  review says) and the mild ones by their share of the mix, and the review
   text gives the reasons for it: it says what kind of story the plot is, states the reviewer's
   favourite and least favourite genre and whether the plot has them, and remarks on the craft of a
   clearly good or bad plot; the score comes after the reasons, with no verdict sentence in between.
@@ -35,8 +36,10 @@ from persetrain.io import atomic_write, write_json, write_jsonl
 from persetrain.prompts.perse import ASPECT_QUESTIONS
 
 GENRES: tuple[str, ...] = ("horror", "comedy", "romance", "science fiction", "western", "fantasy")
-SCORE_FORMULA = "clip(round(5.5 + quality + sum_g affinity[g] * genre_mix[g] - harshness + noise), 1, 10)"
-STARS_FORMULA = "clip(round(3.5 + 0.6 * (quality + sum_g affinity[g] * genre_mix[g] - harshness) + noise), 1, 5)"
+TASTE_FORMULA = ("taste = affinity[favourite] * [favourite in mix] + affinity[least] * [least in mix]"
+                 " + sum_(other g in mix) affinity[g] * genre_mix[g]")
+SCORE_FORMULA = "clip(round(5.5 + quality + taste - harshness + noise), 1, 10); " + TASTE_FORMULA
+STARS_FORMULA = "clip(round(3.5 + 0.6 * (quality + taste - harshness) + noise), 1, 5); " + TASTE_FORMULA
 #: Spread of a plot's own merit, which every reviewer feels. No text shows it to a judge (only other
 #: reviewers' scores do, which is what matrix factorization uses), so it is kept below the spread of taste.
 PLOT_QUALITY_SD = 0.7
@@ -69,63 +72,81 @@ def _place(rng: random.Random) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# MPST-like synopses: genre sentence templates. The first sentence of each list opens a story.
+# MPST-like synopses: genre sentence templates. The first sentence of each list opens a story. Each
+# sentence carries the words that mark its genre in any synopsis (a haunted house, a spaceship, a
+# sheriff, a wizard...): they survive an LLM summary, and a pretrained judge already knows which genre
+# they mark, so what fine-tuning has to teach is the reviewer's taste, not the templates' genres.
 _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
     "horror": (
-        "{hero} moves with {kin_first} into an old house on the edge of {place}, where the walls seem to "
-        "whisper at night.",
-        "Strange marks appear on the cellar door, and {hero_first} begins to suspect that something "
-        "followed the {family} family from {place2}.",
-        "One by one the neighbours of {place} vanish, and {rival} insists that the disappearances are "
-        "only a coincidence.",
-        "During a storm {hero_first} finds a diary describing a ritual performed in the house a century "
-        "earlier.",
-        "The thing in the cellar finally shows itself, and {kin_first} is dragged into the dark.",
-        "{hero_first} has to decide whether to burn the house down with the creature still inside.",
+        "{hero} moves with {kin_first} into a haunted house on the edge of {place}, where a ghost whispers "
+        "in the walls at night.",
+        "Bloody marks appear on the cellar door, and {hero_first} begins to suspect that a demon followed "
+        "the {family} family from {place2}.",
+        "One by one the neighbours of {place} are found dead, and {rival} insists that the killings are only "
+        "a coincidence.",
+        "During a storm {hero_first} finds a diary describing a satanic ritual performed in the house a "
+        "century earlier.",
+        "The monster in the cellar finally shows itself, and {kin_first} is dragged screaming into the dark.",
+        "{hero_first} has to decide whether to burn the haunted house down with the creature still inside.",
     ),
     "comedy": (
-        "{hero} is a hopeless wedding planner in {place} whose every event ends in some kind of disaster.",
-        "When {rival} opens a rival agency across the street, {hero_first} hatches a ridiculous plan to "
-        "win back the town's clients.",
-        "A mix-up with a delivery of goats turns the mayor's garden party into chaos.",
-        "{kin}, an overconfident cousin, keeps offering advice that makes everything worse.",
-        "A road trip to {place2} goes wrong at every stop, from a flat tyre to an accidental talent show.",
-        "In the end the two rivals must organise a wedding together, and the result is a glorious mess.",
+        "{hero} is a hopelessly clumsy wedding planner in {place} whose every event ends in a hilarious "
+        "disaster.",
+        "When {rival} opens a rival agency across the street, {hero_first} hatches a ridiculous prank to win "
+        "back the town's clients.",
+        "A mix-up with a delivery of goats turns the mayor's garden party into slapstick chaos.",
+        "{kin}, an overconfident cousin, keeps telling bad jokes that make everything worse.",
+        "A road trip to {place2} goes comically wrong at every stop, from a flat tyre to an accidental talent "
+        "show.",
+        "In the end the two bumbling rivals must organise a wedding together, and the result is a gloriously "
+        "funny mess.",
     ),
     "romance": (
-        "{hero} returns to {place} to sell the family bakery and runs straight into {rival}, an old flame.",
-        "The two of them are forced to work side by side when the summer festival needs a last-minute cake.",
-        "Letters hidden in the bakery reveal that {kin} once gave up a great love of their own.",
-        "A misunderstanding at a dance pushes {hero_first} to buy a one-way ticket to {place2}.",
-        "{rival_first} races to the station in the rain to say what should have been said years ago.",
-        "Slowly {hero_first} realises that the life left behind in {place} is the one worth wanting.",
+        "{hero} returns to {place} to sell the family bakery and runs straight into {rival}, an old flame "
+        "and first love.",
+        "Forced to work side by side on a festival cake, the two of them fall in love all over again.",
+        "Love letters hidden in the bakery reveal that {kin} once gave up the love of their life.",
+        "A jealous misunderstanding after their first kiss pushes {hero_first} to buy a one-way ticket to "
+        "{place2}.",
+        "{rival_first} races to the station in the rain to confess a love that should have been declared years "
+        "ago.",
+        "Slowly {hero_first} realises that the heart left behind in {place} is the one worth marrying.",
     ),
     "science fiction": (
-        "In the year 2291 {hero} pilots a cargo ship between the mining colonies of {place} and {place2}.",
-        "A signal from a dead moon draws the crew off course, and the ship's computer starts hiding things.",
-        "{rival}, an officer of the colonial authority, wants the source of the signal for a weapons "
+        "In the year 2291 {hero} pilots a cargo spaceship between the mining colonies on the planets {place} "
+        "and {place2}.",
+        "An alien signal from a dead moon draws the crew off course, and the ship's robot computer starts "
+        "hiding things.",
+        "{rival}, an officer of the galactic authority, wants the alien technology for a laser weapons "
         "programme.",
-        "{hero_first} discovers that the signal is a warning left by an expedition that never returned.",
-        "A failing reactor gives the crew a few hours to choose between a rescue and an escape.",
-        "{kin}, the ship's engineer, rewires the engines with a trick that could tear the hull apart.",
+        "{hero_first} discovers that the signal is a warning left by a starship expedition that never "
+        "returned.",
+        "A failing fusion reactor gives the crew a few hours to choose between a rescue and an escape into "
+        "hyperspace.",
+        "{kin}, the ship's android engineer, rewires the warp engines with a trick that could tear the hull "
+        "apart.",
     ),
     "western": (
-        "{hero} rides into the dusty town of {place} looking for the man who burned the {family} ranch.",
-        "The sheriff, {rival}, owns half the town and pays the other half to keep quiet.",
-        "{hero_first} takes work breaking horses while quietly asking questions about the fire.",
-        "A cattle drive to {place2} turns deadly when raiders strike the herd at the river crossing.",
-        "{kin}, thought dead for years, turns up riding with the raiders.",
-        "The feud ends in a showdown on the main street of {place} at noon.",
+        "{hero}, a cowboy with a revolver, rides into the dusty frontier town of {place} looking for the "
+        "outlaw who burned the {family} ranch.",
+        "The sheriff, {rival}, owns the saloon and half the town and pays the other half to keep quiet.",
+        "{hero_first} takes work breaking wild horses on the prairie while quietly asking questions about "
+        "the fire.",
+        "A cattle drive to {place2} turns deadly when outlaws ambush the herd at the river crossing.",
+        "{kin}, thought dead for years, turns up riding with the gang of bandits.",
+        "The feud ends in a gunfight on the main street of {place} at high noon.",
     ),
     "fantasy": (
-        "{hero}, an apprentice map-maker in the kingdom of {place}, finds a map that redraws itself each "
-        "night.",
-        "The map shows the way to {place2}, a city that vanished from the world three hundred years ago.",
-        "{rival}, the court sorcerer, sends hunters after the map and anyone who has seen it.",
-        "With {kin}, a sharp-tongued cousin who can talk to crows, {hero_first} sets out through the "
-        "marshes.",
-        "In the drowned city they learn that the map was drawn to imprison something, not to find it.",
-        "{hero_first} must choose between fame and burning the only copy of the map.",
+        "{hero}, an apprentice wizard in the kingdom of {place}, finds an enchanted map that redraws itself "
+        "each night.",
+        "The magic map shows the way to {place2}, an elven city that vanished from the world three hundred "
+        "years ago.",
+        "{rival}, the king's evil sorcerer, sends trolls after the map and anyone who has seen it.",
+        "With {kin}, a sharp-tongued cousin who can talk to dragons, {hero_first} sets out on a quest through "
+        "the cursed marshes.",
+        "In the drowned city they learn that the map was drawn by a witch to imprison an ancient spell, not "
+        "to find it.",
+        "{hero_first} must choose between the crown and burning the only copy of the magic map.",
     ),
 }
 _LINKING_SENTENCES: tuple[str, ...] = (
@@ -179,8 +200,16 @@ def _genre_mix(rng: random.Random) -> dict[str, float]:
     return {g: round(w / sum(raw), 3) for g, w in zip(chosen, raw, strict=True)}
 
 
-def _dot(affinity: dict[str, float], mix: dict[str, float]) -> float:
-    return sum(affinity[g] * w for g, w in mix.items())
+def _taste_effect(taste: dict, mix: dict[str, float]) -> float:
+    """How much a reviewer's taste moves their score of a plot with this genre mix.
+
+    The favourite and least favourite genre count in full whenever the plot has them, because that is
+    what the review says ("I love comedy, and this one has plenty of it"): a score that moved with the
+    genre's share of the mix instead would disagree with its own review whenever a favourite genre had
+    a small share, and a judge reading reviews could not recover it. Mild affinities count by share.
+    """
+    strong = (taste["favourite"], taste["least_favourite"])
+    return sum(taste["affinity"][g] * (1.0 if g in strong else w) for g, w in mix.items())
 
 
 def _cast(rng: random.Random) -> dict[str, str]:
@@ -304,7 +333,7 @@ def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_review
         truth_reviewers[reviewer_id] = {**taste, "sparse": j >= n_reviewers}
         for plot in rng.sample(plots, min(count, len(plots))):
             t = truth_plots[plot["imdb_id"]]
-            raw = 5.5 + t["quality"] + _dot(taste["affinity"], t["genres"]) - taste["harshness"] + rng.gauss(0, 0.6)
+            raw = 5.5 + t["quality"] + _taste_effect(taste, t["genres"]) - taste["harshness"] + rng.gauss(0, 0.6)
             score = _clip_round(raw, 1, 10)
             reviews.append({
                 "imdb_id": plot["imdb_id"], "reviewer_id": reviewer_id,
@@ -426,7 +455,7 @@ def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_cust
             shelf[-1] = rng.choice(rare)
         for book in shelf:
             t = truth_books[book["asin"]]
-            appeal = t["quality"] + _dot(taste["affinity"], t["genres"]) - taste["harshness"]
+            appeal = t["quality"] + _taste_effect(taste, t["genres"]) - taste["harshness"]
             raw = 3.5 + 0.6 * appeal + rng.gauss(0, 0.4)
             stars = _clip_round(raw, 1, 5)
             day = rng.randrange(14000, 17500)

@@ -71,8 +71,9 @@ def test_synthetic_scores_follow_the_planted_preferences(sample, truth):
     for line in sample.mpst_reviews.read_text().splitlines():
         review = json.loads(line)
         plot, reviewer = planted["plots"][review["imdb_id"]], planted["reviewers"][review["reviewer_id"]]
+        strong = (reviewer["favourite"], reviewer["least_favourite"])
         x = 5.5 + plot["quality"] - reviewer["harshness"] + sum(
-            reviewer["affinity"][g] * w for g, w in plot["genres"].items())
+            reviewer["affinity"][g] * (1 if g in strong else w) for g, w in plot["genres"].items())
         errors.append(abs(max(1, min(10, math.floor(x + 0.5))) - review["rating"]))
     assert sum(e <= 1 for e in errors) / len(errors) > 0.95
     assert max(errors) <= 3
