@@ -28,10 +28,11 @@ def judge_figures(run: Path, rerun: bool) -> dict:
         from persetrain.demo import run_demo
 
         run_demo(run)
-    systems = json.loads(metrics_path.read_text())["systems"]
+    metrics = json.loads(metrics_path.read_text())
+    systems = metrics["systems"]
     figures = {"kendall_by_system": {name: m["kendall"] for name, m in systems.items()},
                "unparsed_by_system": {name: m["n_unparsed"] for name, m in systems.items()},
-               "n_examples": json.loads(metrics_path.read_text())["n_examples"]}
+               "n_examples": metrics["n_examples"]}
     # Each judge is credited with the better of its two scores (parsed text, expected score); an
     # undefined correlation (null: every output unparsed) does not count.
     for judge in ("trained", "untrained"):
