@@ -1,0 +1,81 @@
+"""The PARL reward as a TRL ``GRPOTrainer`` reward function.
+
+TRL 1.16 calls reward functions as ``f(prompts=, completions=, completion_ids=, **columns)`` where the
+columns are the dataset's (``persetrain prepare parl`` writes ``task``, ``history_inputs``,
+``history_outputs``, ``target_input``, ``ground_truth``, ``negatives``) plus ``trainer_state``,
+``log_extra`` and ``log_metric``. One call is one generation batch: it is scored with one engine call
+(``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
+logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from persetrain.rewards.parl import RewardConfig, RewardParts, RubricJudge, RubricSample, score_batch
+
+if TYPE_CHECKING:
+    from persetrain.engine import Engine
+
+#: Dataset columns the reward reads (every row of a PARL GRPO dataset has them).
+COLUMNS: tuple[str, ...] = ("task", "history_inputs", "history_outputs", "target_input", "ground_truth", "negatives")
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes a string (standard format) or a list of messages (conversational format)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
+
+
+class PARLReward:
+    """``reward(prompts=, completions=, completion_ids=, **columns) -> list[float]`` (module docstring)."""
+
+    def __init__(self, engine: Engine, config: RewardConfig | None = None, parts_path: str | Path | None = None):
+        self.judge = RubricJudge(engine)
+        self.config = config or RewardConfig()
+        self.parts_path = Path(parts_path) if parts_path else None
+        self.__name__ = self.config.variant.replace("-", "_")  # TRL names the reward column after it
+        self.last_parts: list[RewardParts] = []
+
+    def __call__(self, prompts: Sequence | None = None, completions: Sequence | None = None,
+                 completion_ids: Sequence | None = None, *, log_extra: Callable | None = None,
+                 log_metric: Callable | None = None, **columns: Any) -> list[float]:
+        missing = [c for c in COLUMNS if c not in columns]
+        if missing:
+            raise KeyError(f"the PARL reward needs the dataset columns {missing} (write the dataset with "
+                           "`persetrain prepare parl`)")
+        completions = list(completions or [])
+        samples = [
+            RubricSample(task=columns["task"][i], completion=completion_text(c),
+                         history_inputs=columns["history_inputs"][i], history_outputs=columns["history_outputs"][i],
+                         target_input=columns["target_input"][i], ground_truth=columns["ground_truth"][i],
+                         negatives=columns["negatives"][i])
+            for i, c in enumerate(completions)
+        ]
+        parts = score_batch(self.judge, samples, self.config)
+        self.last_parts = parts
+        self._log(parts, log_extra, log_metric)
+        return [p.reward for p in parts]
+
+    def _log(self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None) -> None:
+        if log_extra is not None:
+            for key in ("total_rules", "valid_rules", "s_gt", "d", "c"):
+                log_extra(f"parl/{key}", [getattr(p, key) for p in parts])
+        if log_metric is not None and parts:
+            n = len(parts)
+            log_metric("parl/parsed_share", sum(p.parsed for p in parts) / n)
+            log_metric("parl/valid_share", sum(p.valid_rules >= 2 for p in parts) / n)
+            log_metric("parl/valid_rules", sum(p.valid_rules for p in parts) / n)
+            scored = [p for p in parts if p.d is not None]
+            if scored:
+                log_metric("parl/s_gt", sum(p.s_gt for p in scored) / len(scored))
+                log_metric("parl/d", sum(p.d for p in scored) / len(scored))
+        if self.parts_path is not None:
+            self.parts_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.parts_path.open("a", encoding="utf-8") as f:
+                for p in parts:
+                    f.write(json.dumps(p.as_dict()) + "\n")

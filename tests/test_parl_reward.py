@@ -1,0 +1,151 @@
+"""PARL reward: the math with exact values, the parser's limits, and batched == sequential judging."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from persetrain.engine import load_engine
+from persetrain.rewards.parl import (
+    RewardConfig,
+    RewardError,
+    RubricJudge,
+    RubricSample,
+    parse_rubric,
+    reward_parts,
+    score_batch,
+    score_sequential,
+)
+from persetrain.rewards.parl_trl import PARLReward
+from persetrain.rewards.parl_verl import compute_score
+
+RULES = ["The text is written entirely in lowercase letters.", "The text ends with the sign-off 'cheers, kal'.",
+         "Every sentence of the text has at most eight words."]
+P_HISTORY = [[0.9, 0.8], [0.6, 0.4], [0.7, 0.95]]  # rule 1 fails on the second history item
+P_GT = [0.9, 0.1, 0.7]  # S_gt over rules 0 and 2 = 0.8
+P_NEG = [[0.5, 0.9, 0.3], [0.6, 0.2, 0.8]]  # S = 0.4 and 0.7: D = sigmoid(8) * sigmoid(2) = 0.8805017025628681
+
+
+@pytest.mark.parametrize(("variant", "expected", "c"), [
+    ("parl-a", 7.144013620502944, 1.0),      # 0.1 + 10 * 0.8 * 1 * D
+    ("parl-b", 8.90501702562868, 1.0),       # 0.1 + 10 * 1 * D
+    ("parl-0", 8.1, 1.0),                    # 0.1 + 10 * 0.8 * 1 (no margin)
+    ("parl-a-linear", 1.508802724100589, 0.2),  # c = 2 valid rules / 10
+])
+def test_reward_math_exact(variant, expected, c):
+    parts = reward_parts(3, RULES, P_HISTORY, P_GT, P_NEG, RewardConfig(variant=variant))
+    assert parts.valid_rules == 2 and parts.total_rules == 3
+    assert parts.rules == [RULES[0], RULES[2]]
+    assert parts.s_gt == pytest.approx(0.8, abs=1e-12)
+    assert parts.s_negatives == pytest.approx([0.4, 0.7], abs=1e-12)
+    assert parts.d == pytest.approx(0.8805017025628681, abs=1e-12)
+    assert parts.c == c
+    assert parts.reward == pytest.approx(expected, abs=1e-12)
+    assert parts.variant == variant
+
+
+def test_threshold_is_strict_and_too_few_rules_give_point_one():
+    # p(yes) == 0.5 is not "satisfied": only one rule survives -> 0.1 and no scoring
+    parts = reward_parts(3, RULES, [[0.9, 0.9], [0.5, 0.9], [0.2, 0.9]], P_GT, P_NEG)
+    assert (parts.reward, parts.valid_rules, parts.s_gt, parts.d) == (0.1, 1, None, None)
+
+
+def test_unknown_variant_is_an_error():
+    with pytest.raises(ValueError, match="parl-a"):
+        RewardConfig(variant="parl-c")
+
+
+def _rubric(rules):
+    return json.dumps([{"rule": r} for r in rules])
+
+
+@pytest.mark.parametrize("text", [
+    _rubric(RULES),
+    "```json\n" + _rubric(RULES) + "\n```",
+    "<think>maybe [1, 2] or not</think>\n" + _rubric(RULES) + "\nThese rules capture the user.",
+    "Here are the rubrics: " + _rubric(RULES) + " [done]",
+])
+def test_parser_is_robust(text):
+    parsed = parse_rubric(text)
+    assert parsed.rules == RULES and parsed.total_rules == 3
+
+
+def test_parser_limits():
+    assert parse_rubric("no json at all").rules is None
+    assert parse_rubric(_rubric(RULES[:1])).rules is None  # 1 rule: below 2
+    assert parse_rubric(_rubric(RULES * 4)).rules is None  # 12 rules: above 10
+    assert parse_rubric('[{"rule": "a long enough rule text here"}, "bare string"]').rules is None
+    # rules outside 20..400 characters are dropped, the set still counts them
+    parsed = parse_rubric(_rubric(["too short", "x" * 401, RULES[0], RULES[1]]))
+    assert parsed.rules == RULES[:2] and parsed.total_rules == 4
+
+
+def _samples():
+    history_inputs = ["Item: kettle. Rating: 5", "Item: lamp. Rating: 4"]
+    history_outputs = ["works great. cheers, kal", "bright and small. cheers, kal"]
+    good = _rubric(RULES)
+    return [
+        RubricSample("amazon", good, history_inputs, history_outputs, "Item: mug. Rating: 5",
+                     "holds my tea. cheers, kal", ["This mug is a solid purchase.", "A fine mug overall."]),
+        RubricSample("amazon", "not a rubric", history_inputs, history_outputs, "Item: mug. Rating: 5",
+                     "holds my tea. cheers, kal", ["This mug is a solid purchase."]),
+        RubricSample("amazon", _rubric(["short", "tiny", RULES[0]]), history_inputs, history_outputs,
+                     "Item: mug. Rating: 5", "holds my tea.", ["A mug."]),
+        RubricSample("amazon", good, history_inputs, history_outputs, "Item: mug. Rating: 5",
+                     "holds my tea. cheers, kal", ["This mug is a solid purchase.", "A fine mug overall."]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_llama_dir):
+    return load_engine(str(tiny_llama_dir), prefix_cache_bytes=0)
+
+
+def test_batched_equals_sequential_and_dedupes(tiny_engine):
+    judge = RubricJudge(tiny_engine)
+    for variant in ("parl-a", "parl-b"):
+        config = RewardConfig(variant=variant, tau=0.0)  # random weights: let rules survive validation
+        before = tiny_engine.cost.calls
+        batched = score_batch(judge, _samples(), config)
+        calls = tiny_engine.cost.calls - before
+        sequential = score_sequential(judge, _samples(), config)
+        # samples 0 and 3 are identical: their 3 rules x 5 texts are checked once
+        assert calls == 3 * 5
+        assert [p.reward for p in batched] == pytest.approx([p.reward for p in sequential], abs=1e-5)
+        assert batched[0].valid_rules == 3 and batched[0].d is not None
+        assert batched[1].reward == 0.0 and not batched[1].parsed
+        assert batched[2].reward == 0.1 and batched[2].total_rules == 3
+
+
+def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
+    samples = _samples()[:2]
+    reward = PARLReward(tiny_engine, RewardConfig(tau=0.0), parts_path=tmp_path / "parts.jsonl")
+    extra, metrics = {}, {}
+    columns = {"task": [s.task for s in samples], "history_inputs": [s.history_inputs for s in samples],
+               "history_outputs": [s.history_outputs for s in samples],
+               "target_input": [s.target_input for s in samples], "ground_truth": [s.ground_truth for s in samples],
+               "negatives": [s.negatives for s in samples]}
+    rewards = reward(prompts=[[{"role": "user", "content": "x"}]] * 2,
+                     completions=[[{"role": "assistant", "content": s.completion}] for s in samples],
+                     completion_ids=[[1], [2]], log_extra=extra.__setitem__, log_metric=metrics.__setitem__,
+                     trainer_state=None, **columns)
+    assert rewards[1] == 0.0 and rewards[0] > 0.1
+    assert extra["parl/valid_rules"] == [3, 0] and metrics["parl/parsed_share"] == 0.5
+    lines = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
+    assert {"total_rules", "valid_rules", "s_gt", "s_negatives", "d", "c", "reward", "variant"} <= lines[0].keys()
+
+
+def test_verl_adapter_same_keys(tiny_llama_dir):
+    info = {"metadata": "Item: mug. Rating: 5", "profile": [{"input": "Item: kettle", "output": "works. cheers"}],
+            "baseline": {"non": "A fine mug."}}
+    good = compute_score("parl/amazon", _rubric(RULES), "holds my tea. cheers", info, judge_model=str(tiny_llama_dir))
+    bad = compute_score("parl/amazon", "nope", "holds my tea. cheers", info, judge_model=str(tiny_llama_dir))
+    assert good.keys() == bad.keys() and bad["score"] == 0.0
+    assert all(v is not None for v in good.values())
+
+
+def test_judge_failure_is_loud():
+    engine = load_engine("judge", backend="openai", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01)
+    with pytest.raises(RewardError, match="127.0.0.1:9"):
+        score_batch(RubricJudge(engine), _samples()[:1])
