@@ -120,3 +120,28 @@ class Judgment(_Record):
 def reviewer_of(example: ScalarExample | PairwiseExample) -> str:
     """Whose taste an example records: the reviewer (scalar) or the annotator (pairwise)."""
     return example.reviewer_id if isinstance(example, ScalarExample) else example.annotator_id
+
+
+class HistoryItem(_Record):
+    """One earlier item of a PARL user: the task input and what the user wrote for it."""
+
+    input: str = Field(min_length=1)
+    output: str = Field(min_length=1)
+
+
+class RubricExample(_Record):
+    """PARL (task kind ``rubric``): a user's history, their own text for a new input, and competitors'.
+
+    ``task`` is ``amazon`` (review text), ``reddit`` (post content) or ``news`` (headline);
+    ``history`` holds up to the 10 latest earlier items, oldest first; ``negatives`` maps a
+    generator's name (``non``, ``rag``, a checkpoint) to its text for the same ``input``.
+    """
+
+    id: str
+    task: Literal["amazon", "reddit", "news"]
+    user_id: str
+    history: list[HistoryItem] = Field(min_length=1)
+    input: str = Field(min_length=1)
+    output: str = Field(min_length=1)
+    negatives: dict[str, str] = Field(default_factory=dict)
+
