@@ -145,3 +145,27 @@ class RubricExample(_Record):
     output: str = Field(min_length=1)
     negatives: dict[str, str] = Field(default_factory=dict)
 
+
+class McqExample(_Record):
+    """PrefEval (implicit multiple choice): which option answers the question as this user prefers.
+
+    ``options`` are in the order shown to the evaluator (PrefEval's files list the gold option first;
+    the reader shuffles them) and ``gold`` is the index of the preference-following one. One option
+    is a valid record but not a valid judging task: evaluators that compare options refuse it.
+    """
+
+    id: str
+    preference: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    options: list[str] = Field(min_length=1)
+    gold: int = Field(ge=0)
+    topic: str = ""
+    explanation: str = ""
+
+    @model_validator(mode="after")
+    def _gold_in_range(self) -> McqExample:
+        if self.gold >= len(self.options):
+            raise ValueError(f"gold index {self.gold} is outside the {len(self.options)} options")
+        if any(not o.strip() for o in self.options):
+            raise ValueError("options must be non-empty text")
+        return self
