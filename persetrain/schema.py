@@ -133,7 +133,7 @@ class RubricExample(_Record):
     """PARL (task kind ``rubric``): a user's history, their own text for a new input, and competitors'.
 
     ``task`` is ``amazon`` (review text), ``reddit`` (post content) or ``news`` (headline);
-    ``history`` holds up to the 10 latest earlier items, oldest first; ``negatives`` maps a
+    ``history`` holds up to the 10 latest earlier items, oldest first; ``baselines`` maps a
     generator's name (``non``, ``rag``, a checkpoint) to its text for the same ``input``.
     """
 
@@ -143,7 +143,7 @@ class RubricExample(_Record):
     history: list[HistoryItem] = Field(min_length=1)
     input: str = Field(min_length=1)
     output: str = Field(min_length=1)
-    negatives: dict[str, str] = Field(default_factory=dict)
+    baselines: dict[str, str] = Field(default_factory=dict)
 
 
 class McqExample(_Record):
