@@ -1,0 +1,333 @@
+"""GRPO of a rubric generator (PARL) with TRL's ``GRPOTrainer``.
+
+``persetrain grpo --config recipes/parl/<recipe>.yaml [--key value ...]``, ``python -m persetrain.train.grpo``
+and ``accelerate launch -m persetrain.train.grpo`` all go through :func:`make_parser` and :func:`main`, as TRL's
+own ``trl/scripts/grpo.py`` does. ``--backend verl`` writes the equivalent verl config instead
+(``persetrain.train.verl``).
+
+The dataset is the rubric-induction dataset of ``persetrain prepare parl``: a conversational ``prompt`` (the
+induction prompt for one user) plus the columns the reward reads (the user's history, target text and
+negatives). TRL hands every column to the reward functions, which score each sampled rubric set with a judge
+engine (``hf`` in-process, or ``openai`` against vLLM / ``persetrain serve``).
+
+What this module adds to TRL, and why:
+
+- **Precision from the hardware** (:class:`GRPOConfig`): TRL defaults to bf16, >10x slower than fp32 on a
+  CPU without bf16 units.
+- **A judge engine and named rewards** (``reward_funcs: [parl-a]``): the PARL reward needs an LLM judge that
+  TRL knows nothing about; the judge is any persetrain engine spec.
+- **Unconstrained rollouts**: structured output during rollouts is refused, because the loss needs the
+  log-probabilities of the tokens the policy itself would sample.
+- **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` (from the reward's ``log_extra``
+  columns) and the reward's share of each step's time in the metrics: what PARL training is judged by.
+- **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
+  a final model that ``persetrain.models.load_model`` loads (``merged/`` after LoRA).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import trl
+from datasets import Dataset, load_from_disk
+from transformers import TrainerCallback
+from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+from persetrain.io import InputError, write_json
+from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
+from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments, resolve_dtype
+from persetrain.train.recipe import RecipeError, RecipeParser
+from persetrain.train.sft import (
+    MERGED_DIR,
+    METRICS_FILE,
+    RESOLVED_CONFIG_FILE,
+    JsonlMetricsCallback,
+    SFTResult,
+    _environment,
+    checkpoint_to_resume,
+)
+from persetrain.train.signals import CheckpointOnSignal
+
+REWARD_PARTS_FILE = "reward_parts.jsonl"
+#: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
+PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
+NAMED_REWARDS = (*PARL_REWARDS, "perse")
+
+#: What a run returns: the same record as ``persetrain sft``'s.
+GRPOResult = SFTResult
+
+
+@dataclass
+class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
+    """TRL's ``GRPOConfig`` (all of ``TrainingArguments``) plus the reward functions and their judge.
+
+    Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware
+    (``persetrain.train.configs.HardwarePrecision``; never bf16 on a CPU) instead of TRL's ``bf16=True``.
+    The paper's objective (METHODS.md, PARL) is ``loss_type: grpo`` with ``beta: 0.001``: TRL's KL term is
+    the k3 estimator exp(ref - logp) - (ref - logp) - 1, which is verl's ``low_var_kl`` without its clamp
+    to [-10, 10]. A ``num_generations`` that does not divide the generation batch is an error naming the
+    keys that make up that batch.
+    """
+
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
+                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
+    )
+    fp16: bool | None = field(
+        default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
+    )
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["parl-a"],
+        metadata={"help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
+                          "(the PARL reward variants), perse (a PerSE judge's expected score), or a dotted import "
+                          "path to a TRL reward function."},
+    )
+    judge_model: str = field(
+        default=DEFAULT_MODEL,
+        metadata={"help": "Engine model spec of the judge (for the openai backend: the served model name)."},
+    )
+    judge_backend: str = field(default="hf", metadata={"help": "Judge engine backend.", "choices": ["hf", "openai"]})
+    judge_base_url: str | None = field(
+        default=None, metadata={"help": "Server URL for judge_backend openai, e.g. http://127.0.0.1:8000/v1."}
+    )
+    judge_cache: str | None = field(
+        default=None,
+        metadata={"help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
+                          "resumed run re-scores nothing it already scored."},
+    )
+    auto_resume: bool = field(
+        default=True,
+        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one. "
+                          "`resume_from_checkpoint` takes precedence."},
+    )
+    merge_adapter: bool = field(
+        default=True,
+        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
+                          "<output_dir>/merged, which persetrain.models.load_model can load."},
+    )
+
+    def __post_init__(self):
+        try:
+            super().__post_init__()
+        except ValueError:
+            # TRL sets the generation batch before it checks it; name the keys that make it up.
+            batch = self.generation_batch_size
+            if batch and batch % self.num_generations:
+                raise ValueError(
+                    f"num_generations ({self.num_generations}) must divide the generation batch ({batch} "
+                    f"completions = per_device_train_batch_size {self.per_device_train_batch_size} x "
+                    f"{self.world_size} process(es) x steps_per_generation {self.steps_per_generation}); "
+                    "change num_generations, per_device_train_batch_size, gradient_accumulation_steps or "
+                    "generation_batch_size"
+                ) from None
+            raise
+        if self.vllm_structured_outputs_regex is not None:
+            raise ValueError(
+                "vllm_structured_outputs_regex: rollouts must be sampled unconstrained, so that the loss sees the "
+                "log-probabilities of the policy's own tokens; structured output is for inference only"
+            )
+
+
+def make_parser(prog: str | None = None) -> RecipeParser:
+    """The parser of every GRPO entry point (TRL's ``make_parser`` pattern)."""
+    return RecipeParser((ScriptArguments, GRPOConfig, ModelConfig), prog=prog or "persetrain grpo")
+
+
+# ------------------------------------------------------------------------------------------- rewards
+def _judge_engine(config: GRPOConfig):
+    from persetrain.engine import load_engine
+
+    options: dict[str, Any] = {}
+    if config.judge_backend == "openai":
+        if not config.judge_base_url:
+            raise RecipeError("judge_base_url is required with judge_backend: openai")
+        options["base_url"] = config.judge_base_url
+    cache = config.judge_cache or str(Path(config.output_dir) / "judge-cache.sqlite")
+    return load_engine(config.judge_model, backend=config.judge_backend, cache_path=cache, **options)
+
+
+def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
+    """The recipe's ``reward_funcs`` as TRL reward functions; one judge engine serves them all."""
+    engine = None
+    funcs: list[Callable] = []
+    for name in config.reward_funcs:
+        if name in NAMED_REWARDS:
+            engine = engine or _judge_engine(config)
+            if name == "perse":
+                from persetrain.rewards.perse import perse_reward
+
+                funcs.append(perse_reward(engine))
+            else:
+                from persetrain.rewards.parl_trl import parl_reward
+
+                funcs.append(parl_reward(engine, variant=name))
+        elif "." in name:
+            module, attr = name.rsplit(".", 1)
+            try:
+                funcs.append(getattr(importlib.import_module(module), attr))
+            except (ImportError, AttributeError) as err:
+                raise RecipeError(f"reward_funcs: cannot import '{name}' ({err})") from None
+        else:
+            raise RecipeError(f"reward_funcs: unknown reward '{name}'; expected one of {', '.join(NAMED_REWARDS)} "
+                              "or a dotted import path")
+    if not funcs:
+        raise RecipeError("reward_funcs is empty: GRPO needs at least one reward function")
+    return funcs
+
+
+# ------------------------------------------------------------------------------------------- trainer
+class PARLGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that writes every sample's reward parts to JSONL and times the reward.
+
+    The reward functions report their parts through TRL's ``log_extra`` (one value per completion per
+    column); TRL keeps only the last batch of them, for its completions table. Here each scored batch is
+    appended to ``<output_dir>/reward_parts.jsonl`` as it is computed, so an interrupted run keeps them,
+    and the reward's wall time goes to the logged metrics as ``time/reward_s`` (next to TRL's ``step_time``).
+    """
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        start = time.perf_counter()
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["time/reward_s"].append(time.perf_counter() - start)
+        if mode == "train" and self.accelerator.is_main_process:
+            self._append_reward_parts(completions, rewards)
+        return rewards
+
+    def _append_reward_parts(self, completions, rewards: torch.Tensor) -> None:
+        extra = self._pending_extra_logs  # filled by the reward functions' log_extra calls of this batch
+        rows = []
+        for i, completion in enumerate(completions):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            row: dict[str, Any] = {"step": self.state.global_step, "index": i, "completion": text}
+            row.update({name: float(rewards[i, j]) for j, name in enumerate(self.reward_func_names)})
+            row.update({column: values[i] for column, values in extra.items() if i < len(values)})
+            rows.append(row)
+        path = Path(self.args.output_dir) / REWARD_PARTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+
+
+def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
+    """The training prompts: a split with a conversational ``prompt`` column; every other column goes to the reward."""
+    if script_args.dataset_path is None:
+        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
+    path = Path(script_args.dataset_path)
+    if not path.is_dir():
+        raise InputError(path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
+                               "persetrain prepare parl")
+    loaded = load_from_disk(str(path))
+    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
+    split = script_args.dataset_train_split
+    if split not in splits:
+        raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
+    ds = splits[split]
+    if "prompt" not in ds.column_names:
+        raise InputError(path, f"split '{split}' lacks the column 'prompt' that GRPO samples from "
+                               f"(has: {', '.join(ds.column_names)})")
+    limit = script_args.max_train_samples
+    if limit is not None and limit < len(ds):
+        ds = ds.shuffle(seed=seed).select(range(limit))
+    return ds
+
+
+def build_grpo_trainer(
+    script_args: ScriptArguments,
+    training_args: GRPOConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> PARLGRPOTrainer:
+    """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
+    if "wandb" in (training_args.report_to or []):
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
+    train_dataset = _load_train_split(script_args, seed=training_args.seed)
+    reward_funcs = build_reward_funcs(training_args)
+    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
+    training_args.model_init_kwargs = {
+        "dtype": getattr(torch, model_args.dtype),
+        "attn_implementation": model_args.attn_implementation,
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        **(training_args.model_init_kwargs or {}),
+    }
+    quantization = get_quantization_config(model_args)
+    if quantization is not None:
+        training_args.model_init_kwargs.setdefault("quantization_config", quantization)
+    return PARLGRPOTrainer(
+        model=str(local_weights_dir(model_args.model_name_or_path)),
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=load_tokenizer(model_args.model_name_or_path),
+        peft_config=get_peft_config(model_args),
+        callbacks=list(callbacks),
+    )
+
+
+def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
+         callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
+    """Train, save the final model and tokenizer, and return where they are (as ``persetrain sft`` does)."""
+    output_dir = Path(training_args.output_dir)
+    stop = CheckpointOnSignal()
+    resume = checkpoint_to_resume(training_args)
+    trainer = build_grpo_trainer(script_args, training_args, model_args,
+                                 [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
+    if trainer.is_world_process_zero():
+        write_json(output_dir / RESOLVED_CONFIG_FILE, {
+            "script": asdict(script_args),
+            "model": asdict(model_args),
+            "training": trainer.args.to_dict(),
+            "resume_from_checkpoint": resume,
+            "environment": _environment(getattr(torch, model_args.dtype)),
+        })
+    result = trainer.train(resume_from_checkpoint=resume)
+    if stop.received is not None:
+        trainer.end()
+        return GRPOResult(output_dir=output_dir, model_dir=output_dir, resumed_from=resume,
+                          global_step=trainer.state.global_step, metrics=dict(result.metrics),
+                          stopped_by_signal=stop.received)
+    trainer.save_model(str(output_dir))
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+    model_dir = output_dir
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if (model_args.use_peft and training_args.merge_adapter and not quantized
+            and not trainer.is_deepspeed_enabled and trainer.is_world_process_zero()):
+        model_dir = output_dir / MERGED_DIR
+        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+        merged.save_pretrained(str(model_dir))
+        trainer.processing_class.save_pretrained(str(model_dir))
+    trainer.end()
+    return GRPOResult(output_dir=output_dir, model_dir=model_dir, resumed_from=resume,
+                      global_step=trainer.state.global_step, metrics=dict(result.metrics))
+
+
+def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:
+    """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
+    return main(*make_parser().parse_args_and_config(argv))
+
+
+if __name__ == "__main__":  # `accelerate launch -m persetrain.train.grpo --config RECIPE`
+    try:
+        sys.exit(run_grpo().exit_code)
+    except (RecipeError, InputError) as err:
+        sys.exit(f"error: {err}")
