@@ -37,7 +37,7 @@ from datasets import Dataset, DatasetDict
 from transformers import TrainerCallback
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
-from persetrain.train.sft import build_sft_trainer, parse_sft_args
+from persetrain.train.sft import build_sft_trainer, make_parser
 
 WORDS = [
     "the", "story", "plot", "film", "man", "woman", "city", "night", "war", "love", "family", "friend",
@@ -158,10 +158,8 @@ def measure_sft_throughput(
         else:
             argv += ["--attn_implementation", "sdpa", "--activation_checkpointing", "true",
                      "--completion_logits_only", "false"]
-        if num_threads:
-            argv += ["--num_threads", str(num_threads)]
         timer = _StepTimer()
-        trainer, _ = build_sft_trainer(parse_sft_args(argv), [timer])
+        trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
         params = sum(p.numel() for p in trainer.model.parameters())
         trainer.train()
     seconds, tokens = timer.seconds[warmup_steps:], timer.tokens[warmup_steps:]

@@ -188,15 +188,17 @@ def sft(ctx: typer.Context) -> None:
     """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
 
     Every TRL / transformers training argument and every recipe key can be given on the command line,
-    where it overrides the recipe.
+    where it overrides the recipe. Same parser and ``main`` as ``python -m persetrain.train.sft``.
     """
     from persetrain.train.recipe import RecipeError
     from persetrain.train.sft import run_sft
 
     try:
-        run_sft(list(ctx.args))
+        result = run_sft(list(ctx.args))
     except (RecipeError, InputError, ModelSpecError) as err:
         _fail(err)
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
 
 
 @app.command()

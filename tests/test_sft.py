@@ -22,11 +22,10 @@ from persetrain.train.sft import (
     RESOLVED_CONFIG_FILE,
     CompletionOnlySFTTrainer,
     build_sft_trainer,
-    parse_sft_args,
+    make_parser,
     run_sft,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 PLOTS = ["a war story in a frozen city", "a love story on a ship", "a ghost story in an old house",
          "a comedy about two rival bakers", "a heist in a desert town", "a mystery at a mountain inn"]
 
@@ -69,7 +68,7 @@ def test_recipe_values_and_command_line_override(tmp_path, monkeypatch):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
         "model_name_or_path: embedded:smollm2-135m-instruct\n"
-        "dataset_path: runs/demo/data/per-mpst-k3\n"
+        "dataset_path: runs/demo/data/per_mpst_k3\n"
         "learning_rate: 1.0e-4\n"
         "num_train_epochs: 3\n"
         "use_peft: true\n"
@@ -79,66 +78,47 @@ def test_recipe_values_and_command_line_override(tmp_path, monkeypatch):
         "output_dir: runs/x\n"
         "env:\n  PERSETRAIN_TEST_ENV: from-recipe\n"
     )
-    args = parse_sft_args(["--config", str(recipe), "--learning_rate", "2e-5", "--lora_r", "4"])
-    assert args.training.learning_rate == 2e-5  # the command line wins over the recipe
-    assert args.peft.lora_r == 4
-    assert args.training.num_train_epochs == 3  # the recipe wins over the defaults
-    assert args.peft.use_peft and args.peft.lora_target_modules == ["q_proj", "v_proj"]
-    assert args.training.packing is True
-    assert args.model.model_name_or_path == "embedded:smollm2-135m-instruct"
-    assert args.data.dataset_path == "runs/demo/data/per-mpst-k3"
+    script, training, model = make_parser().parse_args_and_config(
+        ["--config", str(recipe), "--learning_rate", "2e-5", "--lora_r", "4"])
+    assert training.learning_rate == 2e-5  # the command line wins over the recipe
+    assert model.lora_r == 4
+    assert training.num_train_epochs == 3  # the recipe wins over the defaults
+    assert model.use_peft and model.lora_target_modules == ["q_proj", "v_proj"]
+    assert training.packing is True
+    assert model.model_name_or_path == "embedded:smollm2-135m-instruct"
+    assert script.dataset_path == "runs/demo/data/per_mpst_k3"
     assert os.environ["PERSETRAIN_TEST_ENV"] == "from-recipe"
     # Precision follows the hardware, not TRL's bf16=True default (this suite runs on a CPU).
     if not torch.cuda.is_available():
-        assert args.training.bf16 is False and args.training.fp16 is False
+        assert training.bf16 is False and training.fp16 is False and model.dtype == "auto"
+
+
+def test_defaults_are_persetrain_not_trl(tmp_path):
+    script, training, model = make_parser().parse_args_and_config(["--output_dir", str(tmp_path)])
+    assert model.lora_target_modules == "all-linear"  # TRL's ModelConfig turns a one-item list into the item
+    assert model.attn_implementation == "sdpa" and training.auto_resume and training.completion_logits_only
+    assert training.dataloader_pin_memory is torch.cuda.is_available()
 
 
 def test_unknown_recipe_key_names_file_and_key(tmp_path):
     recipe = tmp_path / "typo.yaml"
     recipe.write_text("learning_rate: 1.0e-4\nlearnig_rate: 2.0e-4\n")
     with pytest.raises(RecipeError) as err:
-        parse_sft_args(["--config", str(recipe)])
+        make_parser().parse_args_and_config(["--config", str(recipe)])
     message = str(err.value)
     assert str(recipe) in message and "'learnig_rate'" in message and "learning_rate" in message
 
 
 def test_unknown_command_line_flag_is_an_error(tmp_path):
     with pytest.raises(RecipeError, match="--no_such_flag"):
-        parse_sft_args(["--output_dir", str(tmp_path), "--no_such_flag", "1"])
-
-
-@pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "perse").glob("*.yaml")), ids=lambda p: p.name)
-def test_repository_recipes_parse(recipe):
-    cpu = "cpu" in recipe.name
-    # GPU recipes ask for bf16, which a CPU refuses; the override is exactly what a user would type.
-    overrides = [] if cpu or torch.cuda.is_available() else ["--bf16", "false"]
-    args = parse_sft_args(["--config", str(recipe), *overrides])
-    assert args.data.dataset_path and args.training.output_dir
-    if cpu:
-        assert args.model.model_name_or_path.startswith("embedded:") and args.model.dtype == "auto"
-        assert args.training.packing and not args.training.activation_checkpointing
-        assert torch.cuda.is_available() or not args.training.bf16  # fp32 from the hardware defaults
-    else:  # the paper's setting
-        assert args.training.learning_rate == 1e-5
-        assert args.training.activation_checkpointing
-        assert args.training.per_device_train_batch_size == (2 if "13b" in recipe.name else 4)
-
-
-@pytest.mark.parametrize("config", sorted((REPO / "accelerate_configs").glob("*.yaml")), ids=lambda p: p.name)
-def test_accelerate_configs_load(config):
-    from accelerate.commands.config.config_args import ClusterConfig
-
-    loaded = ClusterConfig.from_yaml_file(str(config))
-    assert loaded.num_processes == (1 if config.stem in {"cpu", "single_gpu"} else 8)
-    assert loaded.mixed_precision == ("no" if config.stem == "cpu" else "bf16")
+        make_parser().parse_args_and_config(["--output_dir", str(tmp_path), "--no_such_flag", "1"])
 
 
 # -------------------------------------------------------------------------------------- loss and labels
 
 
 def _trainer(model_dir: Path, data_dir: Path, out: Path, *extra: str) -> CompletionOnlySFTTrainer:
-    trainer, _ = build_sft_trainer(parse_sft_args(_argv(model_dir, data_dir, out, *extra)))
-    return trainer
+    return build_sft_trainer(*make_parser().parse_args_and_config(_argv(model_dir, data_dir, out, *extra)))
 
 
 def test_only_completion_tokens_carry_loss(tiny_llama_dir, dataset_dir, tmp_path, embedded_tokenizer):

@@ -1,36 +1,39 @@
-"""Supervised fine-tuning of a PerSE judge with TRL's ``SFTTrainer``.
+"""Supervised fine-tuning of a PerSE judge with TRL's ``SFTTrainer``, in TRL's script pattern.
 
-``persetrain sft --config recipes/perse/<recipe>.yaml [--key value ...]`` delegates to :func:`run_sft`.
+One parser and one ``main`` serve every way of starting a run::
+
+    persetrain sft --config recipes/perse/<recipe>.yaml [--key value ...]
+    python -m persetrain.train.sft --config recipes/perse/<recipe>.yaml [--key value ...]
+    accelerate launch --config_file accelerate_configs/<config>.yaml -m persetrain.train.sft --config ...
+    torchrun --nproc_per_node 2 -m persetrain.train.sft --config ...
+
 The dataset is TRL's conversational prompt-completion format (``prompt`` = chat messages, ``completion``
 = one assistant message), so TRL masks the prompt and the loss covers the judge's answer only
 (``[Review] ... [Score] n``, or ``Plot A``/``Plot B``). Full fine-tuning is the paper's setting; LoRA
-and QLoRA go through PEFT with the same recipe keys as TRL's scripts.
+and QLoRA go through PEFT with TRL's ``ModelConfig`` keys.
 
 What this module adds to TRL, and why:
 
-- **Precision from the hardware.** TRL defaults to ``bf16=True``; on a CPU without native bf16 that makes
-  a step >10x slower than fp32. The hardware's choice (``persetrain.models.best_dtype``) becomes the
-  default that a recipe or flag can still override.
-- **Logits only where there is a label** (:class:`CompletionOnlySFTTrainer`): the largest single cost of
-  a small model's step outside the transformer blocks.
-- **Per-sequence attention for packed rows** (``attn_implementation: packed_sdpa``,
-  :func:`packed_sdpa_attention`): exact like ``sdpa``, without computing the masked-out blocks.
+- **Precision from the hardware** (``persetrain.train.configs``), never TRL's ``bf16=True`` on a CPU.
+- **Logits only where there is a label** (:class:`CompletionOnlySFTTrainer`) and **per-sequence attention
+  for packed rows** (``attn_implementation: packed_sdpa``): measured against TRL's own path by
+  ``benchmarks/sft.py``; the margins are in their docstrings.
 - **A self-describing, resumable output directory**: the resolved configuration, a JSONL log of every
-  logged record, automatic resumption from the newest checkpoint, and a final model + tokenizer that
-  ``persetrain.models.load_model(output_dir)`` loads (for LoRA: a merged copy under ``merged/``).
+  logged record, resumption from the newest *complete* checkpoint (``persetrain.train.checkpoints``), a
+  checkpoint-and-stop on SIGTERM / SIGUSR1 (``persetrain.train.signals``), and a final model + tokenizer
+  that ``persetrain.models.load_model(output_dir)`` loads (for LoRA: a merged copy under ``merged/``).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import importlib.util
 import json
 import os
 import platform
+import re
+import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +43,14 @@ from datasets import Dataset, load_from_disk
 from transformers import AttentionInterface, TrainerCallback
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-from trl import SFTConfig, SFTTrainer
+from trl import SFTTrainer, get_peft_config, get_quantization_config
 
 from persetrain.io import InputError, write_json
-from persetrain.models import best_device, best_dtype, load_tokenizer, local_weights_dir
-from persetrain.train.recipe import DataArguments, ModelArguments, PeftArguments, RecipeError, parse_recipe
+from persetrain.models import best_device, load_tokenizer, local_weights_dir
+from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig, resolve_dtype
+from persetrain.train.recipe import RecipeError, RecipeParser
+from persetrain.train.signals import CheckpointOnSignal, exit_code
 
 METRICS_FILE = "metrics.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.json"
@@ -77,91 +83,6 @@ def packed_sdpa_attention(module, query, key, value, attention_mask, **kwargs):
 
 AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_SDPA, sdpa_mask)
-
-
-@dataclass
-class SFTScriptArguments:
-    """Switches of a ``persetrain sft`` run that belong to neither TRL, the model nor the data."""
-
-    auto_resume: bool = field(
-        default=True,
-        metadata={"help": "Resume from the newest checkpoint-N in output_dir when there is one, so rerunning "
-                          "an interrupted command continues it. `resume_from_checkpoint` takes precedence."},
-    )
-    completion_logits_only: bool = field(
-        default=True,
-        metadata={"help": "Project onto the vocabulary only the positions whose next token carries a label "
-                          "(see CompletionOnlySFTTrainer). Off: TRL's own loss."},
-    )
-    merge_adapter: bool = field(
-        default=True,
-        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
-                          "<output_dir>/merged, which persetrain.models.load_model can load."},
-    )
-    num_threads: int | None = field(
-        default=None,
-        metadata={"help": "torch.set_num_threads for CPU training; default: torch's choice (physical cores). "
-                          "On a machine other jobs share, fewer threads than cores avoid stalls at every op."},
-    )
-    retain_freed_memory: bool = field(
-        default=True,
-        metadata={"help": "CPU training under glibc: keep freed memory in the process (see "
-                          "retain_freed_memory()) so that each step reuses the last step's pages."},
-    )
-
-
-SFT_ARGUMENT_TYPES = (ModelArguments, DataArguments, PeftArguments, SFTScriptArguments, SFTConfig)
-
-
-@dataclass
-class SFTArguments:
-    """Everything one SFT run is made of, as parsed from a recipe plus command-line overrides."""
-
-    model: ModelArguments
-    data: DataArguments
-    peft: PeftArguments
-    script: SFTScriptArguments
-    training: SFTConfig
-
-
-@dataclass
-class SFTResult:
-    """Where a finished run put its outputs, and how it went."""
-
-    output_dir: Path
-    model_dir: Path  # what persetrain.models.load_model should be given
-    resumed_from: str | None
-    global_step: int
-    metrics: dict[str, float]
-
-
-def sft_defaults() -> dict[str, Any]:
-    """Defaults that depend on the machine and replace TRL's before the recipe is applied.
-
-    bf16/fp16 follow ``best_dtype``; pinned memory only helps host-to-GPU copies; wandb reports when it is
-    installed (offline unless ``WANDB_MODE`` says otherwise, see :func:`build_sft_trainer`).
-    """
-    device = best_device()
-    dtype = best_dtype(device)
-    return {
-        "bf16": dtype == torch.bfloat16,
-        "fp16": dtype == torch.float16,
-        "dataloader_pin_memory": device.type == "cuda",
-        "report_to": ["wandb"] if importlib.util.find_spec("wandb") is not None else ["none"],
-    }
-
-
-def parse_sft_args(argv: Sequence[str] | None = None) -> SFTArguments:
-    """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when ``argv`` is None)."""
-    model, data, peft, script, training = parse_recipe(
-        SFT_ARGUMENT_TYPES, argv, defaults=sft_defaults(), prog="persetrain sft"
-    )
-    return SFTArguments(model=model, data=data, peft=peft, script=script, training=training)
-
-
-def run_sft(argv: Sequence[str] | None = None) -> SFTResult:
-    """The ``persetrain sft`` entry point: parse a recipe and flags, then train."""
-    return train_sft(parse_sft_args(argv))
 
 
 class CompletionOnlySFTTrainer(SFTTrainer):
@@ -271,7 +192,7 @@ class JsonlMetricsCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self._append({"event": "train_begin", "step": state.global_step, "max_steps": state.max_steps,
-                          "time": time.time()})
+                          "world_size": args.world_size, "time": time.time()})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
@@ -279,35 +200,51 @@ class JsonlMetricsCallback(TrainerCallback):
                           **logs})
 
 
-def retain_freed_memory() -> bool:
-    """Make glibc keep freed memory in the process instead of handing it back to the OS.
+@dataclass
+class SFTResult:
+    """Where a run put its outputs, and how it ended."""
 
-    Why: a CPU training step allocates and frees the same large buffers (activations, logits,
-    gradients: GBs) every step. glibc serves big blocks with a fresh ``mmap`` and unmaps them on
-    ``free``, so every step page-faults its working set in again and the kernel zeroes it: ~10% of a
-    step of the embedded model on 2 cores went to that. Serving all blocks from the heap and never
-    trimming it lets each step reuse the pages of the last. The process then holds its peak memory
-    until it exits, which a training process reaches every step anyway. Returns whether it applied
-    (glibc only; elsewhere the allocator is left alone).
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+    output_dir: Path
+    model_dir: Path  # what persetrain.models.load_model should be given
+    resumed_from: str | None
+    global_step: int
+    metrics: dict[str, float]
+    stopped_by_signal: int | None = None  # the signal that made it checkpoint and stop early
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a finished run; 128 + signal for one stopped by a signal, as the shell would report it."""
+        return 0 if self.stopped_by_signal is None else exit_code(self.stopped_by_signal)
 
 
-def _load_splits(data: DataArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
+def make_parser(prog: str | None = None) -> RecipeParser:
+    """The parser of every SFT entry point (TRL's ``make_parser`` pattern)."""
+    return RecipeParser((ScriptArguments, SFTConfig, ModelConfig), prog=prog or "persetrain sft")
+
+
+def _prepare_command(dataset_path: Path) -> str:
+    """The `persetrain prepare` command that writes ``dataset_path``, for the message when it is missing."""
+    out = dataset_path.parent.as_posix() or "."
+    match = re.fullmatch(r"per_mpst_k(\d+)", dataset_path.name)
+    if match or dataset_path.name in {"per_doc", "amazon_books"}:
+        k = f" --k {match.group(1)}" if match and match.group(1) != "3" else ""
+        return (f"persetrain prepare perse --raw RAW --out {out}{k}  "
+                "(synthetic RAW: persetrain prepare sample --out RAW)")
+    return f"persetrain prepare perse --raw RAW --out {out}  (it writes per_mpst_k3, per_doc, amazon_books)"
+
+
+def _load_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
     """The train (and, when evaluating, test) split as prompt-completion datasets.
 
     A row limit takes a seeded random subset, not the first rows: prepared splits are grouped by
     reviewer, and the first N rows would hold only a few reviewers' tastes.
     """
-    if data.dataset_path is None:
+    if script_args.dataset_path is None:
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
-    path = Path(data.dataset_path)
+    path = Path(script_args.dataset_path)
     if not path.is_dir():
-        raise InputError(path, "no such dataset directory (write one with `persetrain prepare`)")
+        raise InputError(path, f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
+                               f"{_prepare_command(path)}")
     loaded = load_from_disk(str(path))
     splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
 
@@ -324,54 +261,9 @@ def _load_splits(data: DataArguments, want_eval: bool, seed: int) -> tuple[Datas
             return ds
         return ds.shuffle(seed=seed).select(range(limit))
 
-    train = pick(data.dataset_train_split, data.max_train_samples)
-    evaluation = pick(data.dataset_test_split, data.max_eval_samples) if want_eval else None
+    train = pick(script_args.dataset_train_split, script_args.max_train_samples)
+    evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
     return train, evaluation
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    """``auto`` → bf16 where the hardware computes in it, else fp32.
-
-    fp16 hardware gets fp32 weights: fp16 training keeps fp32 master weights and autocasts, and the
-    Trainer refuses to unscale fp16 gradients.
-    """
-    if name == "auto":
-        return torch.bfloat16 if best_dtype(best_device()) == torch.bfloat16 else torch.float32
-    if name not in {"float32", "bfloat16", "float16"}:
-        raise RecipeError(f"dtype '{name}': expected auto, float32, bfloat16 or float16")
-    return getattr(torch, name)
-
-
-def _peft_configs(peft: PeftArguments, compute_dtype: torch.dtype):
-    """``(LoraConfig | None, BitsAndBytesConfig | None)`` from the recipe's PEFT keys."""
-    if not peft.use_peft:
-        if peft.load_in_4bit or peft.load_in_8bit:
-            raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
-        return None, None
-    from peft import LoraConfig
-
-    lora = LoraConfig(
-        r=peft.lora_r,
-        lora_alpha=peft.lora_alpha,
-        lora_dropout=peft.lora_dropout,
-        target_modules=peft.lora_target_modules or "all-linear",
-        modules_to_save=peft.lora_modules_to_save,
-        use_rslora=peft.use_rslora,
-        use_dora=peft.use_dora,
-        task_type="CAUSAL_LM",
-    )
-    quantization = None
-    if peft.load_in_4bit or peft.load_in_8bit:
-        from transformers import BitsAndBytesConfig
-
-        quantization = BitsAndBytesConfig(
-            load_in_4bit=peft.load_in_4bit,
-            load_in_8bit=peft.load_in_8bit,
-            bnb_4bit_quant_type=peft.bnb_4bit_quant_type,
-            bnb_4bit_use_double_quant=peft.use_bnb_nested_quant,
-            bnb_4bit_compute_dtype=compute_dtype,
-        )
-    return lora, quantization
 
 
 def _environment(model_dtype: torch.dtype) -> dict[str, Any]:
@@ -391,86 +283,92 @@ def _environment(model_dtype: torch.dtype) -> dict[str, Any]:
     }
 
 
-def _checkpoint_to_resume(args: SFTArguments) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if args.training.resume_from_checkpoint:
-        return args.training.resume_from_checkpoint
-    output_dir = Path(args.training.output_dir)
-    if args.script.auto_resume and output_dir.is_dir():
-        return get_last_checkpoint(str(output_dir))
+def checkpoint_to_resume(training_args: SFTConfig) -> str | None:
+    """``resume_from_checkpoint`` when set, else the newest complete checkpoint when ``auto_resume``."""
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    if training_args.auto_resume:
+        return last_complete_checkpoint(training_args.output_dir)
     return None
 
 
 def build_sft_trainer(
-    args: SFTArguments, callbacks: Sequence[TrainerCallback] = ()
-) -> tuple[CompletionOnlySFTTrainer, torch.dtype]:
-    """The trainer a run uses (data loaded, model and tokenizer resolved), and the weights' dtype.
+    script_args: ScriptArguments,
+    training_args: SFTConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> CompletionOnlySFTTrainer:
+    """The trainer a run uses (data loaded, model and tokenizer resolved).
 
-    Split from :func:`train_sft` so that benchmarks time exactly what a recipe runs.
+    Split from :func:`main` so that benchmarks time exactly what a recipe runs.
     """
-    training = args.training
-    if args.script.num_threads:
-        torch.set_num_threads(args.script.num_threads)
-    if args.script.retain_freed_memory and training.device.type == "cpu":
-        retain_freed_memory()
-    if "wandb" in (training.report_to or []):
+    if "wandb" in (training_args.report_to or []):
         # A training node is often offline; an offline run can be synced later with `wandb sync`.
         os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(training.output_dir))
-
-    train_dataset, eval_dataset = _load_splits(args.data, want_eval=training.eval_strategy != "no",
-                                               seed=training.seed)
-    model_dtype = _torch_dtype(args.model.dtype)
-    lora, quantization = _peft_configs(args.peft, compute_dtype=best_dtype(best_device()))
+        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
+    train_dataset, eval_dataset = _load_splits(script_args, want_eval=training_args.eval_strategy != "no",
+                                               seed=training_args.seed)
+    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
     # TRL loads the model from a path (so that its DeepSpeed/device-map handling applies); the user's own
-    # model_init_kwargs win over the ones derived from the recipe's model keys.
-    training.model_init_kwargs = {
-        "dtype": model_dtype,
-        "attn_implementation": args.model.attn_implementation,
-        "revision": args.model.model_revision,
-        **(training.model_init_kwargs or {}),
+    # model_init_kwargs win over the ones derived from the model arguments.
+    training_args.model_init_kwargs = {
+        "dtype": getattr(torch, model_args.dtype),
+        "attn_implementation": model_args.attn_implementation,
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        **(training_args.model_init_kwargs or {}),
     }
-    trainer = CompletionOnlySFTTrainer(
-        model=str(local_weights_dir(args.model.model_name_or_path)),
-        args=training,
+    return CompletionOnlySFTTrainer(
+        model=str(local_weights_dir(model_args.model_name_or_path)),
+        args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        processing_class=load_tokenizer(args.model.model_name_or_path),
-        peft_config=lora,
-        quantization_config=quantization,
+        processing_class=load_tokenizer(model_args.model_name_or_path),
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
         callbacks=list(callbacks),
-        completion_logits_only=args.script.completion_logits_only,
+        completion_logits_only=training_args.completion_logits_only,
     )
-    return trainer, model_dtype
 
 
-def train_sft(args: SFTArguments) -> SFTResult:
-    """Train, save the final model and tokenizer, and return where they are."""
-    output_dir = Path(args.training.output_dir)
-    trainer, model_dtype = build_sft_trainer(args, [JsonlMetricsCallback(output_dir / METRICS_FILE)])
-    resume = _checkpoint_to_resume(args)
+def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: ModelConfig,
+         callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+    """Train, save the final model and tokenizer, and return where they are.
+
+    A run stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so
+    that the output directory never looks finished when it is not; rerunning the command resumes it.
+    """
+    output_dir = Path(training_args.output_dir)
+    stop = CheckpointOnSignal()
+    resume = checkpoint_to_resume(training_args)
+    trainer = build_sft_trainer(script_args, training_args, model_args,
+                                [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
     if trainer.is_world_process_zero():
         write_json(output_dir / RESOLVED_CONFIG_FILE, {
-            "model": asdict(args.model),
-            "data": asdict(args.data),
-            "peft": asdict(args.peft),
-            "script": asdict(args.script),
+            "script": asdict(script_args),
+            "model": asdict(model_args),
             "training": trainer.args.to_dict(),
             "resume_from_checkpoint": resume,
-            "environment": _environment(model_dtype),
+            "environment": _environment(getattr(torch, model_args.dtype)),
         })
 
     result = trainer.train(resume_from_checkpoint=resume)
+    if stop.received is not None:
+        trainer.end()
+        return SFTResult(output_dir=output_dir, model_dir=output_dir, resumed_from=resume,
+                         global_step=trainer.state.global_step, metrics=dict(result.metrics),
+                         stopped_by_signal=stop.received)
     trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
 
     model_dir = output_dir
-    quantized = args.peft.load_in_4bit or args.peft.load_in_8bit
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
     # Merging needs the whole unquantised weights in one process: not under DeepSpeed (ZeRO-3 shards them).
-    if (args.peft.use_peft and args.script.merge_adapter and not quantized
+    if (model_args.use_peft and training_args.merge_adapter and not quantized
             and not trainer.is_deepspeed_enabled and trainer.is_world_process_zero()):
         model_dir = output_dir / MERGED_DIR
         merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
@@ -481,5 +379,13 @@ def train_sft(args: SFTArguments) -> SFTResult:
                      global_step=trainer.state.global_step, metrics=dict(result.metrics))
 
 
-if __name__ == "__main__":  # `accelerate launch ... -m persetrain.train.sft --config RECIPE` needs a module to run
-    run_sft()
+def run_sft(argv: Sequence[str] | None = None) -> SFTResult:
+    """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
+    return main(*make_parser().parse_args_and_config(argv))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(run_sft().exit_code)
+    except (RecipeError, InputError) as err:
+        sys.exit(f"error: {err}")

@@ -1,0 +1,47 @@
+"""Which checkpoint a run resumes from: the newest *complete* ``checkpoint-N``.
+
+transformers writes a checkpoint directory in place (weights, then optimizer and scheduler, then RNG
+states) and ``trainer_state.json`` last; its own ``get_last_checkpoint`` takes the highest N whatever
+the directory holds. A process killed mid-save leaves a ``checkpoint-N`` with weights but no
+optimizer state, or a truncated ``trainer_state.json``, and resuming from it crashes or, worse,
+continues with a fresh optimizer. So a checkpoint counts only once its ``trainer_state.json`` parses
+and records step N: that file's presence is the completion marker the Trainer already writes.
+Other ranks' files are covered too: under DDP they write only their RNG state (a missing one costs a
+warning, not the run), and DeepSpeed's ``save_checkpoint`` ends in a barrier before the Trainer goes
+on to write the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+TRAINER_STATE = "trainer_state.json"
+_STEP = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def is_complete(checkpoint: str | os.PathLike) -> bool:
+    """Whether ``checkpoint`` finished saving: its trainer state parses and records its step."""
+    checkpoint = Path(checkpoint)
+    match = _STEP.match(checkpoint.name)
+    try:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return match is not None and isinstance(state, dict) and state.get("global_step") == int(match.group(1))
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest complete ``checkpoint-N`` under ``output_dir`` (highest N), or None."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    candidates = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _STEP.match(p.name))]
+    for _, path in sorted(candidates, reverse=True):
+        if is_complete(path):
+            return str(path)
+    return None

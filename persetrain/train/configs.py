@@ -1,0 +1,133 @@
+"""Argument dataclasses of persetrain's trainers: TRL's own, with persetrain's additions and defaults.
+
+As in alignment-handbook's ``configs.py``, each class subclasses TRL's and only adds or re-defaults
+fields, so every TRL / transformers argument stays available under its own name, in a recipe and on
+the command line.
+
+Precision is the one default that must not come from a library: TRL defaults to ``bf16=True``, which
+on a CPU without native bf16 makes a step >10x slower than fp32. :class:`HardwarePrecision` leaves
+``bf16`` / ``fp16`` unset until the config is built, then takes them from the machine
+(``persetrain.models.best_dtype``); a recipe or flag that sets them still wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import trl
+
+from persetrain.models import DEFAULT_MODEL, best_device, best_dtype
+
+
+class HardwarePrecision:
+    """Mixin for a ``TrainingArguments`` subclass: unset ``bf16`` / ``fp16`` follow the hardware.
+
+    bf16 where the device computes in it natively (Ampere and later), fp16 on older GPUs, neither on
+    a CPU. Host memory is pinned only when there is a GPU to copy to.
+    """
+
+    def __post_init__(self):
+        dtype = best_dtype(best_device())
+        if self.bf16 is None:
+            self.bf16 = dtype == torch.bfloat16 and not self.fp16
+        if self.fp16 is None:
+            self.fp16 = dtype == torch.float16 and not self.bf16
+        if self.dataloader_pin_memory is None:
+            self.dataloader_pin_memory = torch.cuda.is_available()
+        super().__post_init__()
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """A model config's ``dtype``: ``auto`` is bf16 where the hardware computes in it, else fp32.
+
+    fp16 hardware gets fp32 weights: fp16 training keeps fp32 master weights and autocasts, and the
+    Trainer refuses to unscale fp16 gradients.
+    """
+    if name == "auto":
+        return torch.bfloat16 if best_dtype(best_device()) == torch.bfloat16 else torch.float32
+    return getattr(torch, name)
+
+
+@dataclass
+class ScriptArguments:
+    """The instruction dataset of a run: a ``DatasetDict`` written by ``persetrain prepare``."""
+
+    dataset_path: str | None = field(
+        default=None,
+        metadata={"help": "Directory written by `persetrain prepare` (e.g. data/perse/per_mpst_k3) whose rows "
+                          "have TRL's prompt-completion columns `prompt` and `completion`."},
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (when eval is on)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use a seeded random N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use a seeded random N eval rows."})
+
+
+@dataclass
+class ModelConfig(trl.ModelConfig):
+    """TRL's model arguments (model, dtype, attention, LoRA/QLoRA), re-defaulted for persetrain.
+
+    Full fine-tuning is the paper's setting; LoRA is on with ``use_peft``, on every linear layer
+    unless ``lora_target_modules`` says otherwise.
+    """
+
+    model_name_or_path: str = field(
+        default=DEFAULT_MODEL,
+        metadata={"help": "A persetrain model spec: 'embedded:<name>', a local model directory, a .gguf file "
+                          "or a Hub id such as 'meta-llama/Llama-2-7b-chat-hf'."},
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Dtype of the loaded weights. 'auto' follows the hardware (not the checkpoint): bfloat16 "
+                          "where it computes natively (Ampere and later), float32 elsewhere (CPUs; fp16 GPUs "
+                          "train in fp32 with fp16 autocast).",
+                  "choices": ["auto", "float32", "bfloat16", "float16"]},
+    )
+    attn_implementation: str = field(
+        default="sdpa",
+        metadata={"help": "Attention kernel ('sdpa', 'packed_sdpa', 'eager', 'flash_attention_2', ...). sdpa is "
+                          "exact for packed, padding-free batches: transformers builds the block-diagonal mask "
+                          "from the position ids."},
+    )
+    lora_target_modules: list[str] | None = field(
+        default_factory=lambda: ["all-linear"],
+        metadata={"help": "Modules that get LoRA adapters; 'all-linear' is every linear layer but the LM head."},
+    )
+
+
+@dataclass
+class SFTConfig(HardwarePrecision, trl.SFTConfig):
+    """TRL's ``SFTConfig`` (all of ``TrainingArguments``) plus persetrain's switches.
+
+    Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware (see
+    :class:`HardwarePrecision`).
+    """
+
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
+                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
+    )
+    fp16: bool | None = field(
+        default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
+    )
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
+    )
+    auto_resume: bool = field(
+        default=True,
+        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one, so "
+                          "rerunning an interrupted command continues it. `resume_from_checkpoint` takes "
+                          "precedence."},
+    )
+    completion_logits_only: bool = field(
+        default=True,
+        metadata={"help": "Project onto the vocabulary only the positions whose next token carries a label "
+                          "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."},
+    )
+    merge_adapter: bool = field(
+        default=True,
+        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
+                          "<output_dir>/merged, which persetrain.models.load_model can load."},
+    )
