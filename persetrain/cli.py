@@ -154,10 +154,13 @@ def prepare_sample(
     out: Annotated[Path, typer.Option(help="Folder for the raw files.")],
     seed: int = 0,
 ) -> None:
-    """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences."""
+    """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences, and PARL users
+    with planted writing signatures (``OUT/parl``)."""
+    from data_prep.parl_synthetic import write_parl_sample
     from data_prep.synthetic import write_sample_data
 
     write_sample_data(out, seed=seed)
+    write_parl_sample(out / "parl", seed=seed)
     console.print(f"wrote synthetic raw data to {out}")
 
 
@@ -181,6 +184,28 @@ def prepare_perse_cmd(
         prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
     except (InputError, ModelSpecError, ValueError) as err:
         _fail(err)
+
+
+@prepare_app.command("parl")
+def prepare_parl_cmd(
+    raw: Annotated[Path, typer.Option(help="Folder with amazon/, reddit/, news/ in the PARL layouts.")],
+    out: Annotated[Path, typer.Option(help="Output folder: one dataset per task, parl_<task>/.")],
+    task: Annotated[list[str] | None, typer.Option(help="amazon, reddit or news (repeatable); default all.")] = None,
+    baselines: Annotated[list[Path] | None, typer.Option(
+        help="Negatives file from generate-baselines (repeatable); default RAW/<task>/baselines.jsonl.")] = None,
+    min_history: Annotated[int, typer.Option(help="Users with fewer earlier items are an error.")] = 1,
+    seed: int = 0,
+) -> None:
+    """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
+    from data_prep.parl import prepare_parl
+
+    try:
+        written = prepare_parl(raw, out, tasks=tuple(task or ("amazon", "reddit", "news")),
+                               baselines=tuple(baselines or ()), seed=seed, min_history=min_history)
+    except (InputError, ValueError) as err:
+        _fail(err)
+    for name, sizes in written.items():
+        console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
