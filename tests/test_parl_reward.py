@@ -149,3 +149,15 @@ def test_judge_failure_is_loud():
     engine = load_engine("judge", backend="openai", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01)
     with pytest.raises(RewardError, match="127.0.0.1:9"):
         score_batch(RubricJudge(engine), _samples()[:1])
+
+
+def test_perse_judge_as_reward(tiny_engine):
+    from persetrain.rewards.perse import PerSEReward
+
+    profile = [{"plot_id": "p1", "plot": "A knight guards a bridge.", "review": "Too slow.", "score": 3}]
+    reward = PerSEReward(tiny_engine)
+    scores = reward(prompts=["write a plot"] * 3, completions=["A dragon wins a race.", "", "A dragon wins a race."],
+                    completion_ids=[[1]] * 3, profile=[profile] * 3, id=["a", "b", "c"], reviewer_id=["r"] * 3,
+                    score_max=[10] * 3)
+    assert scores[1] == 1.0  # empty completion: the worst score
+    assert 1.0 <= scores[0] <= 10.0 and scores[0] == scores[2]

@@ -13,6 +13,7 @@ sample go to the judge in one engine call.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
 
@@ -32,6 +33,8 @@ def sample_from_verl(data_source: str, solution_str: str, ground_truth: str, ext
     task = data_source.split("/", 1)[1] if data_source.startswith("parl/") else data_source
     profile = extra_info.get("profile") or []
     baseline = extra_info.get("baseline") or {}
+    if isinstance(baseline, str):  # a JSON object, as some parquet writers store a dict of varying keys
+        baseline = json.loads(baseline)
     return RubricSample(task=task, completion=solution_str,
                         history_inputs=[item["input"] for item in profile],
                         history_outputs=[item["output"] for item in profile],
