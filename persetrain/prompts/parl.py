@@ -134,7 +134,7 @@ _JUDGE_TAGS = {"amazon": ("Review Metadata", "Review Text"), "reddit": ("Reddit 
                "news": ("News Content", "News Headline")}
 
 INDUCE = {task: register(PromptTemplate(
-    method="parl", task=f"induce-{task}", system=_induction_system(task),
+    method="parl", task=f"induce-{task}", system=_induction_system(task).replace("{", "{{").replace("}", "}}"),
     user=(f"Given the following {_WORDING[task]['history']}, please generate a self-contained set of personalized "
           f"evaluation rubrics for the user.\n<{_WORDING[task]['tag']}>\n{{history}}\n</{_WORDING[task]['tag']}>"),
 )) for task in TASKS}
