@@ -10,7 +10,10 @@ backend's numbers. So the wire format is vLLM's, extras included:
   renders one;
 * ``logprobs``/``top_logprobs`` per generated token and vLLM's ``prompt_logprobs``;
 * structured output through ``response_format`` (``json_schema``/``json_object``), vLLM's older
-  ``guided_json``/``guided_regex`` and its newer ``structured_outputs`` object;
+  ``guided_json``/``guided_regex``/``guided_choice`` and its newer ``structured_outputs`` object
+  (``json``, ``json_object``, ``regex``, ``choice``). A choice set is the regex alternation of its
+  escaped strings, so a PARL judge request (one token, ``logprobs``, ``top_logprobs=5``,
+  ``structured_outputs={"choice": ["yes", "no"]}``) is answered as vLLM answers it;
 * errors as ``{"error": {"message", "type", "param", "code"}}``, never a stack trace.
 
 Log-probabilities are computed by re-scoring prompt + completion in one extra forward pass
@@ -44,7 +47,7 @@ MAX_LOGPROBS = 20
 #: Fields vLLM honours and this server cannot, with their neutral values. A request that sets one
 #: is refused: answering it while silently ignoring the field would return something else.
 _UNSUPPORTED: dict[str, Any] = {
-    "guided_choice": None, "guided_grammar": None, "tools": [], "logit_bias": {}, "use_beam_search": False,
+    "guided_grammar": None, "tools": [], "logit_bias": {}, "use_beam_search": False,
     "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0, "echo": False,
 }
 
@@ -90,6 +93,7 @@ class ChatCompletionIn(BaseModel):
     response_format: dict[str, Any] | None = None
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
+    guided_choice: list[str] | None = None
     structured_outputs: dict[str, Any] | None = None
 
 
@@ -149,6 +153,17 @@ def _schema(value: Any, param: str) -> dict:
     return parsed
 
 
+_REGEX_SPECIAL = set("\\.^$*+?{}[]|()")
+
+
+def choice_regex(choices: object, param: str) -> str:
+    """The regex matching exactly one of ``choices``: an alternation of the escaped strings."""
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
+        raise APIError(f"{param} must be a non-empty list of non-empty strings", param=param.split(".")[0])
+    escaped = ["".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in c) for c in choices]
+    return "(" + "|".join(escaped) + ")"
+
+
 def constraint(body: ChatCompletionIn) -> tuple[dict | None, str | None]:
     """The JSON schema or regex a request asks for, from any of the fields vLLM has used for it.
 
@@ -172,10 +187,12 @@ def constraint(body: ChatCompletionIn) -> tuple[dict | None, str | None]:
         schemas.append(_schema(body.guided_json, "guided_json"))
     if body.guided_regex is not None:
         regexes.append(body.guided_regex)
+    if body.guided_choice is not None:
+        regexes.append(choice_regex(body.guided_choice, "guided_choice"))
     if body.structured_outputs:
         given = {k: v for k, v in body.structured_outputs.items() if v is not None and v is not False}
-        if unsupported := sorted(set(given) & {"choice", "grammar", "structural_tag"}):
-            raise APIError(f"structured_outputs supports json, json_object and regex, got {unsupported}",
+        if unsupported := sorted(set(given) & {"grammar", "structural_tag"}):
+            raise APIError(f"structured_outputs supports json, json_object, regex and choice, got {unsupported}",
                            param="structured_outputs")
         if "json" in given:
             schemas.append(_schema(given["json"], "structured_outputs.json"))
@@ -183,6 +200,8 @@ def constraint(body: ChatCompletionIn) -> tuple[dict | None, str | None]:
             schemas.append({"type": "object"})
         if "regex" in given:
             regexes.append(given["regex"])
+        if "choice" in given:
+            regexes.append(choice_regex(given["choice"], "structured_outputs.choice"))
     if not all(isinstance(r, str) for r in regexes):
         raise APIError("a regex must be a string", param="guided_regex")
     if len({json.dumps(s, sort_keys=True) for s in schemas}) > 1:
