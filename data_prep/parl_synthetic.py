@@ -8,11 +8,12 @@ negatives for the target are written without them (or with only one of them).
 
 Signatures (``TRAITS``; each user has ``TRAITS_PER_USER`` of them, drawn per user):
 
-* reviews and posts: ``lowercase`` (no capital letters at all), ``signoff`` (a fixed last line, e.g.
-  ``cheers, kalo``), ``short_sentences`` (every content sentence at most 9 words; the default
-  style's content sentences have 14 or more), ``question`` (the user's favourite rhetorical question, e.g. ``what more
-  could you ask for?``), ``topic_word`` (a recurring topic mentioned in every text, e.g. ``my cat``),
-  ``exclaim`` (every sentence ends with ``!``), ``opener`` (a fixed first words, e.g. ``Okay so,``);
+* reviews and posts: ``lowercase`` (no capital letters at all), ``signoff`` (a fixed last line,
+  e.g. ``cheers, kalo``), ``short_sentences`` (every sentence at most 10 words, an opener included;
+  the default style's content sentences have 14 or more), ``question`` (the user's favourite
+  rhetorical question, e.g. ``what more could you ask for?``), ``topic_word`` (a recurring topic
+  mentioned in every text, e.g. ``my cat``), ``exclaim`` (every sentence ends with ``!``, the
+  question with ``?!``), ``opener`` (fixed first words, e.g. ``Okay so,``);
 * headlines: ``lowercase``, ``question`` (the headline is a question ending in ``?``), ``colon``
   (``Place: what happened``), ``short`` (at most 6 words; default 9+), ``pet_word`` (a fixed word such
   as ``Finally`` opens the headline), ``exclaim`` (ends in ``!``), ``number`` (contains a digit: the
@@ -115,8 +116,8 @@ def _prose(long: list[str], short: list[str], user: User, traits: tuple[str, ...
                          else f"As always, {user.topic} plays a part in this, since it shapes most of my days")
     end = "!" if "exclaim" in traits else "."
     text = " ".join(s + end for s in sentences)
-    if "question" in traits:
-        text += " " + user.question.capitalize()
+    if "question" in traits:  # with ``exclaim`` it ends "?!": every sentence still ends with "!"
+        text += " " + user.question.capitalize() + ("!" if "exclaim" in traits else "")
     if "opener" in traits:
         text = f"{user.opener} {text}"
     if "signoff" in traits:

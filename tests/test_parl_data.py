@@ -1,0 +1,118 @@
+"""PARL data: the synthetic fixture's planted signatures, the three readers, negatives and the exports."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from datasets import load_from_disk
+
+from data_prep.parl import attach_baselines, prepare_parl, read_amazon, read_lamp4, read_longlamp, read_task
+from data_prep.parl_synthetic import write_parl_sample
+from persetrain.io import InputError
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+", text.split("\n")[0]) if s]
+
+
+def _has(trait: str, text: str, user: dict) -> bool:
+    """An independent check of one planted signature (what one yes/no rule would ask)."""
+    first = text.split("\n")[0]
+    return {
+        "lowercase": text == text.lower(),
+        "signoff": "\n" in text,
+        "short_sentences": all(len(s.split()) <= 10 for s in _sentences(text)),
+        "question": bool(re.search(r"\?$", first)) or "?" in first,
+        "topic_word": "As always," in text or "as always," in text,
+        "exclaim": all(s.endswith("!") for s in _sentences(text)),
+        "opener": bool(re.match(r"(Okay so,|Quick thoughts:|Well, friends,|Real talk:|Alright then,)", text,
+                                re.IGNORECASE)),
+        "colon": ":" in text,
+        "short": len(text.split()) <= 6,
+        "pet_word": text.split()[0].lower() in {"finally", "wow", "breaking", "again", "big"},
+        "number": bool(re.search(r"\d", text)),
+    }[trait]
+
+
+@pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
+def test_planted_signatures_hold_and_negatives_lack_them(sample, task):
+    truth = json.loads(sample.ground_truth.read_text())["users"]
+    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
+    assert len(examples) == 32
+    for ex in examples:
+        traits = truth[ex.user_id]
+        assert 1 <= len(ex.history) <= 10
+        for text in [h.output for h in ex.history] + [ex.output]:
+            assert all(_has(t, text, traits) for t in traits), (ex.id, traits, text)
+        # a rule per signature separates the user's text from the generic negative; the RAG-like one
+        # shares only the first signature
+        assert not any(_has(t, ex.baselines["synthetic-non"], traits) for t in traits), ex.id
+        assert sum(_has(t, ex.baselines["synthetic-rag"], traits) for t in traits) < len(traits), ex.id
+
+
+def test_prepare_parl_writes_grpo_and_verl_layouts(sample, tmp_path):
+    sizes = prepare_parl(sample.root, tmp_path, tasks=("news",))
+    assert sizes["news"]["train"] + sizes["news"]["test"] == 32 and sizes["news"]["test"] > 0
+    data = load_from_disk(str(tmp_path / "parl_news"))
+    row = data["train"][0]
+    assert {"prompt", "task", "history_inputs", "history_outputs", "target_input", "ground_truth", "negatives",
+            "negative_names"} <= set(row)
+    assert row["prompt"][-1]["role"] == "user" and "<User Historical News>" in row["prompt"][-1]["content"]
+    assert row["negative_names"] == ["synthetic-non", "synthetic-rag"] and len(row["negatives"]) == 2
+    info = json.loads((tmp_path / "parl_news" / "build_info.json").read_text())
+    assert info["task"] == "rubric" and info["synthetic"] is True
+    verl = pd.read_parquet(tmp_path / "parl_news" / "verl" / "train.parquet")
+    assert list(verl.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    first = verl.iloc[0]
+    assert first["data_source"] == "parl/news" and first["reward_model"]["ground_truth"] == row["ground_truth"]
+    assert set(first["extra_info"]["baseline"]) == {"synthetic-non", "synthetic-rag"}
+    assert first["extra_info"]["metadata"] == row["target_input"]
+
+
+def _write(path, lines):
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_reader_errors_name_file_record_and_field(tmp_path):
+    meta = _write(tmp_path / "meta.jsonl", [{"parent_asin": "A", "title": "Kettle", "description": ["x"]}])
+    review = {"user_id": "u", "parent_asin": "A", "timestamp": 1, "rating": 5.0, "title": "t", "text": "good"}
+    reviews = _write(tmp_path / "reviews.jsonl", [review, {**review, "timestamp": 2, "text": ""}])
+    with pytest.raises(InputError, match=r"reviews.jsonl:2: field 'text'"):
+        read_amazon(reviews, meta)
+    _write(reviews, [review, {**review, "timestamp": 2}])
+    with pytest.raises(InputError, match=r"has 1 earlier items; at least 3"):
+        read_amazon(reviews, meta, min_history=3)
+    assert [len(e.history) for e in read_amazon(reviews, meta)] == [1]
+
+    posts = _write(tmp_path / "posts.jsonl", [{"name": "u", "input": "s", "output": "c", "profile": "oops"}])
+    with pytest.raises(InputError, match=r"posts.jsonl:1: field 'profile'"):
+        read_longlamp(posts)
+
+    questions = tmp_path / "questions.json"
+    questions.write_text(json.dumps([{"id": "q1", "input": "Generate a headline for the following article: a",
+                                      "profile": [{"text": "b", "title": "B"}]}]))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"golds": [{"id": "q2", "output": "x"}]}))
+    with pytest.raises(InputError, match=r"outputs.json:q1: field 'output'"):
+        read_lamp4(questions, outputs)
+    outputs.write_text(json.dumps({"golds": [{"id": "q1", "output": "A"}]}))
+    (example,) = read_lamp4(questions, outputs)
+    assert example.input == "a" and example.history[0].output == "B"
+
+
+def test_missing_negatives_are_an_error(sample, tmp_path):
+    examples = read_task(sample.root / "reddit", "reddit")
+    lines = (sample.root / "reddit" / "baselines.jsonl").read_text().splitlines()
+    partial = tmp_path / "baselines.jsonl"
+    partial.write_text("\n".join(lines[:-1]) + "\n")  # the last example loses its synthetic-rag negative
+    with pytest.raises(InputError, match=r"has no negative from \['synthetic-rag'\]"):
+        attach_baselines(examples, [partial])
