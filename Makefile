@@ -28,8 +28,19 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/persetrain demo --out runs/demo
 
-test: setup
+test: setup slurm-packages
 	$(PY) -m pytest -q tests
+
+# tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as
+# services), so `make test` installs Debian's packages when they are missing; once there, this is a no-op.
+.PHONY: slurm-packages
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+slurm-packages:
+	@if ! { test -x /usr/sbin/slurmctld && test -x /usr/sbin/slurmd && test -x /usr/sbin/munged \
+			&& command -v sbatch >/dev/null; }; then \
+		$(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
+	fi
 
 lint: setup
 	$(VENV)/bin/ruff check persetrain data_prep tests benchmarks
