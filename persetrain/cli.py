@@ -8,13 +8,29 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
+from typer.core import TyperGroup
 
 from persetrain.console import console, set_quiet
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, ModelSpecError
 
+
+class _ErrorsAsOneLine(TyperGroup):
+    """Every command's expected failures - bad input, an unknown model, a model server that does not
+    answer - end as one ``error:`` line and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        from persetrain.engine import EngineError
+
+        try:
+            return super().invoke(ctx)
+        except (InputError, ModelSpecError, EngineError, ValueError) as err:
+            _fail(err)
+
+
 app = typer.Typer(help="Train and run learned evaluators of personalized text.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+                  pretty_exceptions_enable=False, add_completion=False, cls=_ErrorsAsOneLine)
 models_app = typer.Typer(help="Resolve, convert and inspect model specs.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
@@ -32,7 +48,7 @@ def main(quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress 
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {err}")
+    console.print("[red]error:[/red]", escape(str(err)))
     raise typer.Exit(code=2)
 
 
@@ -208,6 +224,35 @@ def prepare_parl_cmd(
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
 
 
+@app.command("generate-baselines")
+def generate_baselines_cmd(
+    raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
+    task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
+    generator: Annotated[list[str], typer.Option(help="NAME=KIND:MODEL or KIND:MODEL, KIND non or rag "
+                                                     "(repeatable).")],
+    out: Annotated[Path, typer.Option(help="Folder for <NAME>.jsonl per generator (resumable).")],
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Default: per task (160 / 200 / 32).")] = None,
+    min_history: int = 1,
+    seed: int = 0,
+) -> None:
+    """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
+    from data_prep.parl import read_task
+    from data_prep.parl_baselines import GeneratorSpec, generate_baselines
+
+    try:
+        specs = [GeneratorSpec.parse(g) for g in generator]
+        examples = read_task(raw, task, min_history=min_history)
+        written = generate_baselines(
+            examples, specs, out, lambda spec: _engine(spec, backend, base_url, out / "engine-cache.sqlite"),
+            seed=seed, max_new_tokens=max_new_tokens)
+    except (InputError, ModelSpecError, ValueError, KeyError) as err:
+        _fail(err)
+    for name, path in written.items():
+        console.print(f"[green]wrote[/green] {name} -> {path}")
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft(ctx: typer.Context) -> None:
     """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
@@ -226,46 +271,77 @@ def sft(ctx: typer.Context) -> None:
         raise typer.Exit(code=result.exit_code)
 
 
+def _options(pairs: list[str] | None) -> dict[str, str]:
+    options = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: use --set FIELD=VALUE")
+        options[key.strip()] = value
+    return options
+
+
 @app.command()
 def evaluate(
-    data: Annotated[Path, typer.Option(help="A dataset folder written by `persetrain prepare`.")],
-    out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics and the report.")],
-    evaluator: Annotated[str | None, typer.Option(help="perse: judge with --model.")] = None,
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Judge model spec (repeatable).")] = None,
-    baseline: Annotated[list[str] | None, typer.Option(help="reviewer-avg or mf (repeatable).")] = None,
-    system: Annotated[list[str] | None, typer.Option(help="NAME=perse:MODEL (repeatable).")] = None,
-    split: str = "test",
-    max_per_reviewer: Annotated[int | None, typer.Option(help="At most N queries per held-out reviewer.")] = None,
-    max_examples: int | None = None,
-    backend: BackendOpt = "hf",
+    data: Annotated[Path | None, typer.Option(help="A dataset: a folder `persetrain prepare` wrote, JSONL with a "
+                                                   "dataset.json card, or a PrefEval folder.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory for judgments, metrics and the report.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML evaluation config with a systems: list.")] = None,
+    system: Annotated[list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR "
+                                                          "(repeatable).")] = None,
+    evaluator: Annotated[str | None, typer.Option(help="Evaluator for every --model.")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model spec for --evaluator "
+                                                                          "(repeatable).")] = None,
+    baseline: Annotated[list[str] | None, typer.Option(help="An evaluator that needs no model, e.g. reviewer-avg, "
+                                                            "mf (repeatable).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE for every system whose evaluator "
+                                                                  "has that option (repeatable).")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to judge (default test).")] = None,
+    max_per_reviewer: Annotated[int | None, typer.Option(help="At most N examples per reviewer.")] = None,
+    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sample (default 0).")] = None,
+    backend: Annotated[str | None, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = None,
     base_url: BaseUrlOpt = None,
-    temperature: float = 0.8,
-    max_new_tokens: int = 600,
-    review: Annotated[bool, typer.Option(help="Generate the review before scoring (paper protocol).")] = True,
-    calibration: Annotated[str, typer.Option(
-        help="Map 1-10 judge scores onto another dataset scale: linear or quantile (2-fold cross-fit).")] = "linear",
 ) -> None:
-    """Judge a dataset's held-out split with PerSE and baselines; write metrics and a report."""
-    from persetrain.evaluation import EvaluationConfig, SystemSpec
+    """Judge a dataset with registered evaluators (`persetrain evaluators` lists them); write metrics and a report."""
+    from persetrain.evaluation import EvaluationConfig, apply_options
     from persetrain.evaluation import evaluate as run_evaluation
-    from persetrain.evaluators.perse import PerSEScalarConfig
+    from persetrain.evaluators.base import SystemSpec
 
     try:
         systems = [SystemSpec.parse(s) for s in system or []]
         if evaluator is not None:
-            if evaluator != "perse" or not model:
-                raise ValueError("--evaluator perse needs at least one --model")
-            systems += [SystemSpec(m, "perse", m) for m in model]
+            systems += [SystemSpec(m, evaluator, m) for m in model or []] or [SystemSpec.parse(evaluator)]
+        elif model:
+            raise ValueError("--model needs --evaluator (or use --system NAME=EVALUATOR:MODEL)")
         systems += [SystemSpec.parse(b) for b in baseline or []]
-        if not systems:
-            raise ValueError("nothing to evaluate: give --evaluator perse --model SPEC, --baseline or --system")
-        run_evaluation(EvaluationConfig(
-            data=str(data), out=str(out), systems=systems, split=split, max_examples=max_examples,
-            max_per_reviewer=max_per_reviewer,
-            backend=backend, base_url=base_url, calibration=calibration,
-            perse=PerSEScalarConfig(temperature=temperature, max_new_tokens=max_new_tokens, review=review)))
+        flags = {"data": str(data) if data else None, "out": str(out) if out else None, "split": split,
+                 "max_per_reviewer": max_per_reviewer, "max_examples": max_examples, "seed": seed,
+                 "backend": backend, "base_url": base_url, "systems": systems}
+        if config is not None:
+            run = EvaluationConfig.from_yaml(config, **flags)
+        else:
+            if data is None or out is None:
+                raise ValueError("give --data and --out (or --config FILE)")
+            run = EvaluationConfig(**{k: v for k, v in flags.items() if v is not None})
+        apply_options(run.systems, _options(set_))
+        run_evaluation(run)
     except (InputError, ModelSpecError, ValueError) as err:
         _fail(err)
+
+
+@app.command("evaluators")
+def evaluators_cmd() -> None:
+    """List the registered evaluators, the task kinds each judges and its options."""
+    import dataclasses
+
+    from persetrain.evaluators.base import registered
+
+    for name, cls in registered().items():
+        options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)
+                            if f.default is not dataclasses.MISSING)
+        model = "model" if cls.needs_model else "no model"
+        typer.echo(f"{name}  [{', '.join(cls.tasks)}; {model}]  {options}")
 
 
 @app.command()

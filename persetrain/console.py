@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 T = TypeVar("T")
 
-console = Console(stderr=True)
+#: soft_wrap: a message is never hard-wrapped at the terminal width (80 columns when output is not a
+#: terminal), so an error stays one line that a user can grep a log for.
+console = Console(stderr=True, soft_wrap=True)
 _quiet = False
 
 

@@ -47,8 +47,8 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     from data_prep.prepare import LLMTokens, prepare_perse
     from data_prep.synthetic import write_sample_data
     from persetrain.engine import load_engine
-    from persetrain.evaluation import EvaluationConfig, SystemSpec, evaluate
-    from persetrain.evaluators.perse import PerSEScalarConfig
+    from persetrain.evaluation import EvaluationConfig, evaluate
+    from persetrain.evaluators.base import SystemSpec
     from persetrain.train.sft import run_sft
 
     out = Path(out)
@@ -78,11 +78,12 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
 
     start = time.perf_counter()
     console.rule("4/4 evaluate on held-out reviewers")
+    judging = {"max_new_tokens": DEMO_REVIEW_TOKENS, "temperature": DEMO_TEMPERATURE}
     metrics = evaluate(EvaluationConfig(
         data=str(dataset), out=str(out / "eval"),
-        systems=[SystemSpec("trained", "perse", str(judge)), SystemSpec("untrained", "perse", model),
+        systems=[SystemSpec("trained", "perse", str(judge), dict(judging)),
+                 SystemSpec("untrained", "perse", model, dict(judging)),
                  SystemSpec.parse("reviewer-avg"), SystemSpec.parse("mf")],
-        perse=PerSEScalarConfig(max_new_tokens=DEMO_REVIEW_TOKENS, temperature=DEMO_TEMPERATURE),
         max_per_reviewer=DEMO_QUERIES_PER_REVIEWER,
     ))
     timings["evaluate"] = time.perf_counter() - start

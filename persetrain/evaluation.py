@@ -1,108 +1,98 @@
-"""``persetrain evaluate``: run judges and baselines on a prepared dataset and write a run directory.
+"""``persetrain evaluate``: run registered evaluators on a dataset and write a self-describing run directory.
 
-A run directory describes itself: ``config.json`` (what was asked), ``environment.json`` (versions,
-device, git commit), ``judgments/<system>.jsonl`` (every judgment with its rationale and cost),
-``metrics.json`` and ``report.md`` (+ ``scatter.png`` for scalar tasks). Judgments of a system
-are written once it finishes and the engine cache holds every finished call, so a re-run after a
-crash only computes what is missing.
+The runner knows no method by name. It loads the dataset as examples of the task kind the dataset
+declares (``persetrain.data``), builds every system's evaluator from the registry
+(``persetrain.evaluators.base``), gives it an engine when it needs a model, groups the judgments it
+returns into systems, and hands each system to its evaluator's metrics (the task's metric functions
+plus anything the method adds). A run directory holds ``config.json`` (what was asked),
+``environment.json`` (versions, device, git commit), ``judgments/<system>.jsonl`` (every judgment
+with its rationale and cost), ``metrics.json`` and ``report.md`` (+ the task's and methods' plots).
+Judgments of a system are written once it finishes and the engine cache (``engine-cache.sqlite``)
+holds every finished call, so a re-run after a crash only computes what is missing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 import platform
+import random
 import subprocess
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
+
+import yaml
 
 from persetrain.console import console
-from persetrain.evaluators.baselines import matrix_factorization, reviewer_average, reviewer_majority
-from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar
+from persetrain.data import load_dataset
+from persetrain.evaluators.base import Evaluator, JudgeContext, SystemSpec, config_fields, evaluators_for
 from persetrain.io import InputError, write_json, write_jsonl
-from persetrain.metrics import correlations, pairwise_accuracy, similarity_summary
-from persetrain.metrics.calibration import apply_calibration, fit_quantile_calibration, linear_calibration
-from persetrain.prompts.perse import SCORE_MAX, SCORE_MIN
-from persetrain.report import (
-    explanation_samples,
-    pairwise_table,
-    scalar_table,
-    scatter_plot,
-    write_markdown,
-)
-from persetrain.schema import Judgment, PairwiseExample, ScalarExample, reviewer_of
-
-BASELINES = ("reviewer-avg", "mf")
-
-
-@dataclass
-class SystemSpec:
-    """One system to evaluate: a PerSE judge on a model, or a baseline that needs no model."""
-
-    name: str
-    evaluator: str  # "perse" or one of BASELINES
-    model: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> SystemSpec:
-        """``reviewer-avg`` | ``mf`` | ``perse:SPEC`` | ``NAME=perse:SPEC``."""
-        name, _, rest = text.rpartition("=") if "=" in text.split(":")[0] else ("", "", text)
-        if rest in BASELINES:
-            return cls(name or rest, rest)
-        evaluator, _, model = rest.partition(":")
-        if evaluator != "perse" or not model:
-            raise ValueError(f"unknown system {text!r}: use reviewer-avg, mf, perse:MODEL or NAME=perse:MODEL")
-        return cls(name or model, "perse", model)
+from persetrain.report import metrics_table, write_markdown
+from persetrain.schema import Judgment, reviewer_of
+from persetrain.tasks import TaskKind
 
 
 @dataclass
 class EvaluationConfig:
+    """One evaluation: a dataset, a run directory and the systems to judge it with."""
+
     data: str
     out: str
     systems: list[SystemSpec]
     split: str = "test"
-    #: At most this many queries per held-out reviewer (chosen by a hash of the example id). A
-    #: pooled correlation over few reviewers mostly measures who is harsh; for a fixed judging
-    #: budget, more reviewers with fewer queries each is the better sample.
+    #: At most this many examples per reviewer (chosen by a hash of the example id). A pooled
+    #: correlation over few reviewers mostly measures who is harsh; for a fixed judging budget, more
+    #: reviewers with fewer examples each is the better sample.
     max_per_reviewer: int | None = None
+    #: A random sample of this many examples (seeded by ``seed``), kept in the dataset's order.
     max_examples: int | None = None
+    seed: int = 0
     backend: str = "hf"
     base_url: str | None = None
-    perse: PerSEScalarConfig = field(default_factory=PerSEScalarConfig)
-    text_metrics: bool = True
-    #: How a judge's 1-10 scores are put on a dataset with another scale (Amazon: 1-5 stars):
-    #: ``linear`` needs no labels; ``quantile`` is fit by 2-fold cross-fitting so that no example's
-    #: own label shapes its calibrated score.
-    calibration: Literal["linear", "quantile"] = "linear"
 
-
-def _load_split(data: Path, split: str):
-    from datasets import load_from_disk
-
-    try:
-        dataset = load_from_disk(str(data))
-    except FileNotFoundError as err:
-        raise InputError(data, f"not a dataset saved with save_to_disk ({err})") from None
-    if split not in dataset:
-        raise InputError(data, f"has no split {split!r}; it has {sorted(dataset)}")
-    return dataset
-
-
-def load_examples(data: Path, split: str) -> tuple[list, str]:
-    """Typed examples of one split and their kind ("scalar" or "pairwise")."""
-    dataset = _load_split(data, split)
-    columns = set(dataset[split].column_names)
-    model = ScalarExample if "query_plot" in columns else PairwiseExample
-    fields = set(model.model_fields)
-    examples = []
-    for i, row in enumerate(dataset[split]):
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvaluationConfig:
+        """An evaluation config file: the fields above plus a ``systems:`` list of
+        ``{name, evaluator, model, <option>: <value>, ...}``; ``overrides`` (the command line) win."""
+        path = Path(path)
         try:
-            examples.append(model.model_validate({k: v for k, v in row.items() if k in fields}))
-        except ValueError as err:
-            raise InputError(data / split, str(err).splitlines()[0], record=i) from None
-    return examples, "scalar" if model is ScalarExample else "pairwise"
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise InputError(path, f"not a readable YAML evaluation config ({err})") from None
+        if not isinstance(raw, dict):
+            raise InputError(path, "must be a mapping with a systems: list")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise InputError(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        systems = []
+        for i, entry in enumerate(raw.pop("systems", None) or []):
+            if not isinstance(entry, dict) or "evaluator" not in entry:
+                raise InputError(path, "each system needs at least an evaluator", record=f"systems[{i}]",
+                                 field="evaluator")
+            entry = dict(entry)
+            evaluator, model = entry.pop("evaluator"), entry.pop("model", None)
+            systems.append(SystemSpec(entry.pop("name", None) or model or evaluator, evaluator, model, entry))
+        values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+        values["systems"] = systems + list(overrides.get("systems") or [])
+        for key in ("data", "out"):
+            if not values.get(key):
+                raise InputError(path, f"no {key}: give it in the file or with --{key}", field=key)
+        return cls(**values)
+
+
+def apply_options(systems: Sequence[SystemSpec], options: Mapping[str, Any]) -> None:
+    """Give each ``--set FIELD=VALUE`` to every system whose evaluator's config has that field."""
+    for key, value in options.items():
+        takers = [s for s in systems if key in config_fields(s.build().Config)]
+        if not takers:
+            raise ValueError(f"--set {key}: no system's evaluator has an option {key!r} "
+                             f"(systems: {', '.join(f'{s.name} ({s.evaluator})' for s in systems)})")
+        for system in takers:
+            system.options.setdefault(key, value)
 
 
 def per_reviewer_sample(examples: Sequence, limit: int) -> list:
@@ -114,12 +104,22 @@ def per_reviewer_sample(examples: Sequence, limit: int) -> list:
     return [ex for ex in examples if ex.id in keep]
 
 
-def built_profile_words(data: Path) -> int | None:
-    """The ``profile_words`` a prepared dataset's prompts were cut to (its build_info.json), if known."""
-    info = data / "build_info.json"
-    if not info.exists():
-        return None
-    return json.loads(info.read_text(encoding="utf-8")).get("params", {}).get("profile_words")
+def random_sample(examples: Sequence, n: int, seed: int) -> list:
+    """``n`` examples drawn uniformly with ``seed`` from the whole dataset, kept in the dataset's order."""
+    if n >= len(examples):
+        return list(examples)
+    keep = set(random.Random(seed).sample(range(len(examples)), n))
+    return [ex for i, ex in enumerate(examples) if i in keep]
+
+
+def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
+    """The dataset's task kind and the examples this evaluation judges."""
+    task, examples = load_dataset(config.data, config.split, seed=config.seed)
+    if config.max_per_reviewer:
+        examples = per_reviewer_sample(examples, config.max_per_reviewer)
+    if config.max_examples:
+        examples = random_sample(examples, config.max_examples, config.seed)
+    return task, examples
 
 
 def environment() -> dict:
@@ -137,137 +137,105 @@ def environment() -> dict:
             "cuda": torch.cuda.is_available(), "threads": torch.get_num_threads(), "git_commit": commit}
 
 
-def _judge(system: SystemSpec, kind: str, examples: Sequence, config: EvaluationConfig,
-           cache_path: Path) -> dict[str, list[Judgment]]:
-    if system.evaluator == "reviewer-avg":
-        return {system.name: reviewer_average(examples) if kind == "scalar" else reviewer_majority(examples)}
-    if system.evaluator == "mf":
-        if kind != "scalar":
-            raise ValueError("matrix factorization is a scalar baseline")
-        train, _ = load_examples(Path(config.data), "train")
-        return {system.name: matrix_factorization(train, examples)}
-    from persetrain.engine import load_engine
+@dataclass
+class SystemRun:
+    """What one system produced: its judgments, the evaluator that made them and the seconds it took."""
 
-    options = {"base_url": config.base_url} if config.backend == "openai" else {}
-    engine = load_engine(system.model, backend=config.backend, cache_path=cache_path, **options)
+    judgments: list[Judgment]
+    evaluator: Evaluator
+    seconds: float
+
+
+def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tuple[SystemSpec, Evaluator]]:
+    """Every system's evaluator, checked before any model is loaded: names unique, task supported."""
+    names = [s.name for s in systems]
+    if not systems:
+        raise ValueError("nothing to evaluate: give --evaluator E --model M, --system NAME=EVALUATOR:MODEL "
+                         "or --baseline NAME")
+    if len(set(names)) != len(names):
+        raise ValueError(f"system names must be unique, got {names}; name them with NAME=EVALUATOR:MODEL")
+    built = []
+    for spec in systems:
+        evaluator = spec.build()
+        if task.name not in evaluator.tasks:
+            raise ValueError(f"evaluator {spec.evaluator!r} cannot judge {task.name} tasks; evaluators that can: "
+                             f"{', '.join(evaluators_for(task.name))}")
+        built.append((spec, evaluator))
+    return built
+
+
+def judge_system(spec: SystemSpec, evaluator: Evaluator, examples: Sequence, config: EvaluationConfig,
+                 cache_path: Path) -> dict[str, SystemRun]:
+    """Run one system; its judgments grouped into the systems they belong to (``NAME``, ``NAME-suffix``)."""
+    context = JudgeContext(data=Path(config.data), split=config.split, system=spec.name, out=Path(config.out),
+                           seed=config.seed)
+    engine = None
+    if evaluator.needs_model:
+        from persetrain.engine import load_engine
+
+        options = {"base_url": config.base_url} if config.backend == "openai" else {}
+        engine = load_engine(spec.model, backend=config.backend, cache_path=cache_path, **options)
+    start = time.perf_counter()
     try:
-        if kind == "scalar":
-            return judge_scalar(engine, examples, config.perse, name=system.name)
-        return {system.name: judge_pairwise(engine, examples, config.perse.profile_words, name=system.name)}
+        found = evaluator.judge(examples, engine, context)
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
+    seconds = time.perf_counter() - start
+    groups: dict[str, list[Judgment]] = {}
+    for judgment in found:
+        name = judgment.evaluator
+        if name != spec.name and not name.startswith(f"{spec.name}-"):
+            raise RuntimeError(f"evaluator {spec.evaluator!r} wrote a judgment for system {name!r} while judging "
+                               f"as {spec.name!r}")
+        groups.setdefault(name, []).append(judgment)
+    return {name: SystemRun(group, evaluator, seconds) for name, group in groups.items()}
+
+
+def system_metrics(task: TaskKind, examples: Sequence, run: SystemRun) -> dict:
+    """The evaluator's metrics of one system plus what it cost: calls and tokens, and the seconds judging took."""
+    metrics = run.evaluator.metrics(task, examples, run.judgments)
+    cost = {k: sum(getattr(j.cost, k) for j in run.judgments) for k in ("calls", "prompt_tokens",
+                                                                          "completion_tokens")}
+    metrics["cost"] = {**cost, "seconds": run.seconds}
+    return metrics
+
+
+def write_report(out: Path, task: TaskKind, examples: Sequence, runs: Mapping[str, SystemRun],
+                 metrics: dict, title: str | None = None) -> None:
+    """``report.md``: the task's sections (or a plain metrics table), then each method's own sections."""
+    judgments = {name: run.judgments for name, run in runs.items()}
+    systems = metrics["systems"]
+    if task.report is not None:
+        sections = task.report(out, examples, judgments, systems)
+    else:
+        sections = {"Metrics": metrics_table(systems)}
+    owners: dict[int, list[str]] = {}
+    for name, run in runs.items():
+        owners.setdefault(id(run.evaluator), []).append(name)
+    for names in owners.values():
+        evaluator = runs[names[0]].evaluator
+        sections.update(evaluator.report(out, examples, {n: judgments[n] for n in names},
+                                         {n: systems[n] for n in names}))
+    write_markdown(out / "report.md", title or f"Evaluation on {len(examples)} {task.name} examples", sections)
+    console.print(sections[next(iter(sections))])
 
 
 def evaluate(config: EvaluationConfig) -> dict:
     """Run every system, compute metrics, write the run directory; return the metrics."""
     out = Path(config.out)
-    if config.calibration not in ("linear", "quantile"):
-        raise ValueError(f"unknown calibration {config.calibration!r}; use linear or quantile")
-    examples, kind = load_examples(Path(config.data), config.split)
-    if config.max_per_reviewer:
-        examples = per_reviewer_sample(examples, config.max_per_reviewer)
-    if config.max_examples:
-        examples = examples[: config.max_examples]
-    if config.perse.profile_words is None:
-        config = replace(config, perse=replace(config.perse, profile_words=built_profile_words(Path(config.data))))
+    task, examples = load_examples(config)
+    evaluators = build_evaluators(config.systems, task)
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
 
-    judgments: dict[str, list[Judgment]] = {}
-    calibrations: dict[str, dict] = {}
-    for system in config.systems:
-        for name, found in _judge(system, kind, examples, config, out / "engine-cache.sqlite").items():
-            if system.evaluator == "perse" and kind == "scalar":
-                found, calibrations[name] = calibrate(found, examples, config.calibration)
-            write_jsonl(out / "judgments" / f"{name}.jsonl", found)
-            judgments[name] = found
-    metrics = score(kind, examples, judgments, config.text_metrics)
-    for name, calibration in calibrations.items():
-        if calibration:
-            metrics["systems"][name]["calibration"] = calibration
+    runs: dict[str, SystemRun] = {}
+    for spec, evaluator in evaluators:
+        for name, run in judge_system(spec, evaluator, examples, config, out / "engine-cache.sqlite").items():
+            write_jsonl(out / "judgments" / f"{name}.jsonl", run.judgments)
+            runs[name] = run
+    metrics = {"kind": task.name, "n_examples": len(examples),
+               "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()}}
     write_json(out / "metrics.json", metrics)
-    _report(out, kind, examples, judgments, metrics)
+    write_report(out, task, examples, runs, metrics)
     return metrics
-
-
-def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
-              method: str) -> tuple[list[Judgment], dict | None]:
-    """Put a judge's 1-10 scores on the examples' own scale (PerSE on Amazon: 1-5 stars).
-
-    Nothing changes on a 1-10 dataset. Elsewhere ``score`` becomes the calibrated value the
-    metrics use, while ``raw`` (parsed judgments) and ``probs`` (expected) keep the judge's 1-10 answer.
-    """
-    scales = {ex.score_max for ex in examples}
-    if len(scales) != 1:
-        raise ValueError(f"examples mix score scales {sorted(scales)}; evaluate one scale at a time")
-    top = scales.pop()
-    if top == SCORE_MAX:
-        return found, None
-    by_id = {j.example_id: j for j in found}
-    ordered = [by_id[ex.id] for ex in examples]
-    pred = [j.score if j.parsed else None for j in ordered]
-    linear = linear_calibration((SCORE_MIN, SCORE_MAX), (1, top))
-    if method == "linear":
-        mapped, record = apply_calibration(linear, pred), {"method": "linear", "map": linear.to_dict()}
-    elif method == "quantile":
-        mapped = [None] * len(pred)
-        folds = [int(hashlib.sha256(ex.id.encode()).hexdigest(), 16) % 2 for ex in examples]
-        record = {"method": "quantile", "folds": 2, "linear_folds": 0}
-        for fold in (0, 1):
-            fit_on = [i for i, f in enumerate(folds) if f != fold and pred[i] is not None]
-            apply_to = [i for i, f in enumerate(folds) if f == fold]
-            if fit_on:
-                fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
-            else:  # nothing parsed to fit on: the label-free map, and the record says so
-                fitted, record["linear_folds"] = linear, record["linear_folds"] + 1
-            for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
-                mapped[i] = value
-    else:
-        raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
-    record["scale"] = [1, top]
-    updated = [j.model_copy(update={"score": m}) if m is not None else j for j, m in zip(ordered, mapped, strict=True)]
-    return updated, record
-
-
-def score(kind: str, examples: Sequence, judgments: dict[str, list[Judgment]], text_metrics: bool = True) -> dict:
-    """Metrics per system; unparsed judgments are counted, never dropped."""
-    result: dict = {"kind": kind, "n_examples": len(examples), "systems": {}}
-    for name, found in judgments.items():
-        by_id = {j.example_id: j for j in found}
-        ordered = [by_id.get(ex.id) for ex in examples]
-        if kind == "scalar":
-            pred = [j.score if j is not None and j.parsed else None for j in ordered]
-            top = max(ex.score_max for ex in examples)
-            metrics = correlations(pred, [ex.score for ex in examples], scale=(1, top))
-            has_text = any(j is not None and j.raw for j in ordered)
-            if text_metrics and has_text:
-                metrics["explanation"] = similarity_summary([j.explanation if j else "" for j in ordered],
-                                                            [ex.review for ex in examples])
-        else:
-            metrics = pairwise_accuracy([j.choice if j is not None and j.parsed else None for j in ordered],
-                                        [ex.preferred for ex in examples], [ex.aspect for ex in examples])
-        metrics["cost"] = {k: sum(getattr(j.cost, k) for j in found) for k in ("calls", "prompt_tokens",
-                                                                                "completion_tokens")}
-        result["systems"][name] = metrics
-    return result
-
-
-def _report(out: Path, kind: str, examples: Sequence, judgments: dict[str, list[Judgment]], metrics: dict) -> None:
-    systems = metrics["systems"]
-    sections = {}
-    if kind == "scalar":
-        sections["Correlation with the reviewers' true scores"] = scalar_table(systems)
-        by_system = {name: {j.example_id: j for j in found} for name, found in judgments.items()}
-        preds = {name: [(by_id[ex.id].score if ex.id in by_id and by_id[ex.id].parsed else None)
-                        for ex in examples] for name, by_id in by_system.items()}
-        scatter_plot(out / "scatter.png", [ex.score for ex in examples], preds)
-        sections["Predicted vs. true scores"] = "![scatter](scatter.png)"
-        reviews = {ex.id: ex.review for ex in examples}
-        for name, found in judgments.items():
-            if any(j.raw for j in found):
-                sections[f"Explanations: {name}"] = explanation_samples(found, reviews)
-    else:
-        sections["Pairwise accuracy per aspect"] = pairwise_table(systems)
-    write_markdown(out / "report.md", f"Evaluation on {len(examples)} {kind} examples", sections)
-    console.print(sections[next(iter(sections))])
-

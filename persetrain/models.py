@@ -229,7 +229,7 @@ def describe(spec: str) -> dict:
         info["converted"] = (target / "config.json").is_file()
         if not info["converted"]:
             return info
-    config = AutoConfig.from_pretrained(local_weights_dir(spec))
+    config = _from_pretrained(AutoConfig, spec)  # a Hub id offline: the same advice as load_model
     info.update(
         model_type=config.model_type,
         hidden_size=getattr(config, "hidden_size", None),

@@ -44,6 +44,16 @@ def pairwise_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def metrics_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
+    """Markdown table of every top-level number of each system's metrics (for tasks without their own table)."""
+    columns = list(dict.fromkeys(k for m in metrics.values() for k, v in m.items()
+                                 if isinstance(v, int | float) and not isinstance(v, bool)))
+    lines = ["| system | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    for system, m in metrics.items():
+        lines.append(f"| {system} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
+    return "\n".join(lines)
+
+
 def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequence[float | None]]) -> Path:
     """Predicted vs. true score, one panel per system, with a little jitter so ties stay visible."""
     import matplotlib
@@ -75,6 +85,28 @@ def explanation_samples(judgments: Sequence[Judgment], gold_reviews: Mapping[str
         blocks.append(f"**{j.example_id}** — predicted {_fmt(j.score)}\n\n> judge: {j.explanation[:400]}\n>\n"
                       f"> reviewer: {gold_reviews.get(j.example_id, '')[:400]}")
     return "\n\n".join(blocks)
+
+
+def scalar_report(out: Path, examples: Sequence, judgments: Mapping[str, Sequence[Judgment]],
+                  metrics: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+    """Correlation table, predicted-vs-true scatter (``scatter.png``) and sample explanations."""
+    sections = {"Correlation with the reviewers' true scores": scalar_table(metrics)}
+    preds = {}
+    for name, found in judgments.items():
+        by_id = {j.example_id: j for j in found}
+        preds[name] = [by_id[ex.id].score if ex.id in by_id and by_id[ex.id].parsed else None for ex in examples]
+    scatter_plot(out / "scatter.png", [ex.score for ex in examples], preds)
+    sections["Predicted vs. true scores"] = "![scatter](scatter.png)"
+    reviews = {ex.id: ex.review for ex in examples}
+    for name, found in judgments.items():
+        if any(j.raw for j in found):
+            sections[f"Explanations: {name}"] = explanation_samples(found, reviews)
+    return sections
+
+
+def pairwise_report(out: Path, examples: Sequence, judgments: Mapping[str, Sequence[Judgment]],
+                    metrics: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+    return {"Pairwise accuracy per aspect": pairwise_table(metrics)}
 
 
 def write_markdown(path: Path, title: str, sections: Mapping[str, str]) -> Path:

@@ -103,23 +103,32 @@ class Judgment(_Record):
     """What an evaluator said about one example, with its rationale and what it cost.
 
     ``parsed`` is False when the model's text could not be read as an answer; such judgments are
-    kept (and counted by the metrics) instead of being dropped.
+    kept (and counted by the metrics) instead of being dropped. ``evaluator`` is the name of the
+    system the judgment belongs to (``NAME-suffix`` for a method's second output, e.g. PerSE's
+    ``NAME-expected``). ``target`` names which candidate of the example was judged when an example
+    holds several (a generator system's output); ``details`` is the method's structured explanation
+    (PREF's weighted factors, ExPerT's aspect matches, PARL's rules) next to the readable ``explanation``.
     """
 
     example_id: str
     evaluator: str
+    target: str | None = None
     score: float | None = None
     choice: str | None = None
     probs: dict[str, float] | None = None
     explanation: str = ""
     raw: str = ""
     parsed: bool = True
+    details: dict | None = None
     cost: Cost = Field(default_factory=Cost)
 
 
-def reviewer_of(example: ScalarExample | PairwiseExample) -> str:
-    """Whose taste an example records: the reviewer (scalar) or the annotator (pairwise)."""
-    return example.reviewer_id if isinstance(example, ScalarExample) else example.annotator_id
+def reviewer_of(example: BaseModel) -> str:
+    """Whose taste an example records: its reviewer, annotator or user."""
+    for field in ("reviewer_id", "annotator_id", "user_id"):
+        if hasattr(example, field):
+            return getattr(example, field)
+    raise ValueError(f"{type(example).__name__} records no reviewer, annotator or user")
 
 
 class HistoryItem(_Record):
@@ -169,3 +178,38 @@ class McqExample(_Record):
         if any(not o.strip() for o in self.options):
             raise ValueError("options must be non-empty text")
         return self
+
+
+class ReferenceExample(_Record):
+    """Reference-based personalized generation (ExPerT, AuPEL): one task input of one user.
+
+    ``reference`` is the user's own text for the input (what ExPerT compares against; AuPEL does not
+    need it, so it may be empty here and ExPerT refuses such a record), ``profile`` the user's
+    earlier writing samples, and ``outputs`` one generated text per system (``{"rag": "..."}``).
+    Every record of a dataset must hold the same systems; the reader checks that across records.
+    """
+
+    id: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    input: str = Field(min_length=1)
+    reference: str = ""
+    profile: list[str] = Field(min_length=1)
+    outputs: dict[str, str] = Field(min_length=1)
+
+    @field_validator("profile")
+    @classmethod
+    def _samples_present(cls, profile: list[str]) -> list[str]:
+        for i, sample in enumerate(profile):
+            if not sample.strip():
+                raise ValueError(f"profile sample {i} is empty")
+        return profile
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_present(cls, outputs: dict[str, str]) -> dict[str, str]:
+        for system, text in outputs.items():
+            if not system.strip():
+                raise ValueError("an output has an empty system name")
+            if not text.strip():
+                raise ValueError(f"the output of system {system!r} is empty")
+        return outputs

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
@@ -81,3 +84,32 @@ def test_models_fetch_then_info_reports_device_and_dtype():
     info = json.loads(result.output)
     assert info["converted"] is True
     assert info["model_type"] == "llama" and info["dtype"] == "float32" and info["device"] == "cpu"
+
+
+def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):
+    requests = _write(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
+    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"),
+                                 "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"])
+    assert result.exit_code == 2
+    assert "error: no answer from http://127.0.0.1:9/v1/chat/completions" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_hub_id_that_cannot_be_reached_says_how_to_get_the_weights():
+    # A real process, so that HF_HUB_OFFLINE is read at import as it is for a user; offline fails at
+    # once, where the unreachable network would take the Hub client's retries.
+    result = subprocess.run([sys.executable, "-m", "persetrain.cli", "models", "info", "meta-llama/Llama-2-7b-chat-hf"],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "persetrain models fetch meta-llama/Llama-2-7b-chat-hf" in result.stderr
+
+
+def test_long_error_messages_are_never_wrapped(tmp_path):
+    deep = tmp_path / ("a-rather-long-directory-name-" * 4) / "in.jsonl"
+    deep.parent.mkdir(parents=True)
+    _write(deep, ['{"messages": ['])
+    result = runner.invoke(app, ["generate", "-i", str(deep), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2
+    [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert f"{deep}:1" in line and "not valid JSON" in line

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from persetrain.engine import load_engine
-from persetrain.evaluation import SystemSpec, calibrate, per_reviewer_sample, score
-from persetrain.evaluators.perse import PerSEScalarConfig, judge_pairwise, judge_scalar, parse_scalar_output
+from persetrain.evaluation import per_reviewer_sample
+from persetrain.evaluators.base import SystemSpec
+from persetrain.evaluators.perse import PerSEConfig, calibrate, judge_pairwise, judge_scalar, parse_scalar_output
 from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, ProfileReview, ScalarExample
+from persetrain.tasks import scalar_metrics
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -51,20 +53,19 @@ def test_pairwise_order_swap_is_symmetric(tiny_llama_dir):
 def test_scalar_judge_gives_both_scores_and_keeps_unparsed(tiny_llama_dir):
     engine = load_engine(str(tiny_llama_dir))
     examples = [_scalar(i) for i in range(4)]
-    out = judge_scalar(engine, examples, PerSEScalarConfig(max_new_tokens=6, temperature=0.8), name="tiny")
+    out = judge_scalar(engine, examples, PerSEConfig(max_new_tokens=6, temperature=0.8), name="tiny")
     assert set(out) == {"tiny", "tiny-expected"}
     assert all(1.0 <= j.score <= 10.0 and abs(sum(j.probs.values()) - 1) < 1e-6 for j in out["tiny-expected"])
     # A random tiny model writes no "[Score] n": every text judgment is unparsed, and the metrics say so.
-    metrics = score("scalar", examples, out, text_metrics=False)
-    text = metrics["systems"]["tiny"]
+    text = scalar_metrics(examples, out["tiny"])
     assert text["n"] == 4 and text["n_unparsed"] == sum(not j.parsed for j in out["tiny"])
-    assert metrics["systems"]["tiny-expected"]["n_unparsed"] == 0
+    assert scalar_metrics(examples, out["tiny-expected"])["n_unparsed"] == 0
 
 
 def test_metrics_count_missing_judgments():
     examples = [_scalar(i) for i in range(5)]
     judgments = {"partial": [Judgment(example_id=f"s{i}", evaluator="partial", score=float(i + 2)) for i in range(3)]}
-    metrics = score("scalar", examples, judgments, text_metrics=False)["systems"]["partial"]
+    metrics = scalar_metrics(examples, judgments["partial"])
     assert metrics["n"] == 5 and metrics["n_unparsed"] == 2
 
 
@@ -73,8 +74,17 @@ def test_system_spec_parsing():
     assert SystemSpec.parse("perse:embedded:smollm2-135m-instruct") == SystemSpec(
         "embedded:smollm2-135m-instruct", "perse", "embedded:smollm2-135m-instruct")
     assert SystemSpec.parse("trained=perse:runs/demo/judge") == SystemSpec("trained", "perse", "runs/demo/judge")
-    with pytest.raises(ValueError, match="unknown system"):
-        SystemSpec.parse("gpt4")
+    assert SystemSpec.parse("bleu") == SystemSpec("bleu", "bleu")
+    with pytest.raises(ValueError, match="unknown evaluator 'gpt4'; registered evaluators: .*perse"):
+        SystemSpec.parse("gpt4").build()
+    with pytest.raises(ValueError, match="needs a model"):
+        SystemSpec.parse("perse").build()
+    with pytest.raises(ValueError, match="uses no model"):
+        SystemSpec.parse("mf:some-model").build()
+    with pytest.raises(ValueError, match="unknown option.*temprature.*PerSEConfig has: temperature"):
+        SystemSpec("j", "perse", "m", {"temprature": 0.1}).build()
+    assert SystemSpec("j", "perse", "m", {"temperature": "0", "review": "false"}).build().config == PerSEConfig(
+        temperature=0.0, review=False)
 
 
 def test_judge_scores_are_calibrated_onto_the_dataset_scale():
@@ -90,7 +100,7 @@ def test_judge_scores_are_calibrated_onto_the_dataset_scale():
     assert linear[0].score == 1.0 and not linear[0].parsed  # an unparsed judgment stays unparsed
     quantile, _ = calibrate(found, examples, "quantile")
     assert all(1 <= j.score <= 5 for j in quantile)
-    metrics = score("scalar", examples, {"j": quantile}, text_metrics=False)["systems"]["j"]
+    metrics = scalar_metrics(examples, quantile)
     assert metrics["n_unparsed"] == 1 and metrics["spearman"] > 0.8  # the unparsed one sits at the midpoint
     ten_point = [_scalar(i) for i in range(3)]
     same = [Judgment(example_id=ex.id, evaluator="j", score=7.0) for ex in ten_point]

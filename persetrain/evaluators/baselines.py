@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from persetrain.engine import Engine
+from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.schema import Judgment, PairwiseExample, ScalarExample
 
 REVIEWER_AVG = "reviewer_avg"
@@ -70,8 +72,8 @@ def reviewer_majority(examples: Iterable[PairwiseExample]) -> list[Judgment]:
     return judgments
 
 
-@dataclass(frozen=True)
-class MFConfig:
+@dataclass
+class MFConfig(EvaluatorConfig):
     """Hyper-parameters of the biased matrix factorization.
 
     ``reg`` is the L2 weight per observed rating (the penalty on an entity grows with its number
@@ -127,12 +129,13 @@ def _solve_side(
     return solution[:, 0], solution[:, 1:]
 
 
-def fit_biased_mf(triples: Sequence[Triple], config: MFConfig = MFConfig()) -> BiasedMF:
+def fit_biased_mf(triples: Sequence[Triple], config: MFConfig | None = None) -> BiasedMF:
     """Fit ``mu + b_u + b_i + p_u . q_i`` to (user, item, score) triples by alternating least squares.
 
     ALS rather than SGD: each half-step is an exact, vectorised ridge solve, so the fit is fast in
     numpy, has no learning rate to tune, and is deterministic given the seed of the item factors.
     """
+    config = config or MFConfig()
     if not triples:
         raise ValueError("matrix factorization needs at least one training rating")
     user_index = {u: k for k, u in enumerate(dict.fromkeys(t[0] for t in triples))}
@@ -201,13 +204,14 @@ def _mf_explanation(mean: float, user_bias: float, n_profile: int, item_bias: fl
 
 
 def matrix_factorization(
-    train: Iterable[ScalarExample], test: Sequence[ScalarExample], config: MFConfig = MFConfig()
+    train: Iterable[ScalarExample], test: Sequence[ScalarExample], config: MFConfig | None = None
 ) -> list[Judgment]:
     """Fit MF on the training split, fold in each test example's profile, predict its query plot.
 
     Predictions are clipped to the range of training scores, since the linear model can overshoot
     the scale for users with extreme biases.
     """
+    config = config or MFConfig()
     model = fit_biased_mf(training_triples(train), config)
     profiles = [[(p.plot_id, float(p.score)) for p in ex.profile] for ex in test]
     user_bias, user_factors = fold_in(model, profiles, config.reg)
@@ -225,3 +229,34 @@ def matrix_factorization(
                                         ex.query_plot_id in model.item_index),
         ))
     return judgments
+
+
+def _as_system(judgments: list[Judgment], system: str) -> list[Judgment]:
+    return [j.model_copy(update={"evaluator": system}) for j in judgments]
+
+
+@register("reviewer-avg")
+class ReviewerAverage(Evaluator):
+    """Reviewer Avg.: the profile's mean score (scalar) or the annotator's majority label (pairwise)."""
+
+    tasks = ("scalar", "pairwise")
+    needs_model = False
+
+    def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        pairwise = bool(examples) and isinstance(examples[0], PairwiseExample)
+        return _as_system(reviewer_majority(examples) if pairwise else reviewer_average(examples), context.system)
+
+
+@register("mf")
+class MatrixFactorization(Evaluator):
+    """Biased MF fit on the dataset's training split, each test profile folded in (see the module docstring)."""
+
+    tasks = ("scalar",)
+    Config = MFConfig
+    needs_model = False
+
+    def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        from persetrain.data import load_dataset
+
+        _, train = load_dataset(context.data, "train")
+        return _as_system(matrix_factorization(train, examples, self.config), context.system)

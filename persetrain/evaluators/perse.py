@@ -17,11 +17,18 @@ swapped; the two answers are averaged so that a position bias cancels.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
 
 from persetrain.engine import ChatRequest, Engine, GenerationParams
+from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.metrics import similarity_summary
+from persetrain.metrics.calibration import apply_calibration, fit_quantile_calibration, linear_calibration
 from persetrain.prompts.perse import (
     PAIRWISE_CHOICES,
     PAIRWISE_PROFILE_WORDS,
@@ -34,6 +41,7 @@ from persetrain.prompts.perse import (
     scalar_request,
 )
 from persetrain.schema import Judgment, PairwiseExample, ScalarExample
+from persetrain.tasks import TaskKind, by_example
 
 SCORE_CHOICES = [str(n) for n in range(SCORE_MIN, SCORE_MAX + 1)]
 
@@ -59,22 +67,32 @@ def parse_scalar_output(text: str) -> tuple[str, int | None]:
 
 
 @dataclass
-class PerSEScalarConfig:
+class PerSEConfig(EvaluatorConfig):
+    """How the PerSE judge is run; every field can be set with ``persetrain evaluate --set FIELD=VALUE``."""
+
+    #: Sampling temperature of the review (the paper: 0.8; 0 decodes greedily).
     temperature: float = 0.8
+    #: Longest review in tokens (the paper: 600).
     max_new_tokens: int = 600
     seed: int = 0
     #: Generate the review before scoring (the paper's protocol). False: expected score only.
     review: bool = True
-    #: Words of each profile plot in the prompt. None: as the dataset was built (``evaluate`` reads
-    #: its build_info.json), because a judge scored on prompts cut differently from the ones it was
-    #: trained on is handicapped; the prompt module's default where no build info exists.
+    #: Words of each profile plot in the prompt. None: as the dataset was built (its build_info.json),
+    #: because a judge scored on prompts cut differently from the ones it was trained on is
+    #: handicapped; the prompt module's default where no build info exists.
     profile_words: int | None = None
+    #: How 1-10 scores are put on a dataset with another scale (Amazon: 1-5 stars): ``linear`` needs
+    #: no labels; ``quantile`` is fit by 2-fold cross-fitting so that no example's own label shapes
+    #: its calibrated score.
+    calibration: Literal["linear", "quantile"] = "linear"
+    #: Compare the generated reviews with the reviewers' own (BLEU, ROUGE, BERTScore).
+    explanation_metrics: bool = True
 
 
-def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerSEScalarConfig | None = None,
+def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerSEConfig | None = None,
                  name: str = "perse") -> dict[str, list[Judgment]]:
     """Judgments keyed by evaluator name: ``name`` (parsed text) and ``name-expected``."""
-    config = config or PerSEScalarConfig()
+    config = config or PerSEConfig()
     words = config.profile_words or PROFILE_WORDS
     requests = [scalar_request(ex, profile_words=words) for ex in examples]
     out: dict[str, list[Judgment]] = {}
@@ -127,3 +145,87 @@ def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_
             cost=forward.cost + backward.cost,
         ))
     return judgments
+
+
+def built_profile_words(data: Path) -> int | None:
+    """The ``profile_words`` a prepared dataset's prompts were cut to (its build_info.json), if known."""
+    info = Path(data) / "build_info.json"
+    if not info.exists():
+        return None
+    return json.loads(info.read_text(encoding="utf-8")).get("params", {}).get("profile_words")
+
+
+def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
+              method: str) -> tuple[list[Judgment], dict | None]:
+    """Put the judge's 1-10 scores on the examples' own scale (PerSE on Amazon: 1-5 stars).
+
+    Nothing changes on a 1-10 dataset. Elsewhere ``score`` becomes the calibrated value the
+    metrics use, while ``raw`` (parsed judgments) and ``probs`` (expected) keep the judge's 1-10 answer.
+    """
+    scales = {ex.score_max for ex in examples}
+    if len(scales) != 1:
+        raise ValueError(f"examples mix score scales {sorted(scales)}; evaluate one scale at a time")
+    top = scales.pop()
+    if top == SCORE_MAX:
+        return found, None
+    ordered = by_example(examples, found)
+    pred = [j.score if j.parsed else None for j in ordered]
+    linear = linear_calibration((SCORE_MIN, SCORE_MAX), (1, top))
+    if method == "linear":
+        mapped, record = apply_calibration(linear, pred), {"method": "linear", "map": linear.to_dict()}
+    elif method == "quantile":
+        mapped = [None] * len(pred)
+        folds = [int(hashlib.sha256(ex.id.encode()).hexdigest(), 16) % 2 for ex in examples]
+        record = {"method": "quantile", "folds": 2, "linear_folds": 0}
+        for fold in (0, 1):
+            fit_on = [i for i, f in enumerate(folds) if f != fold and pred[i] is not None]
+            apply_to = [i for i, f in enumerate(folds) if f == fold]
+            if fit_on:
+                fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
+            else:  # nothing parsed to fit on: the label-free map, and the record says so
+                fitted, record["linear_folds"] = linear, record["linear_folds"] + 1
+            for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
+                mapped[i] = value
+    else:
+        raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
+    record["scale"] = [1, top]
+    updated = [j.model_copy(update={"score": m}) if m is not None else j for j, m in zip(ordered, mapped, strict=True)]
+    return updated, record
+
+
+@register("perse")
+class PerSE(Evaluator):
+    """The PerSE judge on any model: scalar (review + score, and the expected score) or pairwise."""
+
+    tasks = ("scalar", "pairwise")
+    Config = PerSEConfig
+
+    def __init__(self, config: PerSEConfig | None = None):
+        super().__init__(config)
+        self._calibrations: dict[str, dict] = {}  # system -> calibration record, for the metrics
+
+    def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        config = self.config
+        if config.profile_words is None:
+            config = replace(config, profile_words=built_profile_words(context.data))
+        if examples and isinstance(examples[0], PairwiseExample):
+            return judge_pairwise(engine, examples, config.profile_words, name=context.system)
+        judgments = []
+        for name, found in judge_scalar(engine, examples, config, name=context.system).items():
+            found, record = calibrate(found, examples, config.calibration)
+            if record:
+                self._calibrations[name] = record
+            judgments += found
+        return judgments
+
+    def metrics(self, task: TaskKind, examples: Sequence, judgments: list[Judgment]) -> dict:
+        metrics = task.metrics(examples, judgments)
+        if task.name != "scalar" or not judgments:
+            return metrics
+        if self.config.explanation_metrics and any(j.raw for j in judgments):
+            ordered = by_example(examples, judgments)
+            metrics["explanation"] = similarity_summary([j.explanation if j else "" for j in ordered],
+                                                        [ex.review for ex in examples])
+        if judgments[0].evaluator in self._calibrations:
+            metrics["calibration"] = self._calibrations[judgments[0].evaluator]
+        return metrics

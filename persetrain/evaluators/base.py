@@ -1,0 +1,201 @@
+"""The evaluator interface every method implements, its registry, and how a system is named.
+
+Modelled on ``engine/base.py``: a method is one ``Evaluator`` subclass that turns examples into
+judgments through the engine; the runner (``persetrain.evaluation``) owns what exists once for every
+method - loading data, the engine and its cache, the run directory, metrics and the report. So adding
+a method is one module here + its prompt templates + any new metric functions, and nothing in
+``evaluation.py`` or ``cli.py`` names a method.
+
+Each evaluator has one config dataclass (TRL's one-config-per-trainer style). Its fields are what a
+user can set, from ``persetrain evaluate --set FIELD=VALUE`` or from a YAML evaluation config, so the
+dataclass - with a comment on every field - is the method's whole documented surface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import yaml
+
+from persetrain.schema import Judgment
+
+if TYPE_CHECKING:
+    from persetrain.engine import Engine
+    from persetrain.tasks import TaskKind
+
+
+@dataclass
+class EvaluatorConfig:
+    """Base of every evaluator's config; a method adds its own documented fields."""
+
+
+@dataclass
+class JudgeContext:
+    """What a judging call may need besides the examples, supplied by the runner.
+
+    ``system`` is the name the judgments are written under: put it in ``Judgment.evaluator`` (or
+    ``f"{system}-{suffix}"`` for a second output of the same call, which becomes its own system).
+    """
+
+    data: Path
+    split: str
+    system: str
+    out: Path
+    seed: int = 0
+
+
+class Evaluator(ABC):
+    """A personalized evaluator: examples of a task kind in, judgments with rationales and cost out."""
+
+    #: Registry key, set by :func:`register`.
+    name: ClassVar[str]
+    #: Task kinds this evaluator can judge ("scalar", "pairwise", "mcq", "reference", "rubric", ...).
+    tasks: ClassVar[tuple[str, ...]]
+    Config: ClassVar[type[EvaluatorConfig]] = EvaluatorConfig
+    #: False for evaluators that compute without a language model (Reviewer Avg., MF, BLEU, ...).
+    needs_model: ClassVar[bool] = True
+
+    def __init__(self, config: EvaluatorConfig | None = None):
+        self.config = config if config is not None else self.Config()
+
+    @abstractmethod
+    def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        """One judgment per judged item, every rationale kept and its cost attached.
+
+        Output that cannot be read after bounded retries becomes ``Judgment(parsed=False)``: kept and
+        counted by the metrics, never dropped.
+        """
+
+    def metrics(self, task: TaskKind, examples: Sequence, judgments: list[Judgment]) -> dict:
+        """The task's metrics of one system; override to add numbers only this method has (e.g. Elo)."""
+        return task.metrics(examples, judgments)
+
+    def report(self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]],
+               metrics: Mapping[str, dict]) -> dict[str, str]:
+        """Extra report sections (title -> markdown) for this evaluator's systems; none by default.
+
+        ``judgments`` and ``metrics`` are keyed by system name; plots go into the run directory ``out``.
+        """
+        return {}
+
+
+_REGISTRY: dict[str, type[Evaluator]] = {}
+
+
+def register(name: str) -> Callable[[type[Evaluator]], type[Evaluator]]:
+    """Class decorator: ``@register("pref")`` makes the evaluator available under that name."""
+
+    def wrap(cls: type[Evaluator]) -> type[Evaluator]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"evaluator {name!r} is registered twice ({_REGISTRY[name].__module__}, {cls.__module__})")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def registered() -> dict[str, type[Evaluator]]:
+    """Every registered evaluator by name (importing ``persetrain.evaluators`` registers the built-in ones)."""
+    import persetrain.evaluators  # noqa: F401 - registers the built-in evaluators on import
+
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_evaluator(name: str) -> type[Evaluator]:
+    known = registered()
+    if name not in known:
+        raise ValueError(f"unknown evaluator {name!r}; registered evaluators: {', '.join(known)}")
+    return known[name]
+
+
+def evaluators_for(task: str) -> list[str]:
+    """Names of the registered evaluators that can judge a task kind."""
+    return [name for name, cls in registered().items() if task in cls.tasks]
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Bring a value from the command line (a string) or YAML to a config field's declared type."""
+    if isinstance(value, str) and hint is not str:
+        value = yaml.safe_load(value) if value.strip() else value
+    origin = typing.get_origin(hint)
+    options = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ValueError(f"{where}: may not be null")
+    for option in options:
+        base = typing.get_origin(option) or option
+        if base is typing.Literal:
+            if value in typing.get_args(option):
+                return value
+            continue
+        if base is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if base is str and not isinstance(value, str):
+            return str(value)
+        if base in (tuple, list) and isinstance(value, list | tuple):
+            return base(value)
+        if isinstance(base, type) and isinstance(value, base):
+            return value
+    raise ValueError(f"{where}: {value!r} is not a valid {getattr(hint, '__name__', hint)}")
+
+
+def make_config(cls: type[EvaluatorConfig], values: Mapping[str, Any], where: str) -> EvaluatorConfig:
+    """A config from field values (strings from the CLI are parsed as YAML scalars), checked by name and type."""
+    types_ = _field_types(cls)
+    unknown = sorted(set(values) - set(types_))
+    if unknown:
+        raise ValueError(f"{where}: unknown option(s) {', '.join(unknown)}; "
+                         f"{cls.__name__} has: {', '.join(types_) or 'no options'}")
+    return cls(**{k: _coerce(v, types_[k], f"{where}: option {k}") for k, v in values.items()})
+
+
+def config_fields(cls: type[EvaluatorConfig]) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+@dataclass
+class SystemSpec:
+    """One system to evaluate: a registered evaluator, the model it runs on (if any), and its options."""
+
+    name: str
+    evaluator: str
+    model: str | None = None
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> SystemSpec:
+        """``EVALUATOR`` | ``EVALUATOR:MODEL`` | ``NAME=EVALUATOR`` | ``NAME=EVALUATOR:MODEL``.
+
+        The name defaults to the model (so two models of one evaluator do not collide) or, for an
+        evaluator without a model, to the evaluator. Model specs may hold ':' (``embedded:NAME``).
+        """
+        head = text.split(":", 1)[0]
+        name, _, rest = text.partition("=") if "=" in head else ("", "", text)
+        evaluator, _, model = rest.partition(":")
+        if not evaluator:
+            raise ValueError(f"system {text!r}: use EVALUATOR, EVALUATOR:MODEL or NAME=EVALUATOR:MODEL")
+        return cls(name or model or evaluator, evaluator, model or None)
+
+    def build(self) -> Evaluator:
+        """The configured evaluator; checks the name, the options and that a model is given when needed."""
+        evaluator = get_evaluator(self.evaluator)
+        where = f"system {self.name!r} ({self.evaluator})"
+        if evaluator.needs_model and not self.model:
+            raise ValueError(f"{where} needs a model: {self.name}={self.evaluator}:MODEL")
+        if not evaluator.needs_model and self.model:
+            raise ValueError(f"{where} uses no model, but {self.model!r} was given")
+        return evaluator(make_config(evaluator.Config, self.options, where))

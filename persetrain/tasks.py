@@ -1,0 +1,70 @@
+"""Task kinds: what an example of a task is, and how judgments of it are scored and reported.
+
+A dataset declares its task kind (``build_info.json`` of a prepared dataset, ``dataset.json`` beside
+a JSONL dataset, or the reader of a foreign layout such as PrefEval's), so nothing guesses it from
+column names. The runner looks the kind up here and hands each system's judgments to its metric
+function; the numbers themselves come from the pure functions in ``persetrain.metrics``. A new task
+kind is its record in ``schema.py``, its metric functions in ``metrics/`` and one ``register_task``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from persetrain.metrics import correlations, pairwise_accuracy
+from persetrain.report import pairwise_report, scalar_report
+from persetrain.schema import Judgment, PairwiseExample, ScalarExample
+
+Metrics = Callable[[Sequence, list[Judgment]], dict]
+Report = Callable[[Path, Sequence, Mapping[str, list[Judgment]], Mapping[str, dict]], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """``metrics(examples, judgments)`` scores one system; ``report`` renders all systems' sections."""
+
+    name: str
+    example: type[BaseModel]
+    metrics: Metrics
+    report: Report | None = None
+
+
+_TASKS: dict[str, TaskKind] = {}
+
+
+def register_task(kind: TaskKind) -> TaskKind:
+    _TASKS[kind.name] = kind
+    return kind
+
+
+def get_task(name: str) -> TaskKind:
+    if name not in _TASKS:
+        raise ValueError(f"unknown task kind {name!r}; known task kinds: {', '.join(sorted(_TASKS))}")
+    return _TASKS[name]
+
+
+def by_example(examples: Sequence, judgments: Sequence[Judgment]) -> list[Judgment | None]:
+    """The judgment of each example in the examples' order; None where a system gave none."""
+    found = {j.example_id: j for j in judgments}
+    return [found.get(ex.id) for ex in examples]
+
+
+def scalar_metrics(examples: Sequence[ScalarExample], judgments: list[Judgment]) -> dict:
+    """Pearson / Spearman / Kendall against the true scores; unparsed judgments counted, never dropped."""
+    pred = [j.score if j is not None and j.parsed else None for j in by_example(examples, judgments)]
+    top = max(ex.score_max for ex in examples)
+    return correlations(pred, [ex.score for ex in examples], scale=(1, top))
+
+
+def pairwise_metrics(examples: Sequence[PairwiseExample], judgments: list[Judgment]) -> dict:
+    """Accuracy per aspect and their macro average (PerSE Table 3)."""
+    pred = [j.choice if j is not None and j.parsed else None for j in by_example(examples, judgments)]
+    return pairwise_accuracy(pred, [ex.preferred for ex in examples], [ex.aspect for ex in examples])
+
+
+register_task(TaskKind("scalar", ScalarExample, scalar_metrics, scalar_report))
+register_task(TaskKind("pairwise", PairwiseExample, pairwise_metrics, pairwise_report))

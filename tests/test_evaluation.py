@@ -1,0 +1,97 @@
+"""The evaluation runner over the evaluator registry: same results as before it, clear errors, YAML configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from data_prep.prepare import prepare_perse
+from data_prep.synthetic import write_sample_data
+from persetrain.cli import app
+from persetrain.evaluation import EvaluationConfig, evaluate, random_sample
+from persetrain.evaluators.base import SystemSpec
+
+GOLDEN = Path(__file__).parent / "data" / "evaluation_golden"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The golden files' data: see tests/data/evaluation_golden/README.md."""
+    root = tmp_path_factory.mktemp("golden-data")
+    write_sample_data(root / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8),
+                      n_sparse_reviewers=1)
+    return prepare_perse(root / "raw", root / "data", engine=None, ks=(3,), profile_words=12).datasets
+
+
+def _without_seconds(metrics: dict) -> dict:
+    for system in metrics["systems"].values():
+        system["cost"].pop("seconds")
+    return metrics
+
+
+@pytest.mark.parametrize(("golden", "dataset", "baselines", "options"), [
+    ("scalar", "per_mpst_k3", ["reviewer-avg", "mf"], {}),
+    ("pairwise", "per_doc", ["reviewer-avg"], {}),
+    ("amazon", "amazon_books", ["reviewer-avg"], {"calibration": "quantile"}),
+])
+def test_perse_and_baselines_give_the_metrics_of_the_runner_before_the_interface(
+        prepared, tiny_llama_dir, tmp_path, golden, dataset, baselines, options):
+    systems = [SystemSpec("tiny", "perse", str(tiny_llama_dir), {"max_new_tokens": 8, "temperature": 0.8, **options})]
+    systems += [SystemSpec.parse(b) for b in baselines]
+    metrics = evaluate(EvaluationConfig(data=str(prepared[dataset]), out=str(tmp_path / "run"), systems=systems,
+                                        max_per_reviewer=1))
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert _without_seconds(written) == json.loads((GOLDEN / f"{golden}.json").read_text())
+    assert all(m["cost"]["seconds"] >= 0 for m in metrics["systems"].values())
+    assert (tmp_path / "run" / "judgments" / "tiny.jsonl").is_file()
+
+
+def test_errors_name_what_is_wrong_and_what_would_work(prepared, tmp_path):
+    per_doc = str(prepared["per_doc"])
+    with pytest.raises(ValueError, match="evaluator 'mf' cannot judge pairwise tasks; evaluators that can: .*perse"):
+        evaluate(EvaluationConfig(data=per_doc, out=str(tmp_path / "a"), systems=[SystemSpec.parse("mf")]))
+    with pytest.raises(ValueError, match="system names must be unique"):
+        evaluate(EvaluationConfig(data=per_doc, out=str(tmp_path / "b"),
+                                  systems=[SystemSpec.parse("reviewer-avg")] * 2))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before writing anything
+
+    undeclared = tmp_path / "records"
+    undeclared.mkdir()
+    (undeclared / "test.jsonl").write_text("{}\n")
+    result = runner.invoke(app, ["evaluate", "--data", str(undeclared), "--out", str(tmp_path / "c"),
+                                 "--baseline", "reviewer-avg"])
+    assert result.exit_code == 2 and "not a dataset persetrain can read" in result.output
+    assert "Traceback" not in result.output
+
+    result = runner.invoke(app, ["evaluate", "--data", per_doc, "--out", str(tmp_path / "d"),
+                                 "--baseline", "reviewer-avg", "--set", "n_factors=3"])
+    assert result.exit_code == 2 and "no system's evaluator has an option 'n_factors'" in result.output
+
+
+def test_yaml_config_and_command_line_give_the_same_run(prepared, tmp_path):
+    data = prepared["per_mpst_k3"]
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"data: {data}\nmax_per_reviewer: 1\nsystems:\n"
+                      "  - {name: avg, evaluator: reviewer-avg}\n  - {evaluator: mf, n_factors: 2}\n")
+    from_yaml = runner.invoke(app, ["-q", "evaluate", "--config", str(config), "--out", str(tmp_path / "yaml")])
+    assert from_yaml.exit_code == 0, from_yaml.output
+    from_flags = runner.invoke(app, ["-q", "evaluate", "--data", str(data), "--out", str(tmp_path / "flags"),
+                                     "--max-per-reviewer", "1", "--system", "avg=reviewer-avg", "--baseline", "mf",
+                                     "--set", "n_factors=2"])
+    assert from_flags.exit_code == 0, from_flags.output
+    yaml_run, flag_run = (_without_seconds(json.loads((tmp_path / d / "metrics.json").read_text()))
+                          for d in ("yaml", "flags"))
+    assert yaml_run == flag_run and set(yaml_run["systems"]) == {"avg", "mf"}
+    assert json.loads((tmp_path / "yaml" / "config.json").read_text())["systems"][1]["options"] == {"n_factors": 2}
+
+
+def test_random_sample_is_seeded_spread_and_ordered():
+    items = list(range(100))
+    first = random_sample(items, 10, seed=3)
+    assert first == sorted(first) and len(set(first)) == 10 and max(first) > 10  # not the first ten
+    assert random_sample(items, 10, seed=3) == first and random_sample(items, 10, seed=4) != first
+    assert random_sample(items, 500, seed=3) == items
