@@ -16,8 +16,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from persetrain.metrics import correlations, pairwise_accuracy
+from persetrain.metrics.expert import per_target_means
 from persetrain.report import pairwise_report, scalar_report
-from persetrain.schema import Judgment, PairwiseExample, ScalarExample
+from persetrain.schema import Judgment, PairwiseExample, ReferenceExample, ScalarExample
 
 Metrics = Callable[[Sequence, list[Judgment]], dict]
 Report = Callable[[Path, Sequence, Mapping[str, list[Judgment]], Mapping[str, dict]], dict[str, str]]
@@ -68,3 +69,23 @@ def pairwise_metrics(examples: Sequence[PairwiseExample], judgments: list[Judgme
 
 register_task(TaskKind("scalar", ScalarExample, scalar_metrics, scalar_report))
 register_task(TaskKind("pairwise", PairwiseExample, pairwise_metrics, pairwise_report))
+
+
+def reference_metrics(examples: Sequence[ReferenceExample], judgments: list[Judgment]) -> dict:
+    """Per generator system (``Judgment.target``): the mean score and, for ExPerT, the mean of its 15 numbers."""
+    targets = per_target_means([j.target for j in judgments], [j.score if j.parsed else None for j in judgments],
+                               [(j.details or {}).get("scores") for j in judgments])
+    return {"targets": targets, "n": len(judgments), "n_unparsed": sum(not j.parsed for j in judgments)}
+
+
+def reference_report(out: Path, examples: Sequence[ReferenceExample], judgments: Mapping[str, list[Judgment]],
+                     metrics: Mapping[str, dict]) -> dict[str, str]:
+    """One row per (evaluator system, generator system) with its mean score."""
+    lines = ["| evaluator | generator | mean score | n | unparsed |", "|---|---|---|---|---|"]
+    for system, m in metrics.items():
+        for target, t in (m.get("targets") or {}).items():
+            lines.append(f"| {system} | {target} | {t['score']:.3f} | {t['n']} | {t['n_unparsed']} |")
+    return {"Mean score per generator": "\n".join(lines)}
+
+
+register_task(TaskKind("reference", ReferenceExample, reference_metrics, reference_report))
