@@ -8,9 +8,11 @@ examples, so the learning rate and schedule still fit); a world size that does n
 
 Two launchers, because of how ``accelerate launch`` treats a CPU: with ``use_cpu`` (or no GPU) it takes
 its single-process launcher whatever ``--num_processes`` says, so N > 1 CPU processes go through
-``torchrun --standalone --nproc_per_node N``, which starts N gloo DDP ranks that TRL's trainers pick up
-from the environment. Each CPU rank gets ``cores / N`` threads (``OMP_NUM_THREADS``) so that the ranks do
-not oversubscribe the cores; like every process setting, that belongs to the launch, not to the trainer.
+``torchrun --standalone --nproc_per_node N``, which starts N gloo DDP ranks. ``ACCELERATE_USE_CPU=true``
+(what ``accelerate launch --cpu`` sets) is what makes transformers join them: without it, a CPU-only rank
+sees no GPU and no ``use_cpu``, and trains alone on the whole dataset. Each CPU rank gets ``cores / N``
+threads (``OMP_NUM_THREADS``) so that the ranks do not oversubscribe the cores; like every process
+setting, that belongs to the launch, not to the trainer.
 
 The recipe file is passed on unchanged (``--config RECIPE``): the trainer parses it, and command-line
 overrides after it win over its keys exactly as with ``persetrain sft``.
@@ -274,8 +276,9 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
     if plan.cpu and plan.num_processes > 1:
         argv = ["torchrun", "--standalone", "--nproc_per_node", str(plan.num_processes), "-m", plan.module,
                 *plan.trainer_args]
-        env = {} if "OMP_NUM_THREADS" in os.environ else {
-            "OMP_NUM_THREADS": str(cpu_threads_per_process(plan.num_processes))}
+        env = {"ACCELERATE_USE_CPU": "true"}
+        if "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(cpu_threads_per_process(plan.num_processes))
         return LaunchCommand(argv, env, list(plan.notes))
     argv = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):

@@ -132,6 +132,7 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
     cpus_per_task = options.cpus_per_task
     if plan.cpu:
         env["OMP_NUM_THREADS"] = f"$(( ${{SLURM_CPUS_PER_TASK:-{per_node}}} / {per_node} ))"
+        env["ACCELERATE_USE_CPU"] = "true"  # torchrun's CPU ranks join one gloo group only with it
         cpus_per_task = cpus_per_task or os.cpu_count() or 1
     multi = options.nodes > 1
     if plan.cpu and (multi or per_node > 1):

@@ -1,0 +1,180 @@
+"""``persetrain launch``: the command a recipe runs with, its checks, sbatch scripts, and a real 2-process run."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import Dataset, DatasetDict
+
+from persetrain.io import InputError
+from persetrain.launch import LaunchError, local_command, plan_launch
+from persetrain.launch.slurm import SlurmOptions, plan_slurm, render_sbatch
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
+ZERO3_RECIPE = REPO / "recipes/perse/llama2-7b-chat_per-mpst-k3.yaml"  # 8 x 4 x 1 = global batch 32
+
+
+def _recipe(tmp_path: Path, name: str = "recipe.yaml", **keys) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"accelerate_config": str(REPO / "accelerate_configs/cpu.yaml"), **keys}))
+    return path
+
+
+def _persetrain(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_recipe_names_an_accelerate_config_that_launches(recipe):
+    plan = plan_launch(recipe, cpu=False)
+    command = local_command(plan)
+    assert command.argv[:4] == ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
+    assert command.argv[-4:] == ["-m", f"persetrain.train.{plan.trainer}", "--config", str(recipe)]
+
+
+def test_cpu_recipe_command_and_overrides():
+    plan = plan_launch(CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"])
+    assert local_command(plan).shell() == (
+        "accelerate launch --config_file accelerate_configs/cpu.yaml -m persetrain.train.sft "
+        "--config recipes/perse/cpu_smollm2_per-mpst-k3.yaml --max_steps 3")
+
+
+def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp_path):
+    recipe = _recipe(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    command = local_command(plan_launch(recipe, num_processes=2))
+    assert command.argv == ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "persetrain.train.sft",
+                            "--config", str(recipe), "--gradient_accumulation_steps", "2"]
+    assert command.env["ACCELERATE_USE_CPU"] == "true" and "global batch 8" in command.notes[0]
+
+
+def test_world_size_that_does_not_divide_the_batch_is_refused():
+    plan = plan_launch(ZERO3_RECIPE, num_processes=4)  # 32 = 4 x 4 x 2
+    assert plan.overrides == ["--gradient_accumulation_steps", "2"]
+    with pytest.raises(LaunchError, match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
+                                          r"size 4 x gradient_accumulation_steps 1 x 8 processes of .*deepspeed_zero3"):
+        plan_launch(ZERO3_RECIPE, num_processes=3)
+
+
+def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
+    ds = tmp_path / "zero2.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))
+    zero3 = str(REPO / "accelerate_configs/deepspeed_zero3.yaml")
+    recipe = _recipe(tmp_path, accelerate_config=zero3, deepspeed=str(ds))
+    with pytest.raises(LaunchError, match=r"DeepSpeed ZeRO stages disagree: .*: stage 3, .*zero2.json: stage 2"):
+        plan_launch(recipe)
+    with pytest.raises(LaunchError, match=r"'deepspeed' names a DeepSpeed config .* runs distributed_type NO"):
+        plan_launch(_recipe(tmp_path, "cpu.yaml", deepspeed=str(ds)))
+    with pytest.raises(InputError, match=r"missing.json: no such DeepSpeed config file"):
+        plan_launch(_recipe(tmp_path, "gone.yaml", accelerate_config=zero3, deepspeed=str(tmp_path / "missing.json")))
+
+
+def test_missing_files_are_one_line_errors(tmp_path):
+    result = _persetrain("launch", "--config", "recipes/none.yaml", "--dry-run")
+    assert result.returncode == 2 and (result.stdout + result.stderr).strip() == (
+        "error: recipes/none.yaml: no such recipe file")
+    recipe = _recipe(tmp_path, accelerate_config="accelerate_configs/tpu.yaml")
+    result = _persetrain("launch", "--config", str(recipe), "--dry-run")
+    assert result.returncode == 2
+    output = (result.stdout + result.stderr).strip()
+    assert output == "error: accelerate_configs/tpu.yaml: no such accelerate config file"
+
+
+def _bash_syntax_ok(script: str, tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_single_node_sbatch(tmp_path):
+    options = SlurmOptions(partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs")
+    script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"]), options)
+    _bash_syntax_ok(script, tmp_path)
+    for line in ("#SBATCH --partition=cpu", "#SBATCH --nodes=1", "#SBATCH --time=01:00:00", "#SBATCH --mem=16G",
+                 "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", f"#SBATCH --output={tmp_path}/logs/%x-%j.out",
+                 f"source {sys.prefix}/bin/activate", 'scancel --signal=USR1 "$SLURM_JOB_ID"',
+                 'scontrol requeue "$SLURM_JOB_ID"', "trap checkpoint_and_requeue USR1"):
+        assert line in script
+    assert ("srun --ntasks=1 --kill-on-bad-exit=1 bash -c \"trap '' USR1; exec accelerate launch --config_file "
+            f"accelerate_configs/cpu.yaml -m persetrain.train.sft --config {CPU_RECIPE} --max_steps 3\" &") in script
+    assert "--gpus-per-node" not in script
+
+
+def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
+    recipe = _recipe(tmp_path, accelerate_config=str(REPO / "accelerate_configs/deepspeed_zero3.yaml"),
+                     per_device_train_batch_size=1, gradient_accumulation_steps=8)  # 1 x 8 x 8 = 64
+    options = SlurmOptions(nodes=4, log_dir=tmp_path)
+    plan = plan_slurm(recipe, options)
+    assert plan.num_processes == 32 and plan.overrides == ["--gradient_accumulation_steps", "2"]
+    script = render_sbatch(plan, options)
+    _bash_syntax_ok(script, tmp_path)
+    assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --nodes=4" in script
+    assert 'MAIN_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
+    srun = re.search(r'^srun .*?bash -c "(.*)" &$', script, re.M | re.S).group(1)
+    assert (f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml --num_machines $NNODES "
+            "--num_processes $WORLD_SIZE --machine_rank \\$SLURM_PROCID --main_process_ip $MAIN_NODE "
+            "--main_process_port $MAIN_PORT --rdzv_backend c10d -m persetrain.train.sft") in srun
+    executable = [ln for ln in script.splitlines() if not ln.lstrip().startswith("#")]
+    assert not [ln for ln in executable if re.search(r"(?<!\\)\$SLURM_PROCID", ln)]  # never expanded by the batch shell
+
+    # A world that the recipe's batch cannot be split over is refused before anything is written.
+    with pytest.raises(LaunchError, match="16 processes do not divide the global batch 32"):
+        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=2))
+
+
+def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):
+    recipe = tmp_path / "grpo.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "accelerate_config": str(REPO / "accelerate_configs/deepspeed_zero2.yaml"),
+        "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "use_vllm": True, "vllm_mode": "server",
+        "num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}))
+    options = SlurmOptions(nodes=3, log_dir=tmp_path)
+    plan = plan_slurm(recipe, options)
+    assert plan.trainer == "grpo" and plan.num_processes == 16  # two training nodes x 8 GPUs: accumulation 2 -> 1
+    script = render_sbatch(plan, options)
+    _bash_syntax_ok(script, tmp_path)
+    assert "trl vllm-serve --model Qwen/Qwen2.5-1.5B-Instruct" in script and "NNODES=$((SLURM_NNODES - 1))" in script
+    assert "-m persetrain.train.grpo" in script and "--vllm_server_host $VLLM_NODE" in script
+    with pytest.raises(LaunchError, match="needs --nodes 2 or more"):
+        plan_slurm(recipe, SlurmOptions(nodes=1))
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory) -> Path:
+    rows = [{"prompt": [{"role": "user", "content": f"Profile: likes war films. Plot {i}: a siege in winter."}],
+             "completion": [{"role": "assistant", "content": f"[Review] Tense. [Score] {2 + i % 8}"}]}
+            for i in range(16)]
+    path = tmp_path_factory.mktemp("launch-data") / "per_mpst_k3"
+    DatasetDict(train=Dataset.from_list(rows), test=Dataset.from_list(rows[:4])).save_to_disk(str(path))
+    return path
+
+
+def test_two_cpu_processes_match_one_at_step_one(tiny_llama_dir, tiny_dataset, tmp_path):
+    """Two gloo DDP ranks (torchrun) and one process, same global batch: same checkpoint kind, same first loss."""
+    common = ["--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(tiny_dataset), "--max_steps", "1",
+              "--logging_steps", "1", "--save_steps", "1", "--packing", "false", "--disable_tqdm", "true",
+              "--merge_adapter", "false"]
+    runs = {}
+    for processes, per_device in ((1, "4"), (2, "2")):
+        out = tmp_path / f"np{processes}"
+        result = _persetrain("launch", "--config", str(CPU_RECIPE), "--num-processes", str(processes), "--",
+                             *common, "--output_dir", str(out), "--per_device_train_batch_size", per_device,
+                             "--gradient_accumulation_steps", "1")
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert result.stdout.splitlines()[1 if processes > 1 else 0].startswith(
+            "ACCELERATE_USE_CPU=true OMP_NUM_THREADS=" if processes > 1 else "accelerate launch")
+        logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        losses = [r for r in logged if "loss" in r]
+        assert len(losses) == 1 and losses[0]["epoch"] == 0.25  # one log per step (rank 0), 16 rows / batch 4
+        runs[processes] = losses[0]["loss"]
+        assert {p.name for p in (out / "checkpoint-1").iterdir()} >= {"adapter_model.safetensors", "optimizer.pt",
+                                                                     "trainer_state.json"}
+        assert (out / "adapter_model.safetensors").is_file()
+    assert runs[2] == pytest.approx(runs[1], abs=1e-4)
