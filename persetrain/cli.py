@@ -224,6 +224,27 @@ def prepare_parl_cmd(
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
 
 
+@prepare_app.command("reference")
+def prepare_reference_cmd(
+    raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
+    task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
+    baselines: Annotated[list[Path], typer.Option(help="Outputs of other generators: a generate-baselines file "
+                                                      "(repeatable) or the sample's baselines.jsonl.")],
+    out: Annotated[Path, typer.Option(help="Folder for test.jsonl + dataset.json (task kind reference).")],
+    min_history: int = 1,
+    synthetic: Annotated[bool, typer.Option(help="Mark the card as synthetic data.")] = False,
+) -> None:
+    """Build a reference-task dataset (ExPerT, AuPEL): the user's own text as reference and system 'gold',
+    earlier texts as writing samples, and every generator's output."""
+    from data_prep.reference import build_reference
+
+    try:
+        build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
+    except (InputError, ValueError, KeyError) as err:
+        _fail(err)
+    console.print(f"[green]wrote[/green] reference dataset -> {out}")
+
+
 @app.command("generate-baselines")
 def generate_baselines_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
