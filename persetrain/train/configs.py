@@ -24,11 +24,16 @@ class HardwarePrecision:
     """Mixin for a ``TrainingArguments`` subclass: unset ``bf16`` / ``fp16`` follow the hardware.
 
     bf16 where the device computes in it natively (Ampere and later), fp16 on older GPUs, neither on
-    a CPU. Host memory is pinned only when there is a GPU to copy to.
+    a CPU. Host memory is pinned only when there is a GPU to copy to. Without a GPU, ``use_cpu`` is
+    set: accelerate makes the ranks of ``torchrun --nproc_per_node N`` one gloo DDP group only when
+    told it runs on the CPU (otherwise each rank trains alone on its own copy of the data).
     """
 
     def __post_init__(self):
-        dtype = best_dtype(best_device())
+        device = best_device()
+        dtype = best_dtype(device)
+        if device.type == "cpu":
+            self.use_cpu = True
         if self.bf16 is None:
             self.bf16 = dtype == torch.bfloat16 and not self.fp16
         if self.fp16 is None:
