@@ -178,3 +178,31 @@ def induction_request(task: str, inputs: Sequence[str], outputs: Sequence[str], 
 def judge_request(task: str, input: str, response: str, rule: str) -> ChatRequest:
     """Does ``response`` (written for ``input``) satisfy ``rule``? Answered by p(yes) over yes/no."""
     return JUDGE[check_task(task)].render(input=input, response=response, rule=rule)
+
+
+# ------------------------------------------------------------------ generators of the negatives
+#: What a generator is asked to write for a task input, and how many new tokens it may use.
+_GENERATE_USER = {
+    "amazon": ("Write the review text a customer would write for this item, given the rating and the review "
+               "title.\n{input}\nReply with the review text only."),
+    "reddit": ("Write the content of a reddit post with this summary.\nSummary: {input}\n"
+               "Reply with the post content only."),
+    "news": "Write a headline for this news article.\nArticle: {input}\nReply with the headline only.",
+}
+GENERATE_TOKENS = {"amazon": 160, "reddit": 200, "news": 32}
+
+GENERATE = {task: register(PromptTemplate(
+    method="parl", task=f"generate-{task}",
+    system="You are a helpful writing assistant.",
+    user="{examples}" + _GENERATE_USER[task],
+)) for task in TASKS}
+
+
+def generation_request(task: str, input: str, examples: Sequence[tuple[str, str]] = (),
+                       id: str | None = None) -> ChatRequest:
+    """The Non generator's prompt (no ``examples``) or the RAG generator's (retrieved history items first)."""
+    shown = ""
+    if examples:
+        items = "\n\n".join(f"[Input {n}]\n{i}\n[Text {n}]\n{o}" for n, (i, o) in enumerate(examples, start=1))
+        shown = f"Here are earlier texts written by this user:\n\n{items}\n\nWrite in the same style as this user.\n"
+    return GENERATE[check_task(task)].render(id=id, examples=shown, input=input)
