@@ -116,3 +116,37 @@ def test_missing_negatives_are_an_error(sample, tmp_path):
     partial.write_text("\n".join(lines[:-1]) + "\n")  # the last example loses its synthetic-rag negative
     with pytest.raises(InputError, match=r"has no negative from \['synthetic-rag'\]"):
         attach_baselines(examples, [partial])
+
+
+def test_rag_retrieves_bm25_top4_and_baselines_resume(sample, tmp_path, tiny_llama_dir):
+    from data_prep.parl_baselines import GeneratorSpec, generate_baselines, retrieve
+    from persetrain.engine import load_engine
+    from persetrain.schema import RubricExample
+
+    history = [{"input": f"town fair number {n}", "output": f"fair {n}"} for n in range(6)]
+    history[2] = {"input": "storm damages harbour boats", "output": "boats hit"}
+    history[4] = {"input": "harbour repairs begin", "output": "repairs"}
+    ex = RubricExample(id="x", task="news", user_id="u", history=history, input="storm floods the harbour",
+                       output="flood")
+    top = retrieve(ex)
+    assert len(top) == 4 and top[:2] == [("storm damages harbour boats", "boats hit"), ("harbour repairs begin",
+                                                                                      "repairs")]
+    examples = read_task(sample.root / "news", "news")[:2]
+
+    assert GeneratorSpec.parse("sft=rag:runs/x") == GeneratorSpec("sft", "rag", "runs/x")
+    assert GeneratorSpec.parse("non:embedded:smollm2-135m-instruct").model == "embedded:smollm2-135m-instruct"
+    with pytest.raises(ValueError, match="KIND"):
+        GeneratorSpec.parse("bm25:model")
+
+    engines = []
+
+    def make_engine(spec):
+        engines.append(load_engine(spec))
+        return engines[-1]
+
+    specs = [GeneratorSpec("non", "non", str(tiny_llama_dir)), GeneratorSpec("rag", "rag", str(tiny_llama_dir))]
+    written = generate_baselines(examples, specs, tmp_path, make_engine, max_new_tokens=8)
+    attached = attach_baselines(examples, list(written.values()))
+    assert all(set(e.baselines) == {"non", "rag"} for e in attached)
+    generate_baselines(examples, specs, tmp_path, make_engine, max_new_tokens=8)  # a rerun: nothing to do
+    assert [e.cost.calls for e in engines[2:]] == [0, 0]
