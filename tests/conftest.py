@@ -39,3 +39,21 @@ def tiny_llama_dir(tmp_path_factory, embedded_tokenizer):
     model.save_pretrained(path)
     embedded_tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def prepared_root(tmp_path_factory):
+    """A directory laid out as the README's first commands leave a checkout: SYNTHETIC raw files in
+    ``data/raw`` and the PerSE datasets in ``data/perse``, written by ``persetrain prepare`` itself
+    (``--no-llm``: raw synopses, so no model runs). Recipes' relative paths resolve against it."""
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    root = tmp_path_factory.mktemp("prepared")
+    for args in (["prepare", "sample", "--out", str(root / "data" / "raw")],
+                 ["prepare", "perse", "--raw", str(root / "data" / "raw"), "--out", str(root / "data" / "perse"),
+                  "--no-llm", "--no-probe"]):
+        result = CliRunner().invoke(app, ["--quiet", *args])
+        assert result.exit_code == 0, result.output
+    return root
