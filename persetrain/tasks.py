@@ -17,8 +17,9 @@ from pydantic import BaseModel
 
 from persetrain.metrics import correlations, pairwise_accuracy
 from persetrain.metrics.expert import per_target_means
+from persetrain.metrics.parl import parl_metrics, runs_from_checks
 from persetrain.report import pairwise_report, scalar_report
-from persetrain.schema import Judgment, PairwiseExample, ReferenceExample, ScalarExample
+from persetrain.schema import Judgment, PairwiseExample, ReferenceExample, RubricExample, ScalarExample
 
 Metrics = Callable[[Sequence, list[Judgment]], dict]
 Report = Callable[[Path, Sequence, Mapping[str, list[Judgment]], Mapping[str, dict]], dict[str, str]]
@@ -89,3 +90,15 @@ def reference_report(out: Path, examples: Sequence[ReferenceExample], judgments:
 
 
 register_task(TaskKind("reference", ReferenceExample, reference_metrics, reference_report))
+
+
+def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment]) -> dict:
+    """PARL: coverage, rules per user, user- and rubric-level accuracy per target, Max-Diff, paired t-tests;
+    mean and std over runs (``Judgment.details["run"]``). An unparsed rubric set leaves its user uncovered."""
+    checks = [(j.example_id, j.target or "gt", (j.details or {}).get("run", 0),
+               (j.details or {}).get("satisfied") if j.parsed else None) for j in judgments]
+    return {**parl_metrics(runs_from_checks([ex.id for ex in examples], checks)),
+            "n_unparsed": sum(not j.parsed for j in judgments)}
+
+
+register_task(TaskKind("rubric", RubricExample, rubric_metrics))
