@@ -274,6 +274,43 @@ def generate_baselines_cmd(
         console.print(f"[green]wrote[/green] {name} -> {path}")
 
 
+rubrics_app = typer.Typer(help="PARL rubrics: induce, validate and score.", no_args_is_help=True)
+app.add_typer(rubrics_app, name="rubrics")
+
+
+@rubrics_app.command("induce")
+def rubrics_induce(
+    data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
+    out: Annotated[Path, typer.Option(help="JSON lines: one record per user and run.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    judge_model: Annotated[str | None, typer.Option(help="Judge model spec; default: --model.")] = None,
+    split: str = "test",
+    runs: Annotated[int, typer.Option(help="Induction runs with seeds seed, seed+1, ...")] = 1,
+    temperature: float = 0.6,
+    max_new_tokens: int = 768,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> None:
+    """Induce each user's rubric set, keep the rules the history satisfies, score the user's text and negatives."""
+    from persetrain.data import load_dataset
+    from persetrain.evaluators.parl import PARLConfig, induce_to_file
+
+    try:
+        task, examples = load_dataset(data, split)
+        if task.name != "rubric":
+            raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
+        examples = examples[:max_examples] if max_examples else examples
+        config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens,
+                            judge_model=judge_model)
+        engine = _engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
+        written = induce_to_file(engine, examples, config, out, seed=seed)
+    except (InputError, ModelSpecError, ValueError) as err:
+        _fail(err)
+    console.print(f"[green]wrote[/green] rubrics of {len(examples)} users x {runs} run(s) -> {written}")
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft(ctx: typer.Context) -> None:
     """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
