@@ -143,9 +143,9 @@ class AuPEL(Evaluator):
             sections[f"AuPEL win / tie / loss: {name}"] = record_table(m)
             plot = curves_plot(out / f"aupel-{name}-consistency.png", m)
             sections[f"AuPEL consistency and sensitivity: {name}"] = (
-                f"![consistency and sensitivity]({plot.name})\n\nShare of 5,000 draws of two disjoint samples of "
-                f"N test cases whose binomial tests (p < {self.config.alpha}) both name the same winner "
-                "(consistency), and share of single samples that name one (sensitivity).")
+                f"![consistency and sensitivity]({plot.name})\n\nShare of {self.config.draws:,} draws of two "
+                f"disjoint samples of N test cases whose binomial tests (p < {self.config.alpha}) both name the "
+                "same winner (consistency), and share of single samples that name one (sensitivity).")
         return sections
 
 

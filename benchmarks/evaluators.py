@@ -1,0 +1,234 @@
+"""Evaluator targets on this machine: every figure comes from one run of this script.
+
+Sections register in ``SECTIONS`` (name -> function(args) -> dict of figures); each method's helper
+adds its own. The last line printed is one JSON object with every section's figures.
+
+ExPerT / AuPEL (issue 11), on the SYNTHETIC PARL sample (Amazon reviews with planted writing
+signatures; the user's own text is system ``gold``, the sample's ``synthetic-non`` / ``synthetic-rag``
+negatives stand in for the Non and RAG generators) and the embedded model:
+
+* ``elo_bootstrap_seconds``: 1,000 bootstrapped orders of 10,000 games (5 players), best of 3;
+* ``expert_calls_per_instance`` and seconds per instance of the ``choice_probs`` path and of the
+  sampled-text path on the same examples (``expert_choice_probs_speedup`` = text / choice_probs),
+  both through ``persetrain evaluate`` in fresh run directories (no shared engine cache); the
+  choice_probs run is left at ``runs/bench-evaluators/expert/``;
+* ``expert_decision_agreement``: share of closed-set steps (matches, and content / style decisions
+  of pairs both paths matched alike) with the same decision under greedy decoding;
+* ``expert_self_f``: ExPerT's F of ``gold`` (the reference against itself) and whether it is the
+  highest of the generators (``expert_self_f_is_max``);
+* ``aupel_gold_rank``: the rank of ``gold`` in AuPEL's personalization Elo (1 + the number of
+  generators rated strictly higher; ``aupel_gold_above_all`` says whether it is strictly first).
+
+    python benchmarks/evaluators.py [--out runs/bench-evaluators] [--expert-examples 2] [--aupel-examples 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+MODEL = "embedded:smollm2-135m-instruct"
+
+
+def sample_reference_data(out: Path) -> Path:
+    """The reference dataset built from the synthetic PARL sample (written once under ``out``)."""
+    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.reference import build_reference
+
+    data = out / "data" / "reference-amazon"
+    if not (data / "dataset.json").is_file():
+        raw = out / "data" / "raw"
+        write_parl_sample(raw, seed=0)
+        build_reference(raw / "amazon", "amazon", [raw / "amazon" / "baselines.jsonl"], data, synthetic=True)
+    return data
+
+
+def elo_section(args) -> dict:
+    from persetrain.metrics.elo import bootstrap_elo
+
+    rng = np.random.default_rng(0)
+    players, n_games = 5, 10_000
+    a = rng.integers(0, players, n_games)
+    b = (a + rng.integers(1, players, n_games)) % players
+    s = rng.choice([0.0, 0.5, 1.0], n_games)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        bootstrap_elo(a, b, s, players, n_boot=1000)
+        times.append(time.perf_counter() - start)
+    return {"elo_bootstrap_seconds": min(times)}
+
+
+def _evaluate(data: Path, out: Path, evaluator: str, n: int, options: dict) -> tuple[dict, list[dict], float]:
+    from persetrain.evaluation import EvaluationConfig, evaluate
+    from persetrain.evaluators.base import SystemSpec
+
+    shutil.rmtree(out, ignore_errors=True)
+    config = EvaluationConfig(data=str(data), out=str(out), max_examples=n,
+                              systems=[SystemSpec(evaluator, evaluator, MODEL, dict(options))])
+    start = time.perf_counter()
+    metrics = evaluate(config)
+    seconds = time.perf_counter() - start
+    judgments = [json.loads(line) for line in (out / "judgments" / f"{evaluator}.jsonl").read_text().splitlines()]
+    return metrics, judgments, seconds
+
+
+def _decisions(judgment: dict) -> dict[tuple, object]:
+    """Every closed-set decision of one instance, keyed by the question asked."""
+    found = {}
+    for side in ("recall", "precision"):
+        for i, record in enumerate(judgment["details"][side]):
+            found[(side, i, "match")] = record["matched_aspect"]
+            if record["matched_aspect"] is not None:
+                for kind in ("content", "style"):
+                    found[(side, i, kind, record["matched_aspect"])] = record[kind]
+    return found
+
+
+def expert_section(args) -> dict:
+    data = sample_reference_data(args.out)
+    options = {"max_aspects": 3, "extract_tokens": 384}
+    runs = {}
+    for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
+        metrics, judgments, seconds = _evaluate(data, args.out / folder, "expert", args.expert_examples,
+                                                {**options, "mode": mode})
+        runs[mode] = {"metrics": metrics["systems"]["expert"], "judgments": judgments,
+                      "seconds_per_instance": seconds / len(judgments)}
+    agree = compared = 0
+    for fast, slow in zip(runs["choice_probs"]["judgments"], runs["text"]["judgments"], strict=True):
+        if not (fast["parsed"] and slow["parsed"]):
+            continue
+        a, b = _decisions(fast), _decisions(slow)
+        for key in a.keys() & b.keys():
+            compared += 1
+            agree += a[key] == b[key]
+    targets = runs["choice_probs"]["metrics"]["targets"]
+    f = {t: m["content_style_average_f1"] for t, m in targets.items() if "content_style_average_f1" in m}
+    calls = [j["cost"]["calls"] for j in runs["choice_probs"]["judgments"]]
+    text_calls = [j["cost"]["calls"] for j in runs["text"]["judgments"]]
+    return {
+        "expert_calls_per_instance": float(np.mean(calls)),
+        "expert_calls_per_instance_text": float(np.mean(text_calls)),
+        "expert_seconds_per_instance": runs["choice_probs"]["seconds_per_instance"],
+        "expert_seconds_per_instance_text": runs["text"]["seconds_per_instance"],
+        "expert_choice_probs_speedup": (runs["text"]["seconds_per_instance"]
+                                        / runs["choice_probs"]["seconds_per_instance"]),
+        "expert_decision_agreement": agree / compared if compared else None,
+        "expert_decisions_compared": compared,
+        "expert_f_by_generator": f,
+        "expert_self_f": f.get("gold"),
+        "expert_self_f_is_max": bool(f) and f.get("gold") == max(f.values()),
+        "expert_unparsed": runs["choice_probs"]["metrics"]["n_unparsed"],
+        "expert_instances": len(calls),
+    }
+
+
+def aupel_section(args) -> dict:
+    data = sample_reference_data(args.out)
+    # The paper's protocol: 40 repeats, half swapped; each repeat's vote drawn from choice_probs.
+    metrics, judgments, seconds = _evaluate(data, args.out / "aupel", "aupel", args.aupel_examples,
+                                            {"repeats": 40, "vote": "sample"})
+    m = metrics["systems"]["aupel"]
+    personalization = m["elo"]["personalization"]
+    ranking = sorted(personalization, key=lambda s: -personalization[s]["median"])
+    gold = personalization["gold"]["median"]
+    return {"aupel_gold_rank": 1 + sum(v["median"] > gold for v in personalization.values()),
+            "aupel_gold_above_all": all(gold > v["median"] for s, v in personalization.items() if s != "gold"),
+            "aupel_personalization_elo": {s: round(personalization[s]["median"], 1) for s in ranking},
+            "aupel_overall_elo": {s: round(v["median"], 1) for s, v in m["elo"]["overall"].items()},
+            "aupel_seconds": seconds, "aupel_examples": args.aupel_examples}
+
+
+PREFEVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+
+
+def pref_section(args) -> dict:
+    """PREF on the PrefEval dev slice (a seeded sample of ``--pref-examples`` questions): its ablations,
+    the zero-shot letter baseline and GEMBA side by side through ``persetrain meta-eval`` (flip and
+    manipulation probes included), then stage 3's speed from ``choice_probs`` against sampled text.
+
+    The meta-evaluation keeps its engine cache under ``--out``, so a re-run only computes what is
+    missing (its seconds then count cache hits; the speed-up below never uses a cache).
+    """
+    from persetrain.engine import load_engine
+    from persetrain.evaluation import load_examples
+    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.pref import PREF, PREFConfig, score_by_probs, score_by_text
+    from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
+
+    systems = [SystemSpec("pref", "pref", MODEL), SystemSpec("pref_base", "pref", MODEL, {"variant": "base"}),
+               SystemSpec("pref_s1", "pref", MODEL, {"variant": "w/S1"}),
+               SystemSpec("mcq_letter", "mcq-letter", MODEL), SystemSpec("gemba", "gemba", MODEL)]
+    out = args.out / "pref-meta"
+    config = MetaEvalConfig(data=str(PREFEVAL_DEV), out=str(out), systems=systems,
+                            max_examples=args.pref_examples, seed=0)
+    result = meta_evaluate(config)["systems"]
+    figures = {
+        "pref_accuracy": result["pref"]["agreement"]["accuracy"], "pref_mse": result["pref"]["agreement"]["mse"],
+        "pref_ndcg": result["pref"]["agreement"]["ndcg"],
+        "pref_base_accuracy": result["pref_base"]["agreement"]["accuracy"],
+        "pref_s1_accuracy": result["pref_s1"]["agreement"]["accuracy"],
+        "zero_shot_accuracy": result["mcq_letter"]["agreement"]["accuracy"],
+        "gemba_accuracy": result["gemba"]["agreement"]["accuracy"],
+        "pref_base_mse": result["pref_base"]["agreement"]["mse"], "pref_s1_mse": result["pref_s1"]["agreement"]["mse"],
+        "pref_questions": args.pref_examples,
+    }
+    for name in ("pref", "mcq_letter", "gemba"):
+        figures[f"flip_rate_{name}"] = result[name]["flip_rate"]
+        figures[f"manipulation_delta_{name}"] = result[name]["manipulation"]["relative_score_change"]
+        figures[f"manipulation_accuracy_change_{name}"] = result[name]["manipulation"]["accuracy_change"]
+    figures["pref_beats_base_and_zero_shot"] = (figures["pref_accuracy"] > figures["pref_base_accuracy"]
+                                                and figures["pref_accuracy"] > figures["zero_shot_accuracy"])
+
+    # Stage 3 alone, on the same rubrics, with no cache: expected scores vs the sampled JSON list.
+    _, examples = load_examples(config)
+    examples = examples[: args.speed_examples]
+    cached = load_engine(MODEL, cache_path=out / "engine-cache.sqlite")
+    requests = [r.request for r in PREF(PREFConfig()).rubrics(examples, cached)]
+    cached.close()
+    engine = load_engine(MODEL)
+    times = {"choice_probs": [], "text": []}
+    for _ in range(2):
+        for mode, run in (("choice_probs", lambda: score_by_probs(engine, examples, requests)),
+                          ("text", lambda: score_by_text(engine, examples, requests, PREFConfig()))):
+            start = time.perf_counter()
+            run()
+            times[mode].append((time.perf_counter() - start) / len(examples))
+    figures["pref_stage3_seconds_per_question"] = min(times["choice_probs"])
+    figures["pref_stage3_seconds_per_question_text"] = min(times["text"])
+    figures["pref_choice_probs_speedup"] = min(times["text"]) / min(times["choice_probs"])
+    return figures
+
+
+#: Section name -> function(args) -> figures. Other evaluators' helpers add their sections here.
+SECTIONS: dict[str, Callable] = {"elo": elo_section, "expert": expert_section, "aupel": aupel_section,
+                                 "pref": pref_section}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-evaluators"))
+    parser.add_argument("--expert-examples", type=int, default=2)
+    parser.add_argument("--aupel-examples", type=int, default=6)
+    parser.add_argument("--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF")
+    parser.add_argument("--speed-examples", type=int, default=4, help="questions timed for the stage-3 speed-up")
+    parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
+    args = parser.parse_args()
+    figures: dict = {}
+    for name, section in SECTIONS.items():
+        if args.only and name not in args.only:
+            continue
+        found = section(args)
+        print(f"{name}: {json.dumps(found)}", flush=True)
+        figures.update(found)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
