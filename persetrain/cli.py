@@ -388,6 +388,37 @@ def evaluate(
         _fail(err)
 
 
+@app.command("meta-eval")
+def meta_eval(
+    data: Annotated[Path, typer.Option(help="A labelled dataset (any layout `evaluate` reads).")],
+    out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics, plots and the report.")],
+    system: Annotated[list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR "
+                                                          "(repeatable).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE for every system whose evaluator "
+                                                                  "has that option (repeatable).")] = None,
+    probe: Annotated[list[str] | None, typer.Option(help="Robustness probe: flip, manipulation (repeatable; "
+                                                         "default both).")] = None,
+    split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
+    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
+    backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
+    base_url: BaseUrlOpt = None,
+) -> None:
+    """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation."""
+    from persetrain.evaluation import apply_options
+    from persetrain.evaluators.base import SystemSpec
+    from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
+
+    try:
+        systems = [SystemSpec.parse(s) for s in system or []]
+        apply_options(systems, _options(set_))
+        meta_evaluate(MetaEvalConfig(data=str(data), out=str(out), systems=systems, split=split,
+                                     max_examples=max_examples, seed=seed, backend=backend, base_url=base_url,
+                                     probes=list(probe or PROBES)))
+    except (InputError, ModelSpecError, ValueError) as err:
+        _fail(err)
+
+
 @app.command("evaluators")
 def evaluators_cmd() -> None:
     """List the registered evaluators, the task kinds each judges and its options."""

@@ -17,9 +17,17 @@ from pydantic import BaseModel
 
 from persetrain.metrics import correlations, pairwise_accuracy
 from persetrain.metrics.expert import per_target_means
+from persetrain.metrics.mcq import mcq_metrics
 from persetrain.metrics.parl import parl_metrics, runs_from_checks
 from persetrain.report import pairwise_report, scalar_report
-from persetrain.schema import Judgment, PairwiseExample, ReferenceExample, RubricExample, ScalarExample
+from persetrain.schema import (
+    Judgment,
+    McqExample,
+    PairwiseExample,
+    ReferenceExample,
+    RubricExample,
+    ScalarExample,
+)
 
 Metrics = Callable[[Sequence, list[Judgment]], dict]
 Report = Callable[[Path, Sequence, Mapping[str, list[Judgment]], Mapping[str, dict]], dict[str, str]]
@@ -90,6 +98,16 @@ def reference_report(out: Path, examples: Sequence[ReferenceExample], judgments:
 
 
 register_task(TaskKind("reference", ReferenceExample, reference_metrics, reference_report))
+
+
+def mcq_metrics_of(examples: Sequence[McqExample], judgments: list[Judgment]) -> dict:
+    """Accuracy, MSE and nDCG (PREF Table 2) of the per-option 0..10 scores in ``details["scores"]``."""
+    scores = [(j.details or {}).get("scores") if j is not None and j.parsed else None
+              for j in by_example(examples, judgments)]
+    return mcq_metrics(scores, [ex.gold for ex in examples], [len(ex.options) for ex in examples])
+
+
+register_task(TaskKind("mcq", McqExample, mcq_metrics_of))
 
 
 def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment]) -> dict:

@@ -42,6 +42,17 @@ def is_correct(scores: Scores, gold: int) -> bool:
     return all(scores[gold] > s for k, s in enumerate(scores) if k != gold)
 
 
+def strict_argmax(scores: Scores) -> int | None:
+    """The index of the strictly highest score; None when the top is tied or there are no scores.
+
+    A judge's "choice" among options: a tie at the top is no choice (and never a correct one).
+    """
+    if not scores:
+        return None
+    best = max(range(len(scores)), key=scores.__getitem__)
+    return best if is_correct(scores, best) else None
+
+
 def squared_error(scores: Sequence[float], gold: int) -> float:
     """Mean over the options of (score - ideal)^2, ideal = 10 for gold and 0 otherwise."""
     ideal = [GOLD_SCORE if k == gold else DISTRACTOR_SCORE for k in range(len(scores))]

@@ -24,7 +24,7 @@ LETTERS = "ABCDEFGHIJ"
 #: Stage 2 keys that the preference stage adds start with this prefix (the paper's convention).
 ADDED_PREFIX = "preh_"
 #: Bounds that keep small models from looping inside a JSON object.
-MAX_FACTORS, MAX_ADDED, KEY_CHARS, DESCRIPTION_CHARS = 8, 3, 30, 160
+MAX_FACTORS, MAX_ADDED, KEY_CHARS, DESCRIPTION_CHARS = 6, 3, 30, 100
 
 COVERAGE = register(PromptTemplate(
     method="pref",

@@ -1,0 +1,276 @@
+"""PREF: a personalised, reference-free judge built from a two-stage rubric (pref.txt, Algorithm 1).
+
+1. Coverage: from the question alone, what makes a good answer, as ``{keyword: sentence}``. It
+   does not depend on the user, so it is computed once per distinct question and reused.
+2. User alignment: given the question, those factors and the user's preference, a weight 0..10
+   for every factor plus the factors the preference needs that coverage missed (``preh_`` keys).
+3. Scoring: given the question, the preference, the weighted factors and all candidate answers,
+   a 0..10 score per candidate.
+
+Every stage answers in JSON under structured output, at temperature 0 (the paper's setting). By
+default stage 3 reads each candidate's score as the expected value of ``choice_probs`` over
+"0".."10" after a prefix that restates the candidate - deterministic, never unparsable, and one
+forward pass per candidate; ``scoring="text"`` samples the paper's JSON list of scores instead.
+``variant`` selects the paper's ablations: ``base`` scores with no guideline, ``w/S1`` with the
+coverage factors only. Output that cannot be read is retried ``max_retries`` times with sampling;
+what still fails is kept as an unparsed judgment (or, for stages 1-2, recorded in ``details``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
+from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.metrics.mcq import strict_argmax
+from persetrain.prompts.pref import (
+    ADDED_PREFIX,
+    SCORE_CHOICES,
+    SCORE_MAX,
+    SCORE_MIN,
+    alignment_request,
+    alignment_schema,
+    coverage_request,
+    coverage_schema,
+    factor_lines,
+    score_prefix,
+    score_request,
+    scores_schema,
+)
+from persetrain.schema import Judgment, McqExample
+
+Variant = Literal["full", "w/S1", "base"]
+
+
+@dataclass
+class PREFConfig(EvaluatorConfig):
+    #: ``full`` (coverage + user alignment), ``w/S1`` (coverage only) or ``base`` (no guideline).
+    variant: Variant = "full"
+    #: Stage 3 from ``choice_probs`` (expected 0..10 score per candidate) or from sampled JSON ``text``.
+    scoring: Literal["choice_probs", "text"] = "choice_probs"
+    #: Token budget of each JSON answer (stages 1-2, and stage 3 with ``scoring="text"``).
+    max_new_tokens: int = 256
+    #: Extra attempts, with sampling, for an answer that does not parse; then it is kept as unparsed.
+    max_retries: int = 2
+    #: Sampling temperature of the retries (the first attempt is greedy).
+    retry_temperature: float = 0.7
+
+
+def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
+    """Comparing candidates needs at least two; a one-answer list is a data error, not a score."""
+    for ex in examples:
+        if len(ex.options) < 2:
+            raise ValueError(f"{method} compares candidate answers, but example {ex.id!r} has "
+                             f"{len(ex.options)} candidate answer; give at least two")
+
+
+def generate_parsed(engine: Engine, requests: Sequence[ChatRequest], params: Sequence[GenerationParams],
+                    parsers: Sequence[Callable[[str], object | None]], retries: int, temperature: float,
+                    description: str) -> list[tuple[object | None, str, Cost]]:
+    """(parsed value or None, last text, cost of every attempt) per request, retrying what fails.
+
+    ``parsers[i]`` reads request i's text (None: unreadable). Retries sample with a new seed each
+    time (a greedy retry would repeat the same text).
+    """
+    results: list[list] = [[None, "", Cost()] for _ in requests]
+    todo = list(range(len(requests)))
+    for attempt in range(retries + 1):
+        if not todo:
+            break
+        attempt_params = [params[i] if attempt == 0 else params[i].model_copy(
+            update={"temperature": temperature, "seed": attempt}) for i in todo]
+        label = description if attempt == 0 else f"{description} (retry {attempt})"
+        generations = engine.generate([requests[i] for i in todo], attempt_params, description=label)
+        failed = []
+        for i, generation in zip(todo, generations, strict=True):
+            value = parsers[i](generation.text)
+            results[i] = [value, generation.text, results[i][2] + generation.cost]
+            if value is None:
+                failed.append(i)
+        todo = failed
+    return [tuple(r) for r in results]
+
+
+def _json(text: str) -> object | None:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def parse_factors(text: str) -> dict[str, str] | None:
+    obj = _json(text)
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, str) for v in obj.values()):
+        return None
+    return {str(k).strip(): v.strip() for k, v in obj.items()}
+
+
+def parse_weights(keys: Sequence[str]) -> Callable[[str], dict[str, int] | None]:
+    """Stage 2 must weigh every coverage factor; added keys must carry the ``preh_`` prefix."""
+    def parse(text: str) -> dict[str, int] | None:
+        obj = _json(text)
+        if not isinstance(obj, dict) or any(k not in obj for k in keys):
+            return None
+        weights = {}
+        for key, value in obj.items():
+            if key not in keys and not key.startswith(ADDED_PREFIX):
+                return None
+            if not isinstance(value, int) or isinstance(value, bool) or not SCORE_MIN <= value <= SCORE_MAX:
+                return None
+            weights[key] = value
+        return weights
+    return parse
+
+
+def parse_scores(n: int) -> Callable[[str], list[float] | None]:
+    def parse(text: str) -> list[float] | None:
+        obj = _json(text)
+        if (not isinstance(obj, list) or len(obj) != n
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj)
+                or not all(SCORE_MIN <= v <= SCORE_MAX for v in obj)):
+            return None
+        return [float(v) for v in obj]
+    return parse
+
+
+@dataclass
+class Rubric:
+    """What stages 1-2 produced for one example, and the stage-3 request built from it."""
+
+    factors: dict[str, str] | None
+    weights: dict[str, int] | None
+    guideline: str | None
+    request: ChatRequest
+    notes: list[str]
+    cost: Cost
+
+
+@register("pref")
+class PREF(Evaluator):
+    """Scores every candidate answer of a multiple-choice question on 0..10 for the asking user."""
+
+    tasks = ("mcq",)
+    Config = PREFConfig
+
+    def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        config: PREFConfig = self.config
+        rubrics = self.rubrics(examples, engine, context.system)
+        requests = [r.request for r in rubrics]
+        if config.scoring == "choice_probs":
+            scores, raws, stage_costs = score_by_probs(engine, examples, requests, context.system)
+        else:
+            scores, raws, stage_costs = score_by_text(engine, examples, requests, config, context.system)
+        judgments = []
+        for ex, rubric, s, raw, cost in zip(examples, rubrics, scores, raws, stage_costs, strict=True):
+            details = {"variant": config.variant, "scoring": config.scoring, "scores": s,
+                       "factors": rubric.factors, "weights": rubric.weights,
+                       "added": {k: v for k, v in (rubric.weights or {}).items() if k.startswith(ADDED_PREFIX)},
+                       "notes": rubric.notes}
+            best = strict_argmax(s)
+            judgments.append(Judgment(
+                example_id=ex.id, evaluator=context.system, choice=None if best is None else str(best),
+                raw=raw, parsed=s is not None, details=details,
+                explanation=_explain(rubric.guideline, s, rubric.notes), cost=rubric.cost + cost))
+        return judgments
+
+    def rubrics(self, examples: Sequence[McqExample], engine: Engine | None, system: str = "pref") -> list[Rubric]:
+        """Stages 1-2 (as the variant asks) and the stage-3 request of every example."""
+        config: PREFConfig = self.config
+        refuse_single_answer(examples, "PREF")
+        if engine is None:
+            raise ValueError("PREF needs a model")
+        costs = [Cost() for _ in examples]
+        factors: list[dict[str, str] | None] = [None] * len(examples)
+        weights: list[dict[str, int] | None] = [None] * len(examples)
+        notes: list[list[str]] = [[] for _ in examples]
+        if config.variant != "base":
+            factors = self._coverage(engine, examples, costs, notes, system)
+        if config.variant == "full":
+            weights = self._alignment(engine, examples, factors, costs, notes, system)
+        rubrics = []
+        for ex, f, w, n, c in zip(examples, factors, weights, notes, costs, strict=True):
+            guideline = None if config.variant == "base" else factor_lines(f or {}, w)
+            request = score_request(ex.question, ex.preference, ex.options, guideline, weighted=w is not None, id=ex.id)
+            rubrics.append(Rubric(f, w, guideline, request, n, c))
+        return rubrics
+
+    # ------------------------------------------------------------------ stage 1: coverage
+    def _coverage(self, engine, examples, costs, notes, system) -> list[dict[str, str] | None]:
+        """One guideline per distinct question; its cost is booked on the first example asking it."""
+        config: PREFConfig = self.config
+        questions = list(dict.fromkeys(ex.question for ex in examples))
+        params = GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=coverage_schema())
+        found = generate_parsed(engine, [coverage_request(q) for q in questions], [params] * len(questions),
+                                [parse_factors] * len(questions), config.max_retries, config.retry_temperature,
+                                f"{system}: stage 1 (coverage)")
+        by_question = dict(zip(questions, found, strict=True))
+        first = {}
+        for i, ex in enumerate(examples):
+            first.setdefault(ex.question, i)
+        result = []
+        for i, ex in enumerate(examples):
+            value, _, cost = by_question[ex.question]
+            if first[ex.question] == i:
+                costs[i] = costs[i] + cost
+            if value is None:
+                notes[i].append(f"stage 1 unparsed after {config.max_retries} retries: scored without factors")
+            result.append(value)
+        return result
+
+    # ------------------------------------------------------------ stage 2: user alignment
+    def _alignment(self, engine, examples, factors, costs, notes, system) -> list[dict[str, int] | None]:
+        config: PREFConfig = self.config
+        todo = [i for i, f in enumerate(factors) if f]
+        requests = [alignment_request(examples[i].question, factors[i], examples[i].preference, id=examples[i].id)
+                    for i in todo]
+        params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=alignment_schema(list(factors[i])))
+                  for i in todo]
+        found = generate_parsed(engine, requests, params, [parse_weights(list(factors[i])) for i in todo],
+                                config.max_retries, config.retry_temperature, f"{system}: stage 2 (user alignment)")
+        result: list[dict[str, int] | None] = [None] * len(examples)
+        for i, (value, _, cost) in zip(todo, found, strict=True):
+            costs[i] = costs[i] + cost
+            if value is None:
+                notes[i].append(f"stage 2 unparsed after {config.max_retries} retries: factors shown unweighted")
+            result[i] = value
+        return result
+
+
+def _explain(guideline: str | None, scores: list[float] | None, notes: list[str]) -> str:
+    """The rubric the scores came from, then the scores, then anything that went wrong."""
+    parts = [f"Guideline:\n{guideline}" if guideline else "No guideline (direct scoring)."]
+    parts.append("Scores: " + (", ".join(f"{k + 1}: {s:.2f}" for k, s in enumerate(scores)) if scores is not None
+                               else "unreadable"))
+    return "\n".join(parts + notes)
+
+
+def score_by_probs(engine: Engine, examples: Sequence[McqExample], requests: Sequence[ChatRequest],
+                   system: str = "pref") -> tuple[list[list[float]], list[str], list[Cost]]:
+    """Stage 3 from ``choice_probs``: each candidate's expected 0..10 score after a prefix restating it.
+
+    The candidates of one question share the whole prompt, so the engine scores them from one
+    shared prefix; nothing is sampled and nothing can fail to parse.
+    """
+    flat = [request.model_copy(update={"assistant_prefix": score_prefix(k, option)})
+            for ex, request in zip(examples, requests, strict=True) for k, option in enumerate(ex.options)]
+    probs = engine.choice_probs(flat, list(SCORE_CHOICES), description=f"{system}: stage 3 (scores)")
+    scores, costs, start = [], [], 0
+    for ex in examples:
+        mine = probs[start : start + len(ex.options)]
+        start += len(ex.options)
+        scores.append([p.expectation() for p in mine])
+        costs.append(sum((p.cost for p in mine), Cost()))
+    return scores, [""] * len(examples), costs
+
+
+def score_by_text(engine: Engine, examples: Sequence[McqExample], requests: Sequence[ChatRequest],
+                  config: PREFConfig, system: str = "pref") -> tuple[list[list[float] | None], list[str], list[Cost]]:
+    """Stage 3 as the paper runs it: one sampled JSON list of scores per question (greedy, then retries)."""
+    params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=scores_schema(len(ex.options)))
+              for ex in examples]
+    found = generate_parsed(engine, requests, params, [parse_scores(len(ex.options)) for ex in examples],
+                            config.max_retries, config.retry_temperature, f"{system}: stage 3 (scores)")
+    return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
