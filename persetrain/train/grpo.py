@@ -18,8 +18,8 @@ What this module adds to TRL, and why:
   TRL knows nothing about; the judge is any persetrain engine spec.
 - **Unconstrained rollouts**: structured output during rollouts is refused, because the loss needs the
   log-probabilities of the tokens the policy itself would sample.
-- **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` (from the reward's ``log_extra``
-  columns) and the reward's share of each step's time in the metrics: what PARL training is judged by.
+- **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` and the reward's wall time next to
+  each step's in the metrics: what PARL training is judged by.
 - **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
   a final model that ``persetrain.models.load_model`` loads (``merged/`` after LoRA).
 """
@@ -27,7 +27,6 @@ What this module adds to TRL, and why:
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
+from persetrain.console import console
 from persetrain.io import InputError, write_json
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments, resolve_dtype
@@ -88,6 +88,15 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
     )
     dataloader_pin_memory: bool | None = field(
         default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
+    )
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={"help": "Drop training prompts longer than this many tokens (verl's filter_overlong_prompts; "
+                          "TRL itself never truncates a prompt). The paper: 10240."},
+    )
+    verl_train_files: str | None = field(
+        default=None,
+        metadata={"help": "The verl backend's training data: the parquet file `persetrain prepare parl` exports."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["parl-a"],
@@ -160,20 +169,26 @@ def _judge_engine(config: GRPOConfig):
 
 
 def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
-    """The recipe's ``reward_funcs`` as TRL reward functions; one judge engine serves them all."""
+    """The recipe's ``reward_funcs`` as TRL reward functions; one judge engine serves them all.
+
+    A PARL reward appends every sample's reward parts to ``<output_dir>/reward_parts.jsonl`` (one line per
+    completion, in scoring order), so an interrupted run keeps them.
+    """
     engine = None
     funcs: list[Callable] = []
     for name in config.reward_funcs:
-        if name in NAMED_REWARDS:
+        if name in PARL_REWARDS:
+            from persetrain.rewards.parl import RewardConfig
+            from persetrain.rewards.parl_trl import PARLReward
+
             engine = engine or _judge_engine(config)
-            if name == "perse":
-                from persetrain.rewards.perse import perse_reward
+            funcs.append(PARLReward(engine, RewardConfig(variant=name),
+                                    parts_path=Path(config.output_dir) / REWARD_PARTS_FILE))
+        elif name == "perse":
+            from persetrain.rewards.perse import PerSEReward
 
-                funcs.append(perse_reward(engine))
-            else:
-                from persetrain.rewards.parl_trl import parl_reward
-
-                funcs.append(parl_reward(engine, variant=name))
+            engine = engine or _judge_engine(config)
+            funcs.append(PerSEReward(engine))
         elif "." in name:
             module, attr = name.rsplit(".", 1)
             try:
@@ -190,36 +205,17 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
 
 # ------------------------------------------------------------------------------------------- trainer
 class PARLGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` that writes every sample's reward parts to JSONL and times the reward.
+    """``GRPOTrainer`` that logs the reward's wall time per generation batch (``time/reward_s``).
 
-    The reward functions report their parts through TRL's ``log_extra`` (one value per completion per
-    column); TRL keeps only the last batch of them, for its completions table. Here each scored batch is
-    appended to ``<output_dir>/reward_parts.jsonl`` as it is computed, so an interrupted run keeps them,
-    and the reward's wall time goes to the logged metrics as ``time/reward_s`` (next to TRL's ``step_time``).
+    Next to TRL's ``step_time`` it shows what share of a step the judge takes, the cost that decides
+    whether a judge fits a training budget at all.
     """
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         start = time.perf_counter()
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["time/reward_s"].append(time.perf_counter() - start)
-        if mode == "train" and self.accelerator.is_main_process:
-            self._append_reward_parts(completions, rewards)
+        self._metrics["train" if self.model.training else "eval"]["time/reward_s"].append(time.perf_counter() - start)
         return rewards
-
-    def _append_reward_parts(self, completions, rewards: torch.Tensor) -> None:
-        extra = self._pending_extra_logs  # filled by the reward functions' log_extra calls of this batch
-        rows = []
-        for i, completion in enumerate(completions):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            row: dict[str, Any] = {"step": self.state.global_step, "index": i, "completion": text}
-            row.update({name: float(rewards[i, j]) for j, name in enumerate(self.reward_func_names)})
-            row.update({column: values[i] for column, values in extra.items() if i < len(values)})
-            rows.append(row)
-        path = Path(self.args.output_dir) / REWARD_PARTS_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
 
 
 def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
@@ -245,6 +241,22 @@ def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
     return ds
 
 
+def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None) -> Dataset:
+    """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped."""
+    if max_prompt_length is None:
+        return ds
+    encoded = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
+               for p in ds["prompt"]]
+    lengths = [len(e["input_ids"]) for e in encoded]
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
+    if len(keep) < len(ds):
+        console.print(f"dropped {len(ds) - len(keep)} of {len(ds)} prompts longer than max_prompt_length "
+                      f"{max_prompt_length} tokens (longest: {max(lengths)})")
+    if not keep:
+        raise RecipeError(f"max_prompt_length: every prompt is longer than {max_prompt_length} tokens")
+    return ds.select(keep)
+
+
 def build_grpo_trainer(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
@@ -255,7 +267,9 @@ def build_grpo_trainer(
     if "wandb" in (training_args.report_to or []):
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
-    train_dataset = _load_train_split(script_args, seed=training_args.seed)
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
+    train_dataset = _drop_overlong_prompts(_load_train_split(script_args, seed=training_args.seed), tokenizer,
+                                           training_args.max_prompt_length)
     reward_funcs = build_reward_funcs(training_args)
     model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
@@ -275,7 +289,7 @@ def build_grpo_trainer(
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
-        processing_class=load_tokenizer(model_args.model_name_or_path),
+        processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=list(callbacks),
     )

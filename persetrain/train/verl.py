@@ -1,0 +1,231 @@
+"""The verl backend of ``persetrain grpo``: the same recipe as a config for verl's PPO trainer (GRPO).
+
+``persetrain grpo --backend verl --config recipes/parl/<recipe>.yaml [--run]`` writes
+``<output_dir>/verl/<name>.yaml`` and prints (``--run``: runs) ``python -m verl.trainer.main_ppo
+--config-path <dir> --config-name <name>``. The file is a Hydra config on top of verl's own
+``ppo_trainer.yaml`` (found through ``hydra.searchpath: pkg://verl.trainer.config``), so every key verl
+has and the recipe does not set keeps verl's default. This is how the paper trained PARL (8 GPUs,
+FSDP with parameter and optimizer offload, vLLM rollouts); the TRL backend is for everything else.
+
+Written against verl 0.9.x, where the reward settings live under ``reward:``
+(``reward.custom_reward_function.{path,name,reward_kwargs}``, ``reward.reward_manager.name``) and the
+old top-level ``custom_reward_function`` / ``reward_model.reward_manager`` keys of the public PARL
+recipe are ignored without a word. Only per-sample reward managers remain (``naive``, ``dapo``, ...):
+verl calls ``persetrain.rewards.parl_verl.compute_score(data_source=, solution_str=, ground_truth=,
+extra_info=, **reward_kwargs)`` once per rollout.
+
+How the TRL recipe keys become verl's (TRL counts completions per device, verl counts prompts):
+
+===================================  =================================================================
+recipe (TRL ``GRPOConfig``)          verl
+===================================  =================================================================
+num_generations                      actor_rollout_ref.rollout.n
+per_device_train_batch_size x        data.train_batch_size (prompts per generation batch) and
+processes x steps / n                actor.ppo_mini_batch_size (prompts per optimizer step)
+beta, loss_type                      actor.use_kl_loss / kl_loss_coef (kl_loss_type low_var_kl),
+                                     actor.loss_agg_mode (dapo/bnpo: token-mean, grpo:
+                                     seq-mean-token-mean, dr_grpo: seq-mean-token-sum-norm)
+learning_rate, lr_scheduler_type,    actor.optim.lr, lr_scheduler_type (cosine / constant),
+lr_scheduler_kwargs.min_lr_rate      min_lr_ratio
+temperature, top_p, top_k            rollout.temperature, top_p, top_k (TRL's 0 = verl's -1)
+max_prompt_length,                   data.max_prompt_length (overlong prompts filtered),
+max_completion_length                data.max_response_length
+accelerate_config                    trainer.n_gpus_per_node (its num_processes), FSDP param/optimizer
+                                     offload (its DeepSpeed offload devices or fsdp_offload_params)
+===================================  =================================================================
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from persetrain.io import atomic_write
+from persetrain.models import local_weights_dir
+from persetrain.train.configs import ModelConfig, ScriptArguments
+from persetrain.train.grpo import PARL_REWARDS, GRPOConfig, make_parser
+from persetrain.train.recipe import RecipeError
+
+#: verl loads the reward by module path; ``pkg://`` imports the installed module instead of a file copy.
+REWARD_MODULE = "pkg://persetrain.rewards.parl_verl"
+REWARD_FUNCTION = "compute_score"
+#: The venv that ``make verl-env`` builds (verl pins an older transformers than persetrain's main venv).
+VERL_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python"
+
+_LOSS_AGG_MODE = {"dapo": "token-mean", "bnpo": "token-mean", "grpo": "seq-mean-token-mean",
+                  "dr_grpo": "seq-mean-token-sum-norm"}
+
+
+def _accelerate_settings(path: str | None) -> tuple[int, bool]:
+    """(processes, offload) of an accelerate config file; (1, False) without one."""
+    if path is None:
+        return 1, False
+    file = Path(path)
+    if not file.is_file():
+        raise RecipeError(f"accelerate_config: {path} not found")
+    config = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    deepspeed = config.get("deepspeed_config") or {}
+    fsdp = config.get("fsdp_config") or {}
+    offload = (deepspeed.get("offload_param_device", "none") not in (None, "none")
+               or bool(fsdp.get("fsdp_offload_params", False)))
+    return int(config.get("num_processes", 1)), offload
+
+
+def _prompts_per(completions: int, n: int, key: str) -> int:
+    if completions % n:
+        raise RecipeError(f"{key}: {completions} completions is not a whole number of groups of num_generations {n}")
+    return completions // n
+
+
+def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
+                accelerate_config: str | None = None) -> dict[str, Any]:
+    """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe."""
+    rewards = [name for name in training_args.reward_funcs if name in PARL_REWARDS]
+    if len(rewards) != 1 or len(training_args.reward_funcs) != 1:
+        raise RecipeError(f"reward_funcs: the verl backend takes exactly one PARL reward ({', '.join(PARL_REWARDS)}), "
+                          f"got {training_args.reward_funcs}")
+    if training_args.loss_type not in _LOSS_AGG_MODE:
+        raise RecipeError(f"loss_type: verl has no equivalent of '{training_args.loss_type}' "
+                          f"(one of {', '.join(_LOSS_AGG_MODE)})")
+    if training_args.verl_train_files is None:
+        raise RecipeError("verl_train_files is not set: the verl backend reads the parquet export of "
+                          "`persetrain prepare parl`")
+    processes, offload = _accelerate_settings(accelerate_config)
+    n = training_args.num_generations
+    per_step = training_args.per_device_train_batch_size * processes
+    train_batch = _prompts_per(per_step * training_args.steps_per_generation, n, "generation batch")
+    mini_batch = _prompts_per(per_step * training_args.gradient_accumulation_steps, n, "optimizer step batch")
+    scheduler = str(training_args.lr_scheduler_type).removeprefix("SchedulerType.").lower()
+    kwargs = training_args.lr_scheduler_kwargs if isinstance(training_args.lr_scheduler_kwargs, dict) else {}
+    model_path = model_args.model_name_or_path
+    if ":" in model_path or Path(model_path).suffix == ".gguf":  # a persetrain spec verl cannot read
+        model_path = str(local_weights_dir(model_path))
+    report = [r for r in (training_args.report_to or []) if r in ("wandb", "tensorboard", "mlflow")]
+    output_dir = Path(training_args.output_dir).resolve()
+    return {
+        "algorithm": {
+            "adv_estimator": "grpo",
+            "norm_adv_by_std_in_grpo": training_args.scale_rewards != "none",
+            "use_kl_in_reward": False,
+        },
+        "data": {
+            "train_files": training_args.verl_train_files,
+            "val_files": training_args.verl_train_files,  # never read: val_before_train false, test_freq -1
+            "train_batch_size": train_batch,
+            "max_prompt_length": training_args.max_prompt_length,
+            "max_response_length": training_args.max_completion_length,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "seed": training_args.seed,
+        },
+        "actor_rollout_ref": {
+            "model": {
+                "path": model_path,
+                "use_remove_padding": True,
+                "enable_gradient_checkpointing": bool(training_args.gradient_checkpointing),
+            },
+            "actor": {
+                "optim": {
+                    "lr": training_args.learning_rate,
+                    "lr_scheduler_type": "cosine" if "cosine" in scheduler else "constant",
+                    "min_lr_ratio": float(kwargs.get("min_lr_rate", 0.0)),
+                    "lr_warmup_steps_ratio": float(training_args.warmup_ratio or 0.0),
+                    "weight_decay": training_args.weight_decay,
+                },
+                "ppo_mini_batch_size": mini_batch,
+                "ppo_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+                "ppo_epochs": training_args.num_iterations,
+                "clip_ratio_low": training_args.epsilon,
+                "clip_ratio_high": training_args.epsilon_high,
+                "loss_agg_mode": _LOSS_AGG_MODE[training_args.loss_type],
+                "use_kl_loss": training_args.beta > 0,
+                "kl_loss_coef": training_args.beta,
+                "kl_loss_type": "low_var_kl",
+                "entropy_coeff": training_args.entropy_coef,
+                "grad_clip": training_args.max_grad_norm,
+                "fsdp_config": {"param_offload": offload, "optimizer_offload": offload,
+                                "model_dtype": "bf16" if training_args.bf16 else "fp32"},
+            },
+            "rollout": {
+                "name": "vllm",
+                "n": n,
+                "temperature": training_args.temperature,
+                "top_p": training_args.top_p,
+                "top_k": training_args.top_k or -1,
+                "gpu_memory_utilization": training_args.vllm_gpu_memory_utilization,
+                "tensor_model_parallel_size": training_args.vllm_tensor_parallel_size,
+                "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+            },
+            "ref": {
+                "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+                "fsdp_config": {"param_offload": offload},
+            },
+        },
+        "reward": {
+            "reward_manager": {"name": "naive"},
+            "custom_reward_function": {
+                "path": REWARD_MODULE,
+                "name": REWARD_FUNCTION,
+                "reward_kwargs": {
+                    "variant": rewards[0],
+                    "judge_model": training_args.judge_model,
+                    "judge_backend": training_args.judge_backend,
+                    "judge_base_url": training_args.judge_base_url,
+                },
+            },
+        },
+        "trainer": {
+            "project_name": "persetrain",
+            "experiment_name": training_args.run_name or output_dir.name,
+            "logger": ["console", *report],
+            "n_gpus_per_node": processes,
+            "nnodes": 1,
+            "total_epochs": int(training_args.num_train_epochs),
+            "total_training_steps": training_args.max_steps if training_args.max_steps > 0 else None,
+            "save_freq": int(training_args.save_steps) if training_args.save_strategy == "steps" else -1,
+            "default_local_dir": str(output_dir / "verl-checkpoints"),
+            "resume_mode": "auto" if training_args.auto_resume else "disable",
+            "val_before_train": False,
+            "test_freq": -1,
+            "critic_warmup": 0,
+        },
+    }
+
+
+def write_verl_config(config: dict[str, Any], path: Path) -> Path:
+    """Write ``config`` as a Hydra config that extends verl's ``ppo_trainer`` (atomically)."""
+    document = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"],
+                **config}
+    header = ("# Written by `persetrain grpo --backend verl`; run with:\n"
+              f"#   python -m verl.trainer.main_ppo --config-path {path.parent} --config-name {path.stem}\n")
+    with atomic_write(path) as f:
+        f.write(header + yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def verl_command(config_path: Path, python: str | None = None) -> list[str]:
+    """The command that trains with ``config_path``: verl's own entry point."""
+    if python is None:
+        python = str(VERL_VENV_PYTHON) if VERL_VENV_PYTHON.exists() else sys.executable
+    return [python, "-m", "verl.trainer.main_ppo", "--config-path", str(config_path.parent.resolve()),
+            "--config-name", config_path.stem]
+
+
+def main(argv: Sequence[str] | None = None, run: bool = False, python: str | None = None) -> list[str]:
+    """Parse a recipe like the TRL backend does, write the verl config, print (and with ``run``, run) verl."""
+    parser = make_parser()
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    config = verl_config(script_args, training_args, model_args, accelerate_config=parser.accelerate_config)
+    name = Path(parser.recipe_path).stem if parser.recipe_path else "ppo_parl"
+    path = write_verl_config(config, Path(training_args.output_dir) / "verl" / f"{name}.yaml")
+    command = verl_command(path, python)
+    print(shlex.join(command))
+    if run:
+        subprocess.run(command, check=True)
+    return command
