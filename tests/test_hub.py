@@ -1,0 +1,240 @@
+"""``persetrain push`` against a local double of the Hub's HTTP API, and wandb logging offline.
+
+The Hub is the one boundary that cannot exist here, so the test serves exactly the endpoints a push uses
+(create repo, create branch, README metadata check, preupload, commit) on 127.0.0.1 and checks the files
+they received; everything on our side (card, folder, huggingface_hub's client) runs for real.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import uvicorn
+from fastapi import FastAPI, Request
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
+TOKEN = "hf_persetrain_test_token_0123456789"
+
+
+class HubDouble:
+    """The Hub endpoints ``HfApi.create_repo``, ``create_branch`` and ``upload_folder`` call; it records them."""
+
+    def __init__(self):
+        self.repos: dict[str, dict] = {}
+        self.branches: list[tuple[str, str]] = []
+        self.commits: list[dict] = []
+        self.auth: set[str] = set()
+        self.app = FastAPI()
+        app = self.app
+
+        @app.middleware("http")
+        async def record_auth(request: Request, call_next):
+            self.auth.add(request.headers.get("authorization", ""))
+            return await call_next(request)
+
+        @app.post("/api/repos/create")
+        async def create(request: Request):
+            body = await request.json()
+            repo_id = "/".join(filter(None, [body.get("organization"), body["name"]]))
+            self.repos[repo_id] = body
+            prefix = "" if body.get("type", "model") == "model" else f"{body['type']}s/"
+            return {"url": f"{self.url}/{prefix}{repo_id}"}
+
+        @app.post("/api/validate-yaml")
+        async def validate_yaml(request: Request):
+            return {"errors": [], "warnings": []}
+
+        @app.post("/api/{repo_type}s/{namespace}/{name}/branch/{branch}")
+        async def branch(repo_type: str, namespace: str, name: str, branch: str):
+            self.branches.append((f"{namespace}/{name}", branch))
+            return {}
+
+        @app.post("/api/{repo_type}s/{namespace}/{name}/preupload/{revision}")
+        async def preupload(repo_type: str, namespace: str, name: str, revision: str, request: Request):
+            files = (await request.json())["files"]
+            return {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+
+        @app.post("/api/{repo_type}s/{namespace}/{name}/commit/{revision}")
+        async def commit(repo_type: str, namespace: str, name: str, revision: str, request: Request):
+            lines = [json.loads(line) for line in (await request.body()).decode().splitlines() if line]
+            header = next(line["value"] for line in lines if line["key"] == "header")
+            files = {line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                     for line in lines if line["key"] == "file"}
+            self.commits.append({"repo": f"{namespace}/{name}", "type": repo_type, "revision": revision,
+                                 "summary": header["summary"], "files": files})
+            oid = f"{len(self.commits):040x}"
+            return {"commitUrl": f"{self.url}/{namespace}/{name}/commit/{oid}", "commitOid": oid}
+
+    def start(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the Hub double did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def hub():
+    double = HubDouble()
+    double.start()
+    yield double
+    double.stop()
+
+
+def _push(hub: HubDouble | None, tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf-home"),
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    if hub is not None:
+        env["HF_ENDPOINT"] = hub.url
+    if token:
+        env["HF_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "persetrain.cli", "-q", "push", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def adapter_checkpoint(tmp_path_factory, tiny_llama_dir) -> Path:
+    """A PEFT LoRA checkpoint of the tiny LLaMA as a run leaves it: adapter, tokenizer, optimizer state, metrics."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path_factory.mktemp("run") / "checkpoint-2"
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)),
+                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    model.save_pretrained(str(path))
+    AutoTokenizer.from_pretrained(str(tiny_llama_dir)).save_pretrained(str(path))
+    torch.save({"state": {}}, path / "optimizer.pt")
+    (path / "metrics.json").write_text(json.dumps({"kind": "scalar", "n_examples": 48, "systems": {
+        "perse-tiny": {"kendall": 0.426, "spearman": 0.5123, "parse_rate": 1.0},
+        "reviewer-avg": {"kendall": 0.122, "spearman": None, "parse_rate": 1.0}}}))
+    return path
+
+
+def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_checkpoint):
+    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/perse-tiny", "--private",
+                   "--revision", "v1", "--recipe", str(CPU_RECIPE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert TOKEN not in result.stdout + result.stderr
+    assert hub.auth == {f"Bearer {TOKEN}"}
+    assert hub.repos["alice/perse-tiny"]["visibility"] == "private" and hub.branches == [("alice/perse-tiny", "v1")]
+
+    [commit] = hub.commits
+    assert commit["revision"] == "v1" and commit["type"] == "model"
+    files = commit["files"]
+    assert set(files) == {"README.md", "adapter_config.json", "adapter_model.safetensors", "tokenizer.json",
+                          "tokenizer_config.json", "chat_template.jinja", "metrics.json"}  # no optimizer state
+    assert files["adapter_model.safetensors"] == (adapter_checkpoint / "adapter_model.safetensors").read_bytes()
+    card = files["README.md"].decode()
+    assert "library_name: peft" in card and "license: apache-2.0" in card
+    assert "| system | kendall | spearman | parse_rate |" in card
+    assert "| perse-tiny | 0.426 | 0.5123 | 1 |" in card and "| reviewer-avg | 0.122 | – | 1 |" in card
+    assert "accelerate_config: accelerate_configs/cpu.yaml" in card and "arXiv:2310.03304" in card
+    assert f"{commit['repo']}/commit/" in result.stdout
+
+
+def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(hub, tmp_path, adapter_checkpoint,
+                                                                      tiny_llama_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/perse-tiny-merged", "--merge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    received = tmp_path / "received"
+    received.mkdir()
+    for name, data in hub.commits[0]["files"].items():
+        (received / name).write_bytes(data)
+    assert "adapter_config.json" not in hub.commits[0]["files"]
+    assert "library_name: transformers" in (received / "README.md").read_text()
+
+    ids = torch.tensor([[1, 42, 7, 99, 5]])
+    merged = AutoModelForCausalLM.from_pretrained(str(received)).eval()
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)),
+                                        str(adapter_checkpoint)).eval()
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)).eval()
+    with torch.no_grad():
+        expected, got, plain = adapted(ids).logits, merged(ids).logits, base(ids).logits
+    assert torch.allclose(got, expected, atol=1e-4) and not torch.allclose(got, plain, atol=1e-2)
+
+
+def test_push_prepared_dataset_as_parquet(hub, tmp_path, prepared_root):
+    from datasets import load_dataset, load_from_disk
+
+    source = prepared_root / "data" / "perse" / "per_mpst_k3"
+    result = _push(hub, tmp_path, str(source), "--dataset", "--repo-id", "alice/per-mpst-k3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [commit] = hub.commits
+    assert commit["type"] == "dataset" and hub.repos["alice/per-mpst-k3"]["type"] == "dataset"
+    received = tmp_path / "received"
+    for name, data in commit["files"].items():
+        (received / name).parent.mkdir(parents=True, exist_ok=True)
+        (received / name).write_bytes(data)
+    card = (received / "README.md").read_text()
+    assert "path: data/train-00000-of-00001.parquet" in card and "task: scalar" in card and "- synthetic" in card
+    assert "Nothing here is a real review" in card and "## Citation" in card  # prepare's card, kept and extended
+    pushed = load_dataset(str(received))
+    original = load_from_disk(str(source))
+    assert {s: len(pushed[s]) for s in pushed} == {s: len(original[s]) for s in original}
+    assert pushed["train"][0]["completion"] == original["train"][0]["completion"]
+
+
+def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_checkpoint):
+    out = tmp_path / "upload"
+    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out),
+                   token=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert hub.repos == {} and hub.commits == []
+    assert (out / "README.md").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert "dry run:" in result.stdout
+
+
+def test_no_token_and_no_weights_are_one_line_errors(hub, tmp_path, adapter_checkpoint):
+    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", token=None)
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2 and output.startswith("error: no Hugging Face token") and "\n" not in output
+
+    empty = tmp_path / "checkpoint-9"
+    empty.mkdir()
+    (empty / "trainer_state.json").write_text("{}")
+    result = _push(hub, tmp_path, str(empty), "--repo-id", "alice/x")
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2 and "\n" not in output
+    assert output.startswith(f"error: {empty}: no model weights to push")
+    assert hub.commits == []
+
+
+def test_report_to_wandb_logs_offline(tiny_llama_dir, prepared_root, tmp_path):
+    """A recipe's `report_to: wandb` works without a wandb account or network: the run is written offline."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "persetrain.train.sft", "--config", str(CPU_RECIPE),
+         "--model_name_or_path", str(tiny_llama_dir), "--dataset_path",
+         str(prepared_root / "data" / "perse" / "per_mpst_k3"), "--output_dir", str(out), "--max_steps", "2",
+         "--logging_steps", "1", "--report_to", "wandb", "--merge_adapter", "false", "--disable_tqdm", "true",
+         "--save_strategy", "no"],
+        cwd=tmp_path, env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [run_dir] = (out / "wandb").glob("offline-run-*")
+    assert list(run_dir.glob("run-*.wandb"))
