@@ -35,12 +35,9 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def perse_data(tmp_path_factory) -> Path:
-    """Per-MPST as `persetrain prepare` writes it from the synthetic sample (no LLM rewriting)."""
-    root = tmp_path_factory.mktemp("prepared")
-    _persetrain("prepare", "sample", "--out", str(root / "raw"))
-    _persetrain("prepare", "perse", "--raw", str(root / "raw"), "--out", str(root / "perse"), "--no-llm", "--no-probe")
-    return root / "perse" / "per_mpst_k3"
+def perse_data(prepared_root) -> Path:
+    """Per-MPST as `persetrain prepare` writes it from the synthetic sample (conftest's prepared_root)."""
+    return prepared_root / "data" / "perse" / "per_mpst_k3"
 
 
 def _persetrain(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
