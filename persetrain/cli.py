@@ -329,6 +329,36 @@ def sft(ctx: typer.Context) -> None:
         raise typer.Exit(code=result.exit_code)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def grpo(
+    ctx: typer.Context,
+    backend: Annotated[str, typer.Option(help="trl (this process) or verl (write a verl config and print its "
+                                              "command).")] = "trl",
+    run: Annotated[bool, typer.Option(help="With --backend verl: also run verl.trainer.main_ppo.")] = False,
+) -> None:
+    """Train a rubric generator with GRPO: ``persetrain grpo --config recipes/parl/X.yaml [--any_trl_arg value ...]``.
+
+    Same parser and ``main`` as ``python -m persetrain.train.grpo``; every recipe key can be overridden here.
+    """
+    from persetrain.train.recipe import RecipeError
+
+    try:
+        if backend == "verl":
+            from persetrain.train.verl import main as write_verl
+
+            write_verl(list(ctx.args), run=run)
+            return
+        if backend != "trl":
+            raise ValueError(f"--backend {backend!r}: expected trl or verl")
+        from persetrain.train.grpo import run_grpo
+
+        result = run_grpo(list(ctx.args))
+    except (RecipeError, InputError, ModelSpecError) as err:
+        _fail(err)
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
+
+
 def _options(pairs: list[str] | None) -> dict[str, str]:
     options = {}
     for pair in pairs or []:
