@@ -1,0 +1,178 @@
+"""Every shipped recipe runs, and every accelerate / DeepSpeed config is what DeepSpeed and accelerate accept.
+
+Each recipe in ``recipes/`` (recursively) runs for 2 steps through its trainer's own parser and ``main``
+(the ones ``persetrain sft`` / ``python -m persetrain.train.<trainer>`` run), on data written by
+``persetrain prepare`` into a directory laid out like a checkout, with only the model swapped for the
+tiny random LLaMA and what this CPU cannot honour overridden (bf16 weights and mixed precision), plus
+two overrides for speed: no wandb side process (``report_to``) and a 4-row evaluation at the end
+(``max_eval_samples``). A recipe whose dataset path, keys or accelerate config do not fit fails here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from persetrain.train.distributed import (
+    TRAINERS,
+    check_launch_config,
+    read_accelerate_config,
+    read_deepspeed_config,
+    trainer_for_recipe,
+)
+from persetrain.train.recipe import RecipeError
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
+ACCELERATE_CONFIGS = sorted((REPO / "accelerate_configs").glob("*.yaml"))
+DEEPSPEED_CONFIGS = [c for c in ACCELERATE_CONFIGS
+                     if yaml.safe_load(c.read_text()).get("distributed_type") == "DEEPSPEED"]
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+@pytest.fixture
+def restore_environ():
+    """Recipes export their ``env``; keep it out of the other tests."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def prepared(prepared_root):
+    """``prepared_root`` plus the PARL datasets when a recipe trains on them (``data/parl/parl_<task>``)."""
+    if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (prepared_root / "data" / "parl").exists():
+        from typer.testing import CliRunner
+
+        from persetrain.cli import app
+
+        data = prepared_root / "data"
+        result = CliRunner().invoke(app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"),
+                                          "--out", str(data / "parl")])
+        assert result.exit_code == 0, result.output
+    return prepared_root
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=_id)
+def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monkeypatch, restore_environ):
+    assert check_launch_config(recipe, root=REPO) == []
+    trainer = trainer_for_recipe(recipe)
+    module = importlib.import_module(TRAINERS[trainer])
+    monkeypatch.chdir(prepared)  # the recipe's relative dataset_path, as in a checkout after `prepare`
+    out = tmp_path / "out"
+    overrides = ["--model_name_or_path", str(tiny_llama_dir), "--output_dir", str(out), "--max_steps", "2",
+                 "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "true",
+                 "--max_eval_samples", "4"]
+    if not torch.cuda.is_available():
+        overrides += ["--bf16", "false", "--fp16", "false", "--dtype", "float32"]
+    result = module.main(*module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides]))
+    assert result.global_step == 2
+    losses = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+              if r["event"] == "log" and "loss" in r]
+    assert len(losses) == 2 and all(loss == loss and loss > 0 for loss in losses)  # finite, labelled tokens
+    assert (Path(result.model_dir) / "config.json").is_file()
+
+
+def test_a_missing_dataset_names_the_key_and_the_prepare_command(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    monkeypatch.chdir(tmp_path)  # no data/ here
+    recipe = REPO / "recipes" / "perse" / "llama2-13b-chat_per-doc.yaml"
+    result = CliRunner().invoke(app, ["sft", "--config", str(recipe), "--bf16", "false"])
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "data/perse/per_doc" in message and "'dataset_path'" in message
+    assert "persetrain prepare perse --raw RAW --out data/perse" in message
+
+
+def test_trainer_is_detected_from_the_keys(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("packing: true\nlearning_rate: 1.0e-4\naccelerate_config: accelerate_configs/cpu.yaml\n")
+    assert trainer_for_recipe(recipe) == "sft"
+    recipe.write_text("no_such_key: 1\n")
+    with pytest.raises(RecipeError, match="no trainer knows all its keys"):
+        trainer_for_recipe(recipe)
+
+
+# ------------------------------------------------------------------------------------ launch configs
+
+
+@pytest.mark.parametrize("config", ACCELERATE_CONFIGS, ids=_id)
+def test_accelerate_config_loads(config):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    loaded = ClusterConfig.from_yaml_file(str(config))
+    assert loaded.num_processes == (1 if config.stem in {"cpu", "single_gpu"} else 8)
+    assert loaded.use_cpu == (config.stem == "cpu")
+
+
+def test_the_shipped_configs_cover_every_setup():
+    kinds = {yaml.safe_load(c.read_text())["distributed_type"] for c in ACCELERATE_CONFIGS}
+    assert kinds == {"NO", "MULTI_GPU", "DEEPSPEED", "FSDP"}
+    assert {c.stem for c in DEEPSPEED_CONFIGS} == {"deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_offload"}
+
+
+@pytest.mark.parametrize("config", DEEPSPEED_CONFIGS, ids=_id)
+def test_deepspeed_json_is_accepted_by_deepspeed(config):
+    """The JSON, with its "auto" values filled from a recipe as transformers fills them, parses in
+    DeepSpeed's own config class, and its ZeRO stage / offload are what the accelerate config says."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    from persetrain.train.sft import make_parser
+
+    accelerate = read_accelerate_config(config)
+    _, ds = read_deepspeed_config(accelerate, REPO)
+    _, training, _ = make_parser().parse_args_and_config(
+        ["--config", str(REPO / "recipes" / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"), "--bf16", "false",
+         "--output_dir", "unused"])
+    filled = HfTrainerDeepSpeedConfig(ds)
+    filled.trainer_config_process(training)
+    llama_7b = SimpleNamespace(config=SimpleNamespace(hidden_size=4096))  # the bucket sizes scale with it
+    filled.trainer_config_finalize(training, model=llama_7b, num_training_steps=100)
+    parsed = DeepSpeedConfig(filled.config)
+    stage = 3 if "zero3" in config.stem else 2
+    assert parsed.zero_optimization_stage == stage
+    assert parsed.train_micro_batch_size_per_gpu == training.per_device_train_batch_size
+    offload = parsed.zero_config.offload_optimizer
+    assert (offload is not None and offload.device == "cpu") == config.stem.endswith("offload")
+    assert bool(accelerate["deepspeed_config"]["zero3_init_flag"]) == (stage == 3)
+
+
+def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path):
+    (tmp_path / "accelerate_configs" / "deepspeed").mkdir(parents=True)
+    ds = json.loads((REPO / "accelerate_configs" / "deepspeed" / "zero3.json").read_text())
+    ds["zero_optimization"]["stage"] = 2  # a "zero3" file that is not
+    ds["train_micro_batch_size_per_gpu"] = 8
+    (tmp_path / "accelerate_configs" / "deepspeed" / "zero3.json").write_text(json.dumps(ds))
+    accelerate = yaml.safe_load((REPO / "accelerate_configs" / "deepspeed_zero3_offload.yaml").read_text())
+    accelerate["deepspeed_config"]["deepspeed_config_file"] = "accelerate_configs/deepspeed/zero3.json"
+    accelerate["deepspeed_config"]["zero_stage"] = 3
+    (tmp_path / "accelerate_configs" / "deepspeed_zero3_offload.yaml").write_text(yaml.safe_dump(accelerate))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("accelerate_config: accelerate_configs/deepspeed_zero3_offload.yaml\nbf16: true\n"
+                      "per_device_train_batch_size: 4\n")
+    problems = "\n".join(check_launch_config(recipe, root=tmp_path))
+    assert "'zero_stage' is set in the accelerate config" in problems
+    assert "zero3_init_flag True does not fit ZeRO stage 2" in problems
+    assert "named for ZeRO-3 but zero3.json sets stage 2" in problems
+    assert "named for offload but zero3.json offloads nothing" in problems
+    assert "train_micro_batch_size_per_gpu 8, the recipe per_device_train_batch_size 4" in problems
+
+    recipe.write_text("accelerate_config: accelerate_configs/cpu.yaml\n")
+    assert "does not exist" in check_launch_config(recipe, root=tmp_path)[0]
+    recipe.write_text("bf16: true\n")
+    assert "no 'accelerate_config' key" in check_launch_config(recipe, root=tmp_path)[0]
