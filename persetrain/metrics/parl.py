@@ -66,7 +66,7 @@ def paired_t_test(run: Run, target: str) -> dict[str, float | None]:
     """t and one-sided p of "``gt`` is satisfied all-or-nothing more often than ``target``", paired by user."""
     pairs = [(float(all(user[GT])), float(all(user[target])))
              for user in _covered(run) if GT in user and target in user]
-    if len(pairs) < 2:
+    if len(pairs) < 2 or len({a - b for a, b in pairs}) == 1:  # no variance of the differences: no t
         return {"t": None, "p": None, "n": len(pairs)}
     result = stats.ttest_rel([a for a, _ in pairs], [b for _, b in pairs], alternative="greater")
     t, p = float(result.statistic), float(result.pvalue)
