@@ -311,6 +311,38 @@ def rubrics_induce(
     console.print(f"[green]wrote[/green] rubrics of {len(examples)} users x {runs} run(s) -> {written}")
 
 
+@rubrics_app.command("warmstart-data")
+def rubrics_warmstart_data(
+    data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
+    out: Annotated[Path, typer.Option(help="Output: an SFT dataset (prompt / completion) for `persetrain sft`.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    judge_model: Annotated[str | None, typer.Option(help="Judge model spec; default: --model.")] = None,
+    split: str = "train",
+    runs: Annotated[int, typer.Option(help="Induction runs per user (seeds seed, seed+1, ...).")] = 1,
+    temperature: float = 0.6,
+    max_new_tokens: int = 384,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> None:
+    """SFT data for GRPO's warm start: the model's own structured-output rubric sets that pass validation."""
+    from persetrain.data import load_dataset
+    from persetrain.evaluators.parl import PARLConfig
+    from persetrain.train.warmstart import write_warmstart_data
+
+    try:
+        task, examples = load_dataset(data, split)
+        if task.name != "rubric":
+            raise ValueError(f"{data} is a {task.name!r} dataset; warmstart-data needs one `prepare parl` wrote")
+        examples = examples[:max_examples] if max_examples else examples
+        config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
+        engine = _engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
+        counts = write_warmstart_data(engine, examples, out, config, seed=seed)
+    except (InputError, ModelSpecError, ValueError) as err:
+        _fail(err)
+    console.print(f"[green]wrote[/green] {counts['valid']} rubric sets -> {out} (valid share "
+                  f"{counts['valid_share']:.2f} of {counts['sets']} induced under structured output)")
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft(ctx: typer.Context) -> None:
     """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.

@@ -133,7 +133,7 @@ def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_a
             "model": {
                 "path": model_path,
                 "use_remove_padding": True,
-                "enable_gradient_checkpointing": bool(training_args.gradient_checkpointing),
+                "enable_gradient_checkpointing": bool(training_args.activation_checkpointing),
             },
             "actor": {
                 "optim": {

@@ -1,0 +1,72 @@
+"""Warm-start data for PARL's GRPO: rubric sets the policy itself induced under structured output.
+
+Why: GRPO learns only from differences between the rewards of one prompt's rollouts. A small policy
+(the embedded 135M model) almost never writes a JSON array of 2..10 ``{"rule"}`` objects unaided, so
+every rollout of a group gets 0.0 and the advantage is zero everywhere: no learning signal. Under
+structured output the same model does write well-formed sets; the ones whose rules also pass the
+consistency validation (p(yes) > τ on every history item, judged by the reward's judge) are what a
+good rollout looks like. SFT on them (``persetrain sft``) teaches the format and the kind of rule
+that survives validation, and GRPO starts from there.
+
+``persetrain rubrics warmstart-data --data data/parl/parl_amazon --out data/parl/warmstart_amazon``
+writes a ``DatasetDict`` in TRL's conversational prompt-completion format: the GRPO prompt (the
+induction prompt) and, as the completion, the set's valid rules as one compact JSON array. Induction
+and validation are the ``parl`` evaluator's (``persetrain.evaluators.parl.induce``), so the data
+follows the same parsing limits and threshold as the reward.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from persetrain.evaluators.parl import PARLConfig, induce
+from persetrain.io import write_json
+from persetrain.prompts.parl import MIN_RULES, induction_messages
+from persetrain.schema import RubricExample
+
+
+def warmstart_rows(engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int = 0,
+                   judge_engine=None) -> tuple[list[dict], dict]:
+    """SFT rows from every run's rubric sets that keep at least ``MIN_RULES`` valid rules, and counts."""
+    rows: list[dict] = []
+    counts = {"sets": 0, "parsed": 0, "valid": 0}
+    for run in range(config.runs):
+        for user in induce(engine, examples, config, seed + run, judge_engine):
+            counts["sets"] += 1
+            counts["parsed"] += int(user.parsed)
+            kept = [r for r, ok in zip(user.rules, user.valid(config.tau), strict=True) if ok]
+            if len(kept) < MIN_RULES:
+                continue
+            counts["valid"] += 1
+            ex = user.example
+            rows.append({
+                "prompt": induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history]),
+                "completion": [{"role": "assistant",
+                                "content": json.dumps([{"rule": r} for r in kept], ensure_ascii=False)}],
+                "id": ex.id, "run": run,
+            })
+    return rows, counts
+
+
+def write_warmstart_data(engine, examples: Sequence[RubricExample], out_dir: Path, config: PARLConfig,
+                         seed: int = 0, judge_engine=None) -> dict:
+    """Write the warm-start dataset (train split) atomically; return the counts (also in ``build_info.json``)."""
+    from datasets import Dataset, DatasetDict
+
+    rows, counts = warmstart_rows(engine, examples, config, seed, judge_engine)
+    if not rows:
+        raise ValueError(f"no rubric set of {counts['sets']} passed validation ({counts['parsed']} parsed): nothing "
+                         "to warm-start from; try more --runs or a larger --max-new-tokens")
+    counts["valid_share"] = counts["valid"] / counts["sets"]
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
+    write_json(tmp / "build_info.json", {"task": "warmstart", "structured": config.structured, "runs": config.runs,
+                                         "tau": config.tau, "seed": seed, **counts})
+    if out_dir.exists():
+        import shutil
+
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return counts
