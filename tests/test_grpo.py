@@ -1,0 +1,105 @@
+"""GRPO (``persetrain grpo``): two-step runs on a tiny LLaMA with the PARL and the PerSE-judge rewards,
+and the recipe errors a user can hit.
+
+The tiny random policy writes no valid rubric, so the PARL run scores every completion 0.0 (counted as
+unparsable); the reward math and the batched judge are covered in ``test_parl_reward.py``. What is
+checked here is the wiring: TRL calls the reward with the dataset's columns, the reward parts reach
+``reward_parts.jsonl`` and the metrics, and the run directory is the one ``persetrain sft`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from datasets import Dataset, DatasetDict
+
+from data_prep.parl import prepare_parl
+from data_prep.parl_synthetic import write_parl_sample
+from persetrain.models import load_model
+from persetrain.train.grpo import REWARD_PARTS_FILE, make_parser, run_grpo
+from persetrain.train.recipe import RecipeError
+from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def parl_news(tmp_path_factory) -> Path:
+    """The sample data's news task as `persetrain prepare parl` writes it (headlines: the shortest texts)."""
+    root = tmp_path_factory.mktemp("parl")
+    write_parl_sample(root / "raw", seed=0)
+    prepare_parl(root / "raw", root / "data", tasks=("news",))
+    return root / "data" / "parl_news"
+
+
+def _argv(model_dir: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["--model_name_or_path", str(model_dir), "--judge_model", str(model_dir), "--dataset_path", str(data_dir),
+            "--output_dir", str(out), "--report_to", "none", "--logging_steps", "1", "--disable_tqdm", "true",
+            "--activation_checkpointing", "false", "--save_strategy", "no", "--max_steps", "2",
+            "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "12",
+            "--beta", "0.001", *extra]
+
+
+def _log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
+
+
+def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
+    out = tmp_path / "run"
+    result = run_grpo(_argv(tiny_llama_dir, parl_news, out, "--reward_funcs", "parl-a", "--max_train_samples", "4"))
+    assert result.global_step == 2 and result.exit_code == 0
+    parts = [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines()]
+    assert len(parts) == 2 * 4  # every completion of both generation batches
+    assert {p["variant"] for p in parts} == {"parl-a"}
+    assert all(p["reward"] in (0.0, 0.1) or p["valid_rules"] >= 2 for p in parts)
+    steps = [r for r in _log(out) if r["event"] == "log" and "loss" in r]
+    assert len(steps) == 2
+    for record in steps:
+        assert 0.0 <= record["parl/valid_share"] <= 1.0
+        assert record["time/reward_s"] > 0 and record["step_time"] >= record["time/reward_s"]
+        assert "rewards/parl_a/mean" in record
+    resolved = json.loads((out / RESOLVED_CONFIG_FILE).read_text())
+    assert resolved["training"]["bf16"] is False  # the hardware's choice on a CPU, not TRL's bf16=True
+    assert resolved["training"]["loss_type"] == "dapo" and resolved["training"]["beta"] == 0.001
+    load_model(str(out))  # the final policy loads like any persetrain model
+
+
+def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
+    """A generator trained against a PerSE judge: the reward is the judge's expected 1-10 score."""
+    profile = [{"plot_id": f"p{j}", "plot": f"A quiet story number {j} about a lighthouse keeper.",
+                "review": "Slow but moving.", "score": 3 + j} for j in range(2)]
+    rows = [{"prompt": [{"role": "user", "content": f"Write a short plot the reviewer r{i} would love."}],
+             "id": f"q{i}", "reviewer_id": f"r{i}", "profile": profile, "score_max": 10} for i in range(4)]
+    data = tmp_path / "perse"
+    DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(data))
+    out = tmp_path / "run"
+    result = run_grpo(_argv(tiny_llama_dir, data, out, "--reward_funcs", "perse"))
+    assert result.global_step == 2
+    steps = [r for r in _log(out) if r["event"] == "log" and "loss" in r]
+    assert all(1.0 <= r["rewards/perse_expected_score/mean"] <= 10.0 for r in steps)
+
+
+def test_num_generations_must_divide_the_generation_batch(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("num_generations: 3\nper_device_train_batch_size: 4\noutput_dir: runs/x\n")
+    with pytest.raises(RecipeError) as err:
+        make_parser().parse_args_and_config(["--config", str(recipe)])
+    message = str(err.value)
+    assert str(recipe) in message and "num_generations (3)" in message and "per_device_train_batch_size 4" in message
+
+
+def test_structured_output_during_rollouts_is_refused():
+    with pytest.raises(RecipeError, match="vllm_structured_outputs_regex"):
+        make_parser().parse_args_and_config(["--vllm_structured_outputs_regex", r"\[.*\]", "--output_dir", "x"])
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "parl").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_recipes_parse(recipe):
+    """Every recipe's keys are known and its batch holds whole groups (on the 8 processes it names)."""
+    parser = make_parser()
+    _, training, model = parser.parse_args_and_config(["--config", str(recipe), "--bf16", "false",
+                                                       "--use_vllm", "false"])
+    assert parser.accelerate_config and (REPO / parser.accelerate_config).is_file()
+    assert training.reward_funcs and model.model_name_or_path
