@@ -105,7 +105,7 @@ def test_recipe_runs_as_a_batch_job(cluster, tmp_path, tiny_llama_dir, perse_dat
 
 def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, tiny_llama_dir, perse_data):
     # No periodic checkpoint: the one the run resumes from can only come from the signal.
-    job = _submit(cluster, tmp_path, tiny_llama_dir, perse_data, "--max_steps", "40", "--save_steps", "1000")
+    job = _submit(cluster, tmp_path, tiny_llama_dir, perse_data, "--max_steps", "20", "--save_steps", "1000")
     run = tmp_path / "run"
     deadline = time.monotonic() + 300
     while not any(r["event"] == "log" for r in _records(run)):  # training has started
@@ -128,9 +128,9 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, tiny_llama_dir
     begins = [r["step"] for r in records if r["event"] == "train_begin"]
     assert len(begins) == 2 and begins[0] == 0
     saved = begins[1]
-    assert 0 < saved < 40  # resumed where the signal stopped it, not from scratch, not after the end
+    assert 0 < saved < 20  # resumed where the signal stopped it, not from scratch, not after the end
     steps = [r["step"] for r in records if r["event"] == "log" and "loss" in r]
-    assert steps == list(range(1, 41))  # every step once: nothing retrained, nothing skipped
+    assert steps == list(range(1, 21))  # every step once: nothing retrained, nothing skipped
     config = json.loads((run / "resolved_config.json").read_text())
     assert Path(config["resume_from_checkpoint"]).name == f"checkpoint-{saved}"
     log = Path(info["StdOut"]).read_text()
