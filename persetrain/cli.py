@@ -559,7 +559,8 @@ def launch(
                 cpus_per_task=cpus_per_task, mem=mem, time=time, log_dir=log_dir, env_activate=env_activate,
                 signal_seconds=signal_seconds, template=template)
             plan = slurm_jobs.plan_slurm(config, options, accelerate_config=accelerate_config,
-                                         num_processes=num_processes, trainer=trainer, overrides=ctx.args)
+                                         num_processes=num_processes, trainer=trainer, overrides=ctx.args,
+                                         check_data=not dry_run)
             for note in plan.notes:
                 typer.echo(f"note: {note}")
             script = slurm_jobs.write_script(slurm_jobs.render_sbatch(plan, options), options,
@@ -572,7 +573,7 @@ def launch(
                        f"and `persetrain launch --logs {job}`")
             return
         plan = plan_launch(config, accelerate_config=accelerate_config, num_processes=num_processes,
-                           trainer=trainer, overrides=ctx.args)
+                           trainer=trainer, overrides=ctx.args, check_data=not dry_run)
         command = local_command(plan)
         for note in command.notes:
             typer.echo(f"note: {note}")
