@@ -34,14 +34,14 @@ def _persetrain(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: p.name)
 def test_every_recipe_names_an_accelerate_config_that_launches(recipe):
-    plan = plan_launch(recipe, cpu=False)
+    plan = plan_launch(recipe, cpu=False, check_data=False)
     command = local_command(plan)
     assert command.argv[:4] == ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
     assert command.argv[-4:] == ["-m", f"persetrain.train.{plan.trainer}", "--config", str(recipe)]
 
 
 def test_cpu_recipe_command_and_overrides():
-    plan = plan_launch(CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"])
+    plan = plan_launch(CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"], check_data=False)
     assert local_command(plan).shell() == (
         "accelerate launch --config_file accelerate_configs/cpu.yaml -m persetrain.train.sft "
         "--config recipes/perse/cpu_smollm2_per-mpst-k3.yaml --max_steps 3")
@@ -56,11 +56,11 @@ def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp
 
 
 def test_world_size_that_does_not_divide_the_batch_is_refused():
-    plan = plan_launch(ZERO3_RECIPE, num_processes=4)  # 32 = 4 x 4 x 2
+    plan = plan_launch(ZERO3_RECIPE, num_processes=4, check_data=False)  # 32 = 4 x 4 x 2
     assert plan.overrides == ["--gradient_accumulation_steps", "2"]
     with pytest.raises(LaunchError, match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
                                           r"size 4 x gradient_accumulation_steps 1 x 8 processes of .*deepspeed_zero3"):
-        plan_launch(ZERO3_RECIPE, num_processes=3)
+        plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False)
 
 
 def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
@@ -74,6 +74,15 @@ def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
         plan_launch(_recipe(tmp_path, "cpu.yaml", deepspeed=str(ds)))
     with pytest.raises(InputError, match=r"missing.json: no such DeepSpeed config file"):
         plan_launch(_recipe(tmp_path, "gone.yaml", accelerate_config=zero3, deepspeed=str(tmp_path / "missing.json")))
+
+
+def test_missing_dataset_is_refused_before_any_process_starts(tmp_path):
+    recipe = _recipe(tmp_path, dataset_path=str(tmp_path / "data/perse/per_mpst_k3"))
+    with pytest.raises(LaunchError, match=r"recipe key 'dataset_path' names .*per_mpst_k3, which does not exist; "
+                                          r"write it with `persetrain prepare` \(e.g. persetrain prepare perse"):
+        plan_launch(recipe)
+    assert plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)]).overrides == ["--dataset_path",
+                                                                                            str(tmp_path)]
 
 
 def test_missing_files_are_one_line_errors(tmp_path):
@@ -95,7 +104,7 @@ def _bash_syntax_ok(script: str, tmp_path: Path) -> None:
 
 def test_single_node_sbatch(tmp_path):
     options = SlurmOptions(partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs")
-    script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"]), options)
+    script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"], check_data=False), options)
     _bash_syntax_ok(script, tmp_path)
     for line in ("#SBATCH --partition=cpu", "#SBATCH --nodes=1", "#SBATCH --time=01:00:00", "#SBATCH --mem=16G",
                  "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", f"#SBATCH --output={tmp_path}/logs/%x-%j.out",
@@ -126,7 +135,7 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
 
     # A world that the recipe's batch cannot be split over is refused before anything is written.
     with pytest.raises(LaunchError, match="16 processes do not divide the global batch 32"):
-        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=2))
+        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=2), check_data=False)
 
 
 def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):

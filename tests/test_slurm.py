@@ -137,14 +137,15 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, tiny_llama_dir
     assert "USR1" in log and f"persetrain: job {job} (restart 1)" in log
 
 
-def test_unknown_partition_and_missing_sbatch_are_one_line_errors(cluster, tmp_path):
+def test_unknown_partition_and_missing_sbatch_are_one_line_errors(cluster, tmp_path, perse_data):
     args = ["launch", "--slurm", "--config", RECIPE, "--log-dir", str(tmp_path)]
-    result = _persetrain(*args, "--partition", "gpu-h100", env=cluster.env, check=False)
+    result = _persetrain(*args, "--partition", "gpu-h100", "--", "--dataset_path", str(perse_data), env=cluster.env,
+                         check=False)
     assert result.returncode == 2
     assert (result.stdout + result.stderr).strip() == (
         f"error: unknown Slurm partition 'gpu-h100' (this cluster has: {PARTITION})")
 
     no_slurm = {**cluster.env, "PATH": str(Path(sys.executable).parent)}
-    result = _persetrain(*args, env=no_slurm, check=False)
+    result = _persetrain(*args, "--", "--dataset_path", str(perse_data), env=no_slurm, check=False)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 2 and output.startswith("error: `sbatch` is not on PATH") and "\n" not in output

@@ -209,12 +209,14 @@ def plan_launch(
     overrides: Sequence[str] = (),
     cpu: bool | None = None,
     detect_gpu: bool = True,
+    check_data: bool = True,
 ) -> LaunchPlan:
     """Read and check a recipe and its accelerate config; decide the trainer and the world size.
 
     ``cpu`` None means: the accelerate config's ``use_cpu``, or (with ``detect_gpu``) no GPU on this
     machine for more than one process of a DDP config. A batch job is planned without ``detect_gpu``: the machine that
-    submits it is not the one it runs on.
+    submits it is not the one it runs on. ``check_data`` False skips the dataset check (a dry run only
+    shows the command).
     """
     recipe_path = Path(recipe_path)
     recipe = read_yaml_mapping(recipe_path, "recipe")
@@ -237,9 +239,24 @@ def plan_launch(
     if cpu is None:
         sharded = config.get("distributed_type") in ("DEEPSPEED", "FSDP")  # GPU-only: never rerouted to torchrun
         cpu = bool(config.get("use_cpu")) or (detect_gpu and world > 1 and not sharded and not _gpu_available())
+    if check_data:
+        _check_dataset(recipe_path, recipe, overrides)
     plan = LaunchPlan(recipe_path, recipe, trainer, config_path, config, world, overrides, cpu)
     _keep_global_batch(plan, tuned_world)
     return plan
+
+
+def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str]) -> None:
+    """Refuse a missing ``dataset_path`` before any process starts (or a batch job waits in the queue for it).
+
+    The trainer makes the same check with the exact `persetrain prepare` command; this one only fails early.
+    """
+    dataset = recipe_value(recipe, overrides, "dataset_path")
+    if dataset and not Path(str(dataset)).exists():
+        source = "--dataset_path" if override_value(overrides, "dataset_path") is not None else "recipe key"
+        raise LaunchError(f"{recipe_path}: {source} 'dataset_path' names {dataset}, which does not exist; write it "
+                          f"with `persetrain prepare` (e.g. persetrain prepare perse --raw RAW --out "
+                          f"{Path(str(dataset)).parent.as_posix()}) or pass -- --dataset_path DIR")
 
 
 def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:

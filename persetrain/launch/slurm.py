@@ -95,6 +95,7 @@ def plan_slurm(
     num_processes: int | None = None,
     trainer: str | None = None,
     overrides: Sequence[str] = (),
+    check_data: bool = True,
 ) -> LaunchPlan:
     """The launch plan of a batch job: its world size is ``training nodes x processes per node``.
 
@@ -103,7 +104,7 @@ def plan_slurm(
     that submits it. ``num_processes`` (the whole job's) overrides both.
     """
     first = plan_launch(recipe_path, accelerate_config=accelerate_config, trainer=trainer, overrides=overrides,
-                        detect_gpu=False)
+                        detect_gpu=False, check_data=check_data)
     if options.nodes < 1:
         raise LaunchError(f"--nodes must be at least 1, not {options.nodes}")
     vllm = _uses_vllm_server(first)
@@ -116,7 +117,7 @@ def plan_slurm(
     if world % training_nodes:
         raise LaunchError(f"{world} processes do not split evenly over {training_nodes} training node(s)")
     return plan_launch(recipe_path, accelerate_config=accelerate_config, num_processes=world, trainer=trainer,
-                       overrides=overrides, cpu=first.cpu)
+                       overrides=overrides, cpu=first.cpu, check_data=check_data)
 
 
 def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
