@@ -251,9 +251,8 @@ def test_prefix_cache_keeps_unused_entries_through_a_scan():
 
 
 def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_states(tiny_llama_dir):
-    """Two prompts that share their first half would be merged into one scoring group (computing both
-    long tails from the shared half); with each one's whole context cached by its own generation,
-    each is scored from its own entry instead, with the probabilities a cold engine gives."""
+    """Two prompts that share their first half, each with its whole context cached by its own generation,
+    are each scored from their own entry, with the probabilities a cold engine gives."""
     shared = "Profile: " + " ".join(f"shared{j} word{j}" for j in range(20))
     requests = [ChatRequest.of(f"{shared} Story {i}: " + " ".join(f"own{i} text{j}" for j in range(20)), id=str(i))
                 for i in range(2)]
@@ -264,7 +263,8 @@ def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_sta
     scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
     choices = ["1", "10", "2"]
     rows, _, _ = cold.backend._choice_rows(scoring, choices)
-    assert [len(members) for _, members in cold.backend._prefix_groups(rows)] == [2 * len(choices)]  # merged cold
+    # cold, merging would recompute both long tails from the shared half, which costs more than it saves
+    assert sorted(len(members) for _, members in cold.backend._prefix_groups(rows)) == [len(choices)] * 2
     reused, fresh = warm.choice_probs(scoring, choices), cold.choice_probs(scoring, choices)
     cache = warm.backend.prefix_cache
     prompt_tokens = min(len(warm.backend.encode(warm.backend.render(r))) for r in requests)

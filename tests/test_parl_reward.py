@@ -161,3 +161,22 @@ def test_perse_judge_as_reward(tiny_engine):
                     score_max=[10] * 3)
     assert scores[1] == 1.0  # empty completion: the worst score
     assert 1.0 <= scores[0] <= 10.0 and scores[0] == scores[2]
+
+
+def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
+    """The judge prompt ends with the rule, so the engine computes each text's head once for all its rules
+    (and does not merge two review-length texts that share only the system prompt and the task input)."""
+    from persetrain.prompts.parl import judge_request
+
+    texts = ["holds my tea and keeps it warm for hours. " * 8 + "cheers, kal",
+             "A fine mug overall, solid and simple, with a handle that stays cool. " * 6]
+    requests = [judge_request("amazon", "Item: mug. Rating: 5", t, r) for t in texts for r in RULES]
+    backend = tiny_engine.backend
+    rows, _, _ = backend._choice_rows(requests, ["yes", "no"])
+    groups = backend._prefix_groups(rows)
+    assert sorted(len(members) for _, members in groups) == [3, 3]
+    for shared, members in groups:
+        text = texts[0] if requests[rows[members[0]].request].messages[-1].content.find(texts[0]) >= 0 else texts[1]
+        rendered = backend.render(judge_request("amazon", "Item: mug. Rating: 5", text, "x"))
+        head = backend.encode(rendered[: rendered.index("<Personalized Evaluation Rubric>")])
+        assert shared >= len(head) - 2  # the whole head: system prompt, task input and text

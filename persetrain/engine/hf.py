@@ -183,8 +183,9 @@ class HFBackend(Backend):
         """Group row indices that share a token prefix; return (prefix length, members) pairs.
 
         Rows are sorted so that sequences with a common head are adjacent; a group takes the next
-        row while they share at least ``min_shared_prefix`` tokens, at least half of the group's
-        current head, and no less than either row finds in the prefix cache. A prefix stops before the
+        row while they share at least ``min_shared_prefix`` tokens, the tokens the row saves are no
+        fewer than those the shorter shared head makes the group's members recompute, and they share
+        no less than either row finds in the prefix cache. A prefix stops before the
         first position whose logits any member needs, so every member has a tail.
 
         Why the prefix-cache condition: two PerSE prompts of one reviewer can share half their
@@ -215,9 +216,13 @@ class HFBackend(Backend):
         members, shared = [order[0]], len(rows[order[0]].tokens)
         for k in order[1:]:
             lcp = _common_prefix(rows[members[0]].tokens, rows[k].tokens)
-            # Joining must not cut the group's shared head by more than half: rows that share only a
-            # system prompt with this group but a long history among themselves form their own group.
-            if lcp >= max(self.min_shared_prefix, shared // 2, cached_head(members[0]), cached_head(k)):
+            # Join only when it saves more than it costs: the new row skips ``lcp`` tokens, but every
+            # member already in the group recomputes the ``shared - lcp`` tokens the cut drops (for a
+            # group of one: the cut may not drop more than half its head). So rows that share only a
+            # system prompt with this group but a long history among themselves form their own group,
+            # and ten rubric checks of one text are not merged with the checks of the next text.
+            saved, cost = lcp, (shared - lcp) * len(members)
+            if saved >= cost and lcp >= max(self.min_shared_prefix, cached_head(members[0]), cached_head(k)):
                 members.append(k)
                 shared = min(shared, lcp)
             else:
