@@ -533,6 +533,8 @@ def launch(
     signal_seconds: Annotated[int, typer.Option(help="USR1 this long before the time limit: checkpoint, "
                                                      "requeue.")] = 300,
     template: Annotated[Path | None, typer.Option(help="Own sbatch Jinja template (see launch/).")] = None,
+    sbatch_arg: Annotated[list[str] | None, typer.Option(help="Extra #SBATCH line, e.g. --account=nlp or "
+                                                              "--qos=high (repeatable).")] = None,
     status: Annotated[str | None, typer.Option(help="Show a Slurm job's state and exit.")] = None,
     logs: Annotated[str | None, typer.Option(help="Print a Slurm job's log and exit.")] = None,
 ) -> None:
@@ -557,7 +559,7 @@ def launch(
             options = slurm_jobs.SlurmOptions(
                 job_name=job_name, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node,
                 cpus_per_task=cpus_per_task, mem=mem, time=time, log_dir=log_dir, env_activate=env_activate,
-                signal_seconds=signal_seconds, template=template)
+                signal_seconds=signal_seconds, template=template, extra_sbatch=list(sbatch_arg or []))
             plan = slurm_jobs.plan_slurm(config, options, accelerate_config=accelerate_config,
                                          num_processes=num_processes, trainer=trainer, overrides=ctx.args,
                                          check_data=not dry_run)
