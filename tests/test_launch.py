@@ -103,12 +103,13 @@ def _bash_syntax_ok(script: str, tmp_path: Path) -> None:
 
 
 def test_single_node_sbatch(tmp_path):
-    options = SlurmOptions(partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs")
+    options = SlurmOptions(partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs",
+                           extra_sbatch=["--account=nlp"])
     script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"], check_data=False), options)
     _bash_syntax_ok(script, tmp_path)
     for line in ("#SBATCH --partition=cpu", "#SBATCH --nodes=1", "#SBATCH --time=01:00:00", "#SBATCH --mem=16G",
                  "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", f"#SBATCH --output={tmp_path}/logs/%x-%j.out",
-                 f"source {sys.prefix}/bin/activate", 'scancel --signal=USR1 "$SLURM_JOB_ID"',
+                 f"source {sys.prefix}/bin/activate", "#SBATCH --account=nlp", 'scancel --signal=USR1 "$SLURM_JOB_ID"',
                  'scontrol requeue "$SLURM_JOB_ID"', "trap checkpoint_and_requeue USR1"):
         assert line in script
     assert ("srun --ntasks=1 --kill-on-bad-exit=1 bash -c \"trap '' USR1; exec accelerate launch --config_file "
