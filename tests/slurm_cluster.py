@@ -103,6 +103,9 @@ class SlurmCluster:
                                                 start_new_session=True)
 
     def start(self, timeout: float = 60) -> None:
+        if os.geteuid() != 0:
+            raise RuntimeError("the test cluster runs slurmctld/slurmd as root (SlurmUser=root, jobs of any user): "
+                               "run the Slurm tests as root, as CI does")
         for daemon in DAEMONS:
             if shutil.which(daemon) is None and not Path("/usr/sbin", daemon).exists():
                 raise RuntimeError(f"{daemon} is not installed: run `make test` (it installs slurm-wlm and munge)")
