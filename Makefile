@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/persetrain demo --out runs/demo
 
-test: setup slurm-packages
+test: setup slurm-packages wordnet-packages
 	$(PY) -m pytest -q tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as
@@ -40,6 +40,15 @@ slurm-packages:
 			&& command -v sbatch >/dev/null; }; then \
 		$(SUDO) apt-get update -q && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; \
+	fi
+
+# METEOR (nltk) needs WordNet 3.0; no PyPI package ships it in nltk's format, Debian's packages do
+# (persetrain.metrics.text_similarity.wordnet_dir turns them into an nltk data folder).
+.PHONY: wordnet-packages
+wordnet-packages:
+	@if ! { test -f /usr/share/wordnet/data.noun && test -f /usr/share/wordnet/index.sense; }; then \
+		$(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q wordnet-base wordnet-sense-index; \
 	fi
 
 lint: setup
