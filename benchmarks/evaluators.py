@@ -7,7 +7,8 @@ ExPerT / AuPEL (issue 11), on the SYNTHETIC PARL sample (Amazon reviews with pla
 signatures; the user's own text is system ``gold``, the sample's ``synthetic-non`` / ``synthetic-rag``
 negatives stand in for the Non and RAG generators) and the embedded model:
 
-* ``elo_bootstrap_seconds``: 1,000 bootstrapped orders of 10,000 games (5 players), best of 3;
+* ``elo_bootstrap_seconds``: 1,000 bootstrapped orders of 10,000 games (5 players), best of 3
+  (``elo_bootstrap_cpu_seconds``: the process's CPU time for the same, best of 3);
 * ``expert_calls_per_instance`` and seconds per instance of the ``choice_probs`` path and of the
   sampled-text path on the same examples (``expert_choice_probs_speedup`` = text / choice_probs),
   both through ``persetrain evaluate`` in fresh run directories (no shared engine cache); the
@@ -19,7 +20,7 @@ negatives stand in for the Non and RAG generators) and the embedded model:
 * ``aupel_gold_rank``: the rank of ``gold`` in AuPEL's personalization Elo (1 + the number of
   generators rated strictly higher; ``aupel_gold_above_all`` says whether it is strictly first).
 
-    python benchmarks/evaluators.py [--out runs/bench-evaluators] [--expert-examples 2] [--aupel-examples 6]
+    python benchmarks/evaluators.py [--out runs/bench-evaluators] [--expert-examples 1] [--aupel-examples 4]
 """
 
 from __future__ import annotations
@@ -57,12 +58,14 @@ def elo_section(args) -> dict:
     a = rng.integers(0, players, n_games)
     b = (a + rng.integers(1, players, n_games)) % players
     s = rng.choice([0.0, 0.5, 1.0], n_games)
-    times = []
+    times, cpu = [], []
     for _ in range(3):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         bootstrap_elo(a, b, s, players, n_boot=1000)
         times.append(time.perf_counter() - start)
-    return {"elo_bootstrap_seconds": min(times)}
+        cpu.append(time.process_time() - start_cpu)
+    # CPU seconds too: on a machine shared with other jobs, wall time mostly measures the queue.
+    return {"elo_bootstrap_seconds": min(times), "elo_bootstrap_cpu_seconds": min(cpu)}
 
 
 def _evaluate(data: Path, out: Path, evaluator: str, n: int, options: dict) -> tuple[dict, list[dict], float]:
@@ -93,7 +96,8 @@ def _decisions(judgment: dict) -> dict[tuple, object]:
 
 def expert_section(args) -> dict:
     data = sample_reference_data(args.out)
-    options = {"max_aspects": 3, "extract_tokens": 384}
+    # Short reviews (1-4 sentences): a few one-sentence aspects cover them.
+    options = {"max_aspects": 3, "max_evidence": 1, "extract_tokens": 256, "answer_tokens": 48, "reason_chars": 120}
     runs = {}
     for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
         metrics, judgments, seconds = _evaluate(data, args.out / folder, "expert", args.expert_examples,
@@ -149,7 +153,7 @@ PREFEVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefev
 
 
 def pref_section(args) -> dict:
-    """PREF on the PrefEval dev slice (a seeded sample of ``--pref-examples`` questions): its ablations,
+    """PREF on the PrefEval dev slice (``--pref-examples`` questions spread over a seeded sample of 24): its ablations,
     the zero-shot letter baseline and GEMBA side by side through ``persetrain meta-eval`` (flip and
     manipulation probes included), then stage 3's speed from ``choice_probs`` against sampled text.
 
@@ -166,9 +170,12 @@ def pref_section(args) -> dict:
                SystemSpec("pref_s1", "pref", MODEL, {"variant": "w/S1"}),
                SystemSpec("mcq_letter", "mcq-letter", MODEL), SystemSpec("gemba", "gemba", MODEL)]
     out = args.out / "pref-meta"
-    config = MetaEvalConfig(data=str(PREFEVAL_DEV), out=str(out), systems=systems,
-                            max_examples=args.pref_examples, seed=0)
-    result = meta_evaluate(config)["systems"]
+    # A seeded sample of 24 questions (8 per topic on average) and, on a slow machine, every k-th of them,
+    # so that a smaller run is a spread subset of the larger one and reuses its engine cache.
+    config = MetaEvalConfig(data=str(PREFEVAL_DEV), out=str(out), systems=systems, max_examples=24, seed=0)
+    _, sample = load_examples(config)
+    examples = sample[:: max(1, len(sample) // args.pref_examples)][: args.pref_examples]
+    result = meta_evaluate(config, examples)["systems"]
     figures = {
         "pref_accuracy": result["pref"]["agreement"]["accuracy"], "pref_mse": result["pref"]["agreement"]["mse"],
         "pref_ndcg": result["pref"]["agreement"]["ndcg"],
@@ -177,7 +184,7 @@ def pref_section(args) -> dict:
         "zero_shot_accuracy": result["mcq_letter"]["agreement"]["accuracy"],
         "gemba_accuracy": result["gemba"]["agreement"]["accuracy"],
         "pref_base_mse": result["pref_base"]["agreement"]["mse"], "pref_s1_mse": result["pref_s1"]["agreement"]["mse"],
-        "pref_questions": args.pref_examples,
+        "pref_questions": len(examples), "pref_question_ids": [ex.id for ex in examples],
     }
     for name in ("pref", "mcq_letter", "gemba"):
         figures[f"flip_rate_{name}"] = result[name]["flip_rate"]
@@ -187,7 +194,6 @@ def pref_section(args) -> dict:
                                                 and figures["pref_accuracy"] > figures["zero_shot_accuracy"])
 
     # Stage 3 alone, on the same rubrics, with no cache: expected scores vs the sampled JSON list.
-    _, examples = load_examples(config)
     examples = examples[: args.speed_examples]
     cached = load_engine(MODEL, cache_path=out / "engine-cache.sqlite")
     requests = [r.request for r in PREF(PREFConfig()).rubrics(examples, cached)]
@@ -214,9 +220,10 @@ SECTIONS: dict[str, Callable] = {"elo": elo_section, "expert": expert_section, "
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/bench-evaluators"))
-    parser.add_argument("--expert-examples", type=int, default=2)
-    parser.add_argument("--aupel-examples", type=int, default=6)
-    parser.add_argument("--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF")
+    parser.add_argument("--expert-examples", type=int, default=1)
+    parser.add_argument("--aupel-examples", type=int, default=4)
+    parser.add_argument("--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF, "
+                                                                      "at most 24")
     parser.add_argument("--speed-examples", type=int, default=4, help="questions timed for the stage-3 speed-up")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     args = parser.parse_args()

@@ -147,13 +147,18 @@ def _judge_all(config: MetaEvalConfig, evaluators, examples: Sequence, folder: P
     return runs
 
 
-def meta_evaluate(config: MetaEvalConfig) -> dict:
-    """Run every system and probe, write the run directory, return the metrics."""
+def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> dict:
+    """Run every system and probe, write the run directory, return the metrics.
+
+    ``examples`` (of the dataset's task kind) replaces the configured sample when a caller has
+    already chosen which examples to judge.
+    """
     unknown = sorted(set(config.probes) - set(PROBES))
     if unknown:
         raise ValueError(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
     out = Path(config.out)
-    task, examples = load_examples(config)
+    task, sample = load_examples(config)
+    examples = list(sample if examples is None else examples)
     evaluators = build_evaluators(config.systems, task)
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
