@@ -4,22 +4,23 @@ The ``grpo`` part of ``benchmarks/parl.py`` (also runnable alone). One run, end 
 task of the sample data (headlines: the shortest texts), with the embedded SmolLM2-135M-Instruct as
 both the rubric generator and the judge:
 
-1. **untrained**: the base model induces rubric sets for the held-out (test) users with the ``parl``
-   evaluator (structured output, validation, scoring) -> ``max_diff_untrained``; the same users
-   unaided (no structured output) -> ``valid_share_base_unaided``.
-2. **warm start**: the base model's structured-output rubric sets for the training users that pass
-   validation (``persetrain rubrics warmstart-data``) -> ``persetrain sft`` (LoRA, merged).
-3. **GRPO** from the warm-started model with ``recipes/parl/cpu_smollm2_news.yaml``: the share of
-   rollouts whose rubric set parses and keeps >= 2 valid rules in the first and last fifth of the
-   steps (``valid_share_first_fifth`` / ``valid_share_last_fifth``, from the per-step
-   ``parl/valid_share`` metric), and the reward's share of the step time (``time/reward_s`` over TRL's
-   ``step_time``, summed over steps).
+1. **warm start**: the base model's structured-output rubric sets for the training users that pass
+   validation (``persetrain rubrics warmstart-data``; their share is ``valid_share_warmstart_structured``)
+   -> ``persetrain sft`` (LoRA, merged). With no set passing, GRPO starts from the base model.
+2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: the share of rollouts whose rubric set parses and
+   keeps >= 2 valid rules in the first and last fifth of the steps (``valid_share_first_fifth`` /
+   ``valid_share_last_fifth``, from the per-step ``parl/valid_share`` metric), and the reward's share of
+   the step time (``time/reward_s`` over TRL's ``step_time``, summed over steps).
+3. **untrained**: the base model on the held-out (test) users with the ``parl`` evaluator (structured
+   output, validation, scoring) -> ``max_diff_untrained``; the same users unaided (no structured output)
+   -> ``valid_share_base_unaided``.
 4. **trained**: the GRPO model on the held-out users with the ``parl`` evaluator -> ``max_diff_trained``.
 
-Every GRPO rollout's reward parts are in ``runs/bench-parl/grpo/reward_parts.jsonl``. Times are wall
+Every GRPO rollout's reward parts are in ``runs/bench-parl/grpo/grpo/reward_parts.jsonl``; the numbers
+are also written to ``runs/bench-parl/grpo/summary.json`` after each stage. Times are wall
 times of this machine as it was during the run (note other load when reading them).
 
-    python benchmarks/parl_grpo.py [--steps 12] [--warmstart-users 12]
+    python benchmarks/parl_grpo.py [--steps 12] [--warmstart-users 12] [--heldout-users N]
 """
 
 from __future__ import annotations
@@ -77,28 +78,37 @@ def grpo_run(args: argparse.Namespace) -> dict:
     data = OUT / "data" / "parl_news"
     _, test = load_dataset(data, "test")
     _, train = load_dataset(data, "train")
+    test = test[: args.heldout_users]
+    summary: dict = {"heldout_users": len(test)}
+
+    def record(**values) -> None:  # after each stage, so that a run cut short keeps what it measured
+        summary.update(values)
+        (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
     config = PARLConfig(temperature=0.6, max_new_tokens=args.max_new_tokens)
     timings = {}
 
     t = time.perf_counter()
-    untrained = _max_diff(args.model, test, data, config, OUT / "untrained", args.seed)
-    base_unaided = _valid_share_unaided(args.model, test, config, args.seed)
-    timings["untrained_eval_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    counts = write_warmstart_data(load_engine(args.model, cache_path=OUT / "warmstart-engine.sqlite"),
-                                  train[: args.warmstart_users], OUT / "warmstart_data", config, seed=args.seed)
-    sft = run_sft(["--model_name_or_path", args.model, "--dataset_path", str(OUT / "warmstart_data"),
-                   "--output_dir", str(OUT / "warmstart"), "--use_peft", "true", "--lora_r", "16",
-                   "--lora_alpha", "32", "--learning_rate", "1e-3", "--num_train_epochs", "2",
-                   "--per_device_train_batch_size", "1", "--max_length", "2048", "--report_to", "none",
-                   "--save_strategy", "no", "--logging_steps", "1", "--activation_checkpointing", "false",
-                   "--auto_resume", "false", "--disable_tqdm", "true"])
+    policy = args.model
+    try:
+        counts = write_warmstart_data(load_engine(args.model, cache_path=OUT / "warmstart-engine.sqlite"),
+                                      train[: args.warmstart_users], OUT / "warmstart_data", config, seed=args.seed)
+    except ValueError as err:  # no set passed validation: GRPO starts from the base model, as recorded
+        console.print(f"warm start skipped: {err}")
+        counts = {"valid": 0, "valid_share": 0.0}
+    if counts["valid"]:
+        policy = str(run_sft([
+            "--model_name_or_path", args.model, "--dataset_path", str(OUT / "warmstart_data"),
+            "--output_dir", str(OUT / "warmstart"), "--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
+            "--learning_rate", "1e-3", "--num_train_epochs", "2", "--per_device_train_batch_size", "1",
+            "--max_length", "2048", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
+            "--activation_checkpointing", "false", "--auto_resume", "false", "--disable_tqdm", "true"]).model_dir)
     timings["warmstart_s"] = time.perf_counter() - t
+    record(valid_share_warmstart_structured=round(counts["valid_share"], 3), warmstart_rows=counts["valid"],
+           **timings)
 
     t = time.perf_counter()
     grpo_out = OUT / "grpo"
-    result = run_grpo(["--config", str(RECIPE), "--model_name_or_path", str(sft.model_dir),
+    result = run_grpo(["--config", str(RECIPE), "--model_name_or_path", policy,
                        "--dataset_path", str(data), "--output_dir", str(grpo_out), "--max_steps", str(args.steps),
                        "--auto_resume", "false", "--save_strategy", "no", "--disable_tqdm", "true"])
     timings["grpo_s"] = time.perf_counter() - t
@@ -107,24 +117,23 @@ def grpo_run(args: argparse.Namespace) -> dict:
     first, last = _fifths([r["parl/valid_share"] for r in steps])
     reward_s = sum(r.get("time/reward_s", 0.0) for r in steps)
     step_s = sum(r.get("step_time", 0.0) for r in steps)
+    record(valid_share_first_fifth=first, valid_share_last_fifth=last, grpo_steps=result.global_step,
+           reward_share_of_step_time=round(reward_s / step_s, 3) if step_s else None, **timings)
+
+    t = time.perf_counter()
+    untrained = _max_diff(args.model, test, data, config, OUT / "untrained", args.seed)
+    base_unaided = _valid_share_unaided(args.model, test, config, args.seed)
+    timings["untrained_eval_s"] = time.perf_counter() - t
+    record(max_diff_untrained=untrained["max_diff"], user_coverage_untrained=untrained["user_coverage"],
+           valid_share_base_unaided=round(base_unaided, 3), **timings)
 
     t = time.perf_counter()
     trained = _max_diff(str(result.model_dir), test, data, config, OUT / "trained", args.seed)
     timings["trained_eval_s"] = time.perf_counter() - t
 
-    summary = {
-        "valid_share_base_unaided": round(base_unaided, 3),
-        "valid_share_warmstart_structured": round(counts["valid_share"], 3),
-        "warmstart_rows": counts["valid"],
-        "valid_share_first_fifth": first, "valid_share_last_fifth": last,
-        "max_diff_untrained": untrained["max_diff"], "max_diff_trained": trained["max_diff"],
-        "user_coverage_untrained": untrained["user_coverage"], "user_coverage_trained": trained["user_coverage"],
-        "reward_share_of_step_time": round(reward_s / step_s, 3) if step_s else None,
-        "grpo_steps": result.global_step, "heldout_users": len(test),
-        "grpo_reward_parts_path": str(grpo_out / REWARD_PARTS_FILE),
-        **{k: round(v, 1) for k, v in timings.items()},
-        "total_s": round(time.perf_counter() - start, 1),
-    }
+    record(max_diff_trained=trained["max_diff"], user_coverage_trained=trained["user_coverage"],
+           grpo_reward_parts_path=str(grpo_out / REWARD_PARTS_FILE), **{k: round(v, 1) for k, v in timings.items()},
+           total_s=round(time.perf_counter() - start, 1))
     console.print(f"PARL GRPO on CPU: {summary}")
     return summary
 
@@ -132,7 +141,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=12, help="GRPO steps.")
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
-    parser.add_argument("--max-new-tokens", type=int, default=384, help="Longest induced rubric set (tokens).")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
+    parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")
 
 
 def main(argv: list[str] | None = None) -> dict:
