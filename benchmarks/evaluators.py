@@ -97,7 +97,8 @@ def _decisions(judgment: dict) -> dict[tuple, object]:
 def expert_section(args) -> dict:
     data = sample_reference_data(args.out)
     # Short reviews (1-4 sentences): a few one-sentence aspects cover them.
-    options = {"max_aspects": 3, "max_evidence": 1, "extract_tokens": 256, "answer_tokens": 48, "reason_chars": 120}
+    options = {"max_aspects": 2, "max_evidence": 1, "extract_tokens": 160, "answer_tokens": 40, "reason_chars": 100,
+               "max_retries": 1}
     runs = {}
     for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
         metrics, judgments, seconds = _evaluate(data, args.out / folder, "expert", args.expert_examples,

@@ -98,10 +98,10 @@ def aspects_schema(max_aspects: int, max_evidence: int = 3) -> dict:
         "items": {
             "type": "object",
             "properties": {
-                "title": {"type": "string", "minLength": 1, "maxLength": 80},
-                "description": {"type": "string", "minLength": 1, "maxLength": 240},
+                "title": {"type": "string", "minLength": 1, "maxLength": 60},
+                "description": {"type": "string", "minLength": 1, "maxLength": 160},
                 "evidence": {"type": "array", "minItems": 1, "maxItems": max_evidence,
-                             "items": {"type": "string", "minLength": 1, "maxLength": 400}},
+                             "items": {"type": "string", "minLength": 1, "maxLength": 240}},
             },
             "required": ["title", "description", "evidence"],
         },
