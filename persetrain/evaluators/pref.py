@@ -19,9 +19,10 @@ what still fails is kept as an unparsed judgment (or, for stages 1-2, recorded i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
@@ -41,6 +42,9 @@ from persetrain.prompts.pref import (
     scores_schema,
 )
 from persetrain.schema import Judgment, McqExample
+
+if TYPE_CHECKING:
+    from persetrain.tasks import TaskKind
 
 Variant = Literal["full", "w/S1", "base"]
 
@@ -175,6 +179,34 @@ class PREF(Evaluator):
                 raw=raw, parsed=s is not None, details=details,
                 explanation=_explain(rubric.guideline, s, rubric.notes), cost=rubric.cost + cost))
         return judgments
+
+    def metrics(self, task: TaskKind, examples: Sequence[McqExample], judgments: list[Judgment]) -> dict:
+        """The task's accuracy / MSE / nDCG, plus how the rubrics went (paper, Section 5.3: additions are few)."""
+        metrics = task.metrics(examples, judgments)
+        details = [j.details or {} for j in judgments]
+        factors = [len(d["factors"]) for d in details if d.get("factors")]
+        added = [len(d["added"]) for d in details if d.get("weights") is not None]
+        metrics["rubrics"] = {
+            "stage1_unparsed": sum(any(n.startswith("stage 1") for n in d.get("notes", [])) for d in details),
+            "stage2_unparsed": sum(any(n.startswith("stage 2") for n in d.get("notes", [])) for d in details),
+            "mean_factors": sum(factors) / len(factors) if factors else None,
+            "mean_added": sum(added) / len(added) if added else None,
+        }
+        return metrics
+
+    def report(self, out: Path, examples: Sequence[McqExample], judgments: Mapping[str, list[Judgment]],
+               metrics: Mapping[str, dict]) -> dict[str, str]:
+        """One example rubric per system, with the scores it led to."""
+        sections = {}
+        for system, found in judgments.items():
+            if found:
+                rubric = metrics[system].get("rubrics", {})
+                sections[f"PREF rubric: {system}"] = (
+                    f"Stage 1 unparsed: {rubric.get('stage1_unparsed')}, stage 2 unparsed: "
+                    f"{rubric.get('stage2_unparsed')}; mean factors {rubric.get('mean_factors')}, mean preh_ "
+                    f"additions {rubric.get('mean_added')}.\n\nExample `{found[0].example_id}`:\n\n```\n"
+                    f"{found[0].explanation}\n```")
+        return sections
 
     def rubrics(self, examples: Sequence[McqExample], engine: Engine | None, system: str = "pref") -> list[Rubric]:
         """Stages 1-2 (as the variant asks) and the stage-3 request of every example."""
