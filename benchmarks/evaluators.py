@@ -103,8 +103,9 @@ def expert_section(args) -> dict:
     for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
         metrics, judgments, seconds = _evaluate(data, args.out / folder, "expert", args.expert_examples,
                                                 {**options, "mode": mode})
+        # Judging seconds only (the runner's ``cost.seconds``): model loading is the same for both paths.
         runs[mode] = {"metrics": metrics["systems"]["expert"], "judgments": judgments,
-                      "seconds_per_instance": seconds / len(judgments)}
+                      "seconds_per_instance": metrics["systems"]["expert"]["cost"]["seconds"] / len(judgments)}
     agree = compared = 0
     for fast, slow in zip(runs["choice_probs"]["judgments"], runs["text"]["judgments"], strict=True):
         if not (fast["parsed"] and slow["parsed"]):
