@@ -1,23 +1,35 @@
-"""SFT training speed on this machine, as ratios measured within one run.
+"""SFT training speed on this machine: each of persetrain's additions to TRL against TRL's own path.
 
 1. The machine's fp32 matmul rate at the shapes a training step of the model runs: the ceiling.
-2. Full fine-tuning throughput in trained tokens/s: every token of a batch that goes through forward
-   and backward (padding excluded), on synthetic rows with Per-MPST's shape (a 300-850-token prompt
-   skewed towards the short end, a 40-150-token completion), 1,024-token rows, fp32:
-   - ``packed``: what persetrain runs — bfd packing + padding-free batches, per-sequence attention
-     (``packed_sdpa``), logits only at completion positions, no activation checkpointing;
-   - ``padded``: the same trainer on padded batches of 4, the baseline packing is measured against;
-   - ``trl-default``: TRL's SFTTrainer as it comes (packing, activation checkpointing, its own loss,
-     ``sdpa``), fp32 — what the speedups are measured against.
+2. Full fine-tuning throughput in trained tokens/s (every token of a batch that goes through forward
+   and backward, padding excluded) on the same synthetic rows shaped like Per-MPST's (a 300-850-token
+   prompt skewed towards the short end, a 40-150-token completion), 1,024-token rows, fp32, one run
+   per configuration:
+
+   - ``trl-default``: TRL's SFTTrainer as it comes (packing, activation checkpointing, its ``nll`` loss
+     through the fused LM head, ``sdpa``);
+   - ``trl``: the same without activation checkpointing (a recipe key, not an addition): the
+     baseline every addition is measured against;
+   - ``trl+completion_logits``: ``trl`` with :class:`~persetrain.train.sft.CompletionOnlySFTTrainer`'s loss;
+   - ``trl+packed_sdpa``: ``trl`` with ``attn_implementation: packed_sdpa``;
+   - ``persetrain``: both additions, what the CPU recipe runs;
+   - ``persetrain+malloc``: ``persetrain`` with glibc told to keep freed memory (``MALLOC_MMAP_MAX_=0``,
+     ``MALLOC_TRIM_THRESHOLD_``): process tuning, which belongs to the launch environment;
+   - ``padded``: ``persetrain`` on padded batches of 4 instead of packed rows.
+
    FLOP utilization = tokens/s x 6 x params / matmul rate: the share of the ceiling the step reaches,
    counting 6·params FLOPs per trained token as is customary (attention FLOPs not counted, the LM head
    counted on every position whether or not it runs there).
 
-The last line printed is one JSON object with the figures. On a machine shared with other jobs the
-figures move with their load (with 2 threads on 2 cores, a competing process can slow every op
-several-fold), so the 1-minute load average around each run is reported next to it.
+Each configuration runs in its own process (so that one run's allocator state cannot help or hurt
+the next, and so that the allocator settings can differ), times ``--steps`` optimizer steps after two
+warm-up steps and keeps its best step; ``--rounds`` repeats the whole set, interleaved, and keeps each
+configuration's best. On a machine shared with other jobs the figures move with their load (with 2
+threads on 2 cores, a competing process can slow every op several-fold), so the 1-minute load average
+is reported; compare the ratios of one run, not figures across runs. The last line printed is one
+JSON object with the figures.
 
-    python benchmarks/sft.py [--model SPEC] [--steps 4] [--threads N] [--no-trl-default]
+    python benchmarks/sft.py [--model SPEC] [--steps 3] [--rounds 1] [--no-trl-default]
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -118,63 +132,69 @@ class _StepTimer(TrainerCallback):
             self._seen = int(logs["num_tokens"])
 
 
-@dataclass
-class Throughput:
-    name: str
-    tokens_per_s: float
-    params: int
-    step_seconds: list[float]
-    step_tokens: list[int]
+#: name -> (recipe flags on top of the common ones, extra environment of the process)
+CONFIGS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "trl-default": (["--attn_implementation", "sdpa", "--activation_checkpointing", "true",
+                     "--completion_logits_only", "false"], {}),
+    "trl": (["--attn_implementation", "sdpa", "--completion_logits_only", "false"], {}),
+    "trl+completion_logits": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"], {}),
+    "trl+packed_sdpa": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "false"], {}),
+    "persetrain": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true"], {}),
+    "persetrain+malloc": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true"],
+                          {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}),
+    "padded": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true", "--packing", "false",
+                "--per_device_train_batch_size", "4"], {}),
+}
 
 
-def measure_sft_throughput(
-    data_dir: str | os.PathLike,
-    *,
-    name: str,
-    model: str = DEFAULT_MODEL,
-    packing: bool = True,
-    batch_size: int = 1,
-    persetrain_speedups: bool = True,
-    steps: int = 4,
-    warmup_steps: int = 2,
-    num_threads: int | None = None,
-) -> Throughput:
-    """Trained tokens/s of full fine-tuning in fp32, through the same code path as a recipe.
+def measure_sft_throughput(data_dir: str, model: str, flags: list[str], steps: int, warmup_steps: int = 2) -> dict:
+    """Best trained tokens/s over ``steps`` timed steps of full fine-tuning in fp32, as a recipe runs it.
 
-    ``persetrain_speedups=False`` gives TRL's SFTTrainer as it comes (activation checkpointing, its own
-    loss over every position, ``sdpa``). The first ``warmup_steps`` steps are not timed: they allocate
-    the optimizer state and page in the working set, which takes the allocator two steps to settle.
+    The first ``warmup_steps`` steps are not timed: they allocate the optimizer state and page in the
+    working set.
     """
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as out:
         argv = [
-            "--model_name_or_path", model, "--dataset_path", str(data_dir), "--output_dir", out,
-            "--max_steps", str(warmup_steps + steps), "--per_device_train_batch_size", str(batch_size),
-            "--packing", str(packing).lower(), "--max_length", str(ROW_TOKENS), "--learning_rate", "1e-4",
-            "--bf16", "false", "--fp16", "false", "--report_to", "none", "--save_strategy", "no",
-            "--logging_steps", "1", "--disable_tqdm", "true", "--seed", "0",
+            "--model_name_or_path", model, "--dataset_path", data_dir, "--output_dir", out,
+            "--max_steps", str(warmup_steps + steps), "--per_device_train_batch_size", "1", "--packing", "true",
+            "--max_length", str(ROW_TOKENS), "--learning_rate", "1e-4", "--bf16", "false", "--fp16", "false",
+            "--activation_checkpointing", "false", "--report_to", "none", "--save_strategy", "no",
+            "--logging_steps", "1", "--disable_tqdm", "true", "--seed", "0", *flags,
         ]
-        if persetrain_speedups:
-            argv += ["--attn_implementation", "packed_sdpa", "--activation_checkpointing", "false"]
-        else:
-            argv += ["--attn_implementation", "sdpa", "--activation_checkpointing", "true",
-                     "--completion_logits_only", "false"]
         timer = _StepTimer()
         trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
         params = sum(p.numel() for p in trainer.model.parameters())
         trainer.train()
-    seconds, tokens = timer.seconds[warmup_steps:], timer.tokens[warmup_steps:]
-    return Throughput(name, sum(tokens) / sum(seconds), params, seconds, tokens)
+    rates = [t / s for t, s in zip(timer.tokens[warmup_steps:], timer.seconds[warmup_steps:], strict=True)]
+    return {"tokens_per_s": max(rates), "step_tokens": statistics.median(timer.tokens[warmup_steps:]),
+            "params": params}
+
+
+def _run_config(name: str, data_dir: Path, args: argparse.Namespace) -> dict:
+    """One configuration in a fresh process with its own environment; returns its figures."""
+    flags, env = CONFIGS[name]
+    command = [sys.executable, __file__, "--worker", json.dumps(flags), "--data", str(data_dir),
+               "--model", args.model, "--steps", str(args.steps)]
+    load_before = os.getloadavg()[0]
+    out = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{name}: the worker failed:\n{out.stderr[-3000:]}")
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "load": (load_before, os.getloadavg()[0])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps of the packed run (others: half)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--no-trl-default", action="store_true", help="skip timing TRL's SFTTrainer as it comes")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (best one kept)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every configuration, interleaved")
+    parser.add_argument("--no-trl-default", action="store_true",
+                        help="time only persetrain and padded (the figures benchmarks/perse.py reads)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # flags of one configuration, run in this process
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(measure_sft_throughput(args.data, args.model, json.loads(args.worker), args.steps)))
+        return
     began = time.perf_counter()
 
     from transformers import AutoConfig
@@ -185,51 +205,61 @@ def main() -> None:
         return measure_matmul_flops(hidden=config.hidden_size, intermediate=config.intermediate_size,
                                     kv=config.num_key_value_heads * config.head_dim)
 
-    # The ceiling is measured before, between and after the runs and the best kept: load from other
-    # jobs during one measurement must not lower the limit (which would inflate the utilization).
+    names = ["persetrain", "padded"] if args.no_trl_default else list(CONFIGS)
+    # The ceiling is measured before and after every round and the best kept: load from other jobs
+    # during one measurement must not lower the limit (which would inflate the utilization).
     matmul_rates = [matmul()]
-    runs, loads = [], []
-    plan = [("packed", {"steps": args.steps}),
-            ("padded", {"packing": False, "batch_size": 4, "steps": max(1, args.steps // 2)})]
-    if not args.no_trl_default:
-        plan.append(("trl-default", {"persetrain_speedups": False, "steps": max(1, args.steps // 2)}))
+    best: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sft-bench-data-") as tmp:
         data_dir = Path(tmp) / "data"
         DatasetDict(train=synthetic_prompt_completion(load_tokenizer(args.model), rows=96)).save_to_disk(data_dir)
-        for name, options in plan:
-            load_before = os.getloadavg()[0]
-            runs.append(measure_sft_throughput(data_dir, name=name, model=args.model, num_threads=args.threads,
-                                               **options))
-            loads.append((load_before, os.getloadavg()[0]))
+        for _ in range(args.rounds):
+            for name in names:
+                run = _run_config(name, data_dir, args)
+                if name not in best or run["tokens_per_s"] > best[name]["tokens_per_s"]:
+                    best[name] = run
             matmul_rates.append(matmul())
-    ceiling, params = max(matmul_rates), runs[0].params
+    ceiling, params = max(matmul_rates), best["persetrain"]["params"]
 
-    rates = ", ".join(f"{r / 1e9:.0f}" for r in matmul_rates)
-    print(f"fp32 matmul (GFLOP/s): {rates}; ceiling {ceiling / 1e9:.0f}. "
-          f"{params / 1e6:.1f}M params, {torch.get_num_threads()} threads")
-    print(f"{'run':12s} {'tokens/s':>9s} {'utilization':>11s} {'s/step':>7s} {'tokens/step':>11s} "
+    def utilization(name: str) -> float:
+        return best[name]["tokens_per_s"] * 6 * params / ceiling
+
+    print(f"fp32 matmul (GFLOP/s): {', '.join(f'{r / 1e9:.0f}' for r in matmul_rates)}; ceiling "
+          f"{ceiling / 1e9:.0f}. {params / 1e6:.1f}M params, {torch.get_num_threads()} threads")
+    base = best.get("trl", best["persetrain"])["tokens_per_s"]
+    print(f"{'run':22s} {'tokens/s':>9s} {'vs trl':>7s} {'utilization':>11s} {'tokens/step':>11s} "
           f"{'load (1 min)':>13s}")
-    for run, (before, after) in zip(runs, loads, strict=True):
-        utilization = run.tokens_per_s * 6 * params / ceiling
-        print(f"{run.name:12s} {run.tokens_per_s:9.1f} {utilization:11.1%} "
-              f"{statistics.median(run.step_seconds):7.2f} {statistics.median(run.step_tokens):11.0f} "
-              f"{before:6.2f}->{after:.2f}")
-    by_name = {run.name: run for run in runs}
+    for name, run in best.items():
+        before, after = run["load"]
+        print(f"{name:22s} {run['tokens_per_s']:9.1f} {run['tokens_per_s'] / base:7.3f} {utilization(name):11.1%} "
+              f"{run['step_tokens']:11.0f} {before:6.2f}->{after:.2f}")
+
+    def rate(name: str) -> float:
+        return best[name]["tokens_per_s"]
+
     figures = {
-        "sft_tokens_per_s": round(by_name["packed"].tokens_per_s, 2),
-        "sft_flop_utilization": round(by_name["packed"].tokens_per_s * 6 * params / ceiling, 4),
-        "packing_speedup": round(by_name["packed"].tokens_per_s / by_name["padded"].tokens_per_s, 3),
-        "padded_tokens_per_s": round(by_name["padded"].tokens_per_s, 2),
+        "sft_tokens_per_s": round(rate("persetrain"), 2),
+        "sft_flop_utilization": round(utilization("persetrain"), 4),
+        "packing_speedup": round(rate("persetrain") / rate("padded"), 3),
+        "padded_tokens_per_s": round(rate("padded"), 2),
+    }
+    if not args.no_trl_default:
+        figures.update({
+            "trl_default_tokens_per_s": round(rate("trl-default"), 2),
+            "trl_tokens_per_s": round(rate("trl"), 2),
+            "speedup_vs_trl_default": round(rate("persetrain") / rate("trl-default"), 3),
+            "speedup_vs_trl": round(rate("persetrain") / rate("trl"), 3),
+            "completion_logits_speedup": round(rate("trl+completion_logits") / rate("trl"), 3),
+            "packed_sdpa_speedup": round(rate("trl+packed_sdpa") / rate("trl"), 3),
+            "malloc_env_speedup": round(rate("persetrain+malloc") / rate("persetrain"), 3),
+        })
+    figures.update({
         "matmul_gflops": round(ceiling / 1e9, 1),
         "params": params,
         "threads": torch.get_num_threads(),
-        "load_average_1min": [round(x, 2) for pair in loads for x in pair],
+        "load_average_1min": {name: [round(x, 2) for x in run["load"]] for name, run in best.items()},
         "seconds": round(time.perf_counter() - began, 1),
-    }
-    if "trl-default" in by_name:
-        trl = by_name["trl-default"].tokens_per_s
-        figures["trl_default_tokens_per_s"] = round(trl, 2)
-        figures["speedup_vs_trl_default"] = round(by_name["packed"].tokens_per_s / trl, 3)
+    })
     print(json.dumps(figures))
 
 
