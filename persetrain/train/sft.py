@@ -16,8 +16,8 @@ What this module adds to TRL, and why:
 
 - **Precision from the hardware** (``persetrain.train.configs``), never TRL's ``bf16=True`` on a CPU.
 - **Logits only where there is a label** (:class:`CompletionOnlySFTTrainer`) and **per-sequence attention
-  for packed rows** (``attn_implementation: packed_sdpa``): measured against TRL's own path by
-  ``benchmarks/sft.py``; the margins are in their docstrings.
+  for packed rows** (``attn_implementation: packed_sdpa``): ``benchmarks/sft.py`` times each against
+  TRL's own path (TRL 1.16's fused ``nll`` head scores every position on a CPU) on the same rows.
 - **A self-describing, resumable output directory**: the resolved configuration, a JSONL log of every
   logged record, resumption from the newest *complete* checkpoint (``persetrain.train.checkpoints``), a
   checkpoint-and-stop on SIGTERM / SIGUSR1 (``persetrain.train.signals``), and a final model + tokenizer
