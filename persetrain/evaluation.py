@@ -206,10 +206,8 @@ def write_report(out: Path, task: TaskKind, examples: Sequence, runs: Mapping[st
     """``report.md``: the task's sections (or a plain metrics table), then each method's own sections."""
     judgments = {name: run.judgments for name, run in runs.items()}
     systems = metrics["systems"]
-    if task.report is not None:
-        sections = task.report(out, examples, judgments, systems)
-    else:
-        sections = {"Metrics": metrics_table(systems)}
+    sections = (task.report(out, examples, judgments, systems) if task.report is not None else {}) or {
+        "Metrics": metrics_table(systems)}
     owners: dict[int, list[str]] = {}
     for name, run in runs.items():
         owners.setdefault(id(run.evaluator), []).append(name)

@@ -89,11 +89,12 @@ def reference_metrics(examples: Sequence[ReferenceExample], judgments: list[Judg
 
 def reference_report(out: Path, examples: Sequence[ReferenceExample], judgments: Mapping[str, list[Judgment]],
                      metrics: Mapping[str, dict]) -> dict[str, str]:
-    """One row per (evaluator system, generator system) with its mean score."""
-    lines = ["| evaluator | generator | mean score | n | unparsed |", "|---|---|---|---|---|"]
-    for system, m in metrics.items():
-        for target, t in (m.get("targets") or {}).items():
-            lines.append(f"| {system} | {target} | {t['score']:.3f} | {t['n']} | {t['n_unparsed']} |")
+    """One row per (evaluator system, generator system) with its mean score; none for pairwise-only judges (AuPEL)."""
+    rows = [f"| {system} | {target} | {t['score']:.3f} | {t['n']} | {t['n_unparsed']} |"
+            for system, m in metrics.items() for target, t in (m.get("targets") or {}).items()]
+    if not rows:
+        return {}
+    lines = ["| evaluator | generator | mean score | n | unparsed |", "|---|---|---|---|---|", *rows]
     return {"Mean score per generator": "\n".join(lines)}
 
 
