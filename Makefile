@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/persetrain demo --out runs/demo
 
-test: setup slurm-packages wordnet-packages
+test: setup slurm-packages wordnet-packages verl-env
 	$(PY) -m pytest -q tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as

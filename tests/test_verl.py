@@ -81,7 +81,7 @@ CHECK = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def verl_python() -> Path:
-    """``.venv-verl``'s interpreter, built by the Makefile target when it is not there yet."""
+    """``.venv-verl``'s interpreter (`make test` builds it first; built here when a test runs without make)."""
     if not VERL_VENV_PYTHON.exists():
         subprocess.run(["make", "verl-env"], cwd=REPO, check=True)
     return VERL_VENV_PYTHON
