@@ -47,13 +47,13 @@ from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.sft import (
-    MERGED_DIR,
     METRICS_FILE,
     RESOLVED_CONFIG_FILE,
     JsonlMetricsCallback,
     SFTResult,
     _environment,
     checkpoint_to_resume,
+    finish_run,
 )
 from persetrain.train.signals import CheckpointOnSignal
 
@@ -312,27 +312,7 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
             "environment": _environment(getattr(torch, model_args.dtype)),
         })
     result = trainer.train(resume_from_checkpoint=resume)
-    if stop.received is not None:
-        trainer.end()
-        return GRPOResult(output_dir=output_dir, model_dir=output_dir, resumed_from=resume,
-                          global_step=trainer.state.global_step, metrics=dict(result.metrics),
-                          stopped_by_signal=stop.received)
-    trainer.save_model(str(output_dir))
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    model_dir = output_dir
-    quantized = model_args.load_in_4bit or model_args.load_in_8bit
-    if (model_args.use_peft and training_args.merge_adapter and not quantized
-            and not trainer.is_deepspeed_enabled and trainer.is_world_process_zero()):
-        model_dir = output_dir / MERGED_DIR
-        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-        merged.save_pretrained(str(model_dir))
-        trainer.processing_class.save_pretrained(str(model_dir))
-    trainer.end()
-    return GRPOResult(output_dir=output_dir, model_dir=model_dir, resumed_from=resume,
-                      global_step=trainer.state.global_step, metrics=dict(result.metrics))
+    return finish_run(trainer, result, output_dir, resume, model_args, training_args, stop.received)
 
 
 def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:

@@ -355,11 +355,23 @@ def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: Mod
         })
 
     result = trainer.train(resume_from_checkpoint=resume)
-    if stop.received is not None:
+    return finish_run(trainer, result, output_dir, resume, model_args, training_args, stop.received)
+
+
+def finish_run(trainer, result, output_dir: Path, resume: str | None, model_args, training_args,
+               stopped_by_signal: int | None) -> SFTResult:
+    """What every persetrain trainer (SFT, GRPO) does once ``train()`` returns, so they save alike.
+
+    A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
+    model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
+    ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
+    merging needs whole in one process.
+    """
+    if stopped_by_signal is not None:
         trainer.end()
         return SFTResult(output_dir=output_dir, model_dir=output_dir, resumed_from=resume,
                          global_step=trainer.state.global_step, metrics=dict(result.metrics),
-                         stopped_by_signal=stop.received)
+                         stopped_by_signal=stopped_by_signal)
     trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
@@ -367,7 +379,6 @@ def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: Mod
 
     model_dir = output_dir
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
-    # Merging needs the whole unquantised weights in one process: not under DeepSpeed (ZeRO-3 shards them).
     if (model_args.use_peft and training_args.merge_adapter and not quantized
             and not trainer.is_deepspeed_enabled and trainer.is_world_process_zero()):
         model_dir = output_dir / MERGED_DIR
