@@ -165,7 +165,7 @@ def pref_section(args) -> dict:
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
     from persetrain.evaluators.base import SystemSpec
-    from persetrain.evaluators.pref import PREF, PREFConfig, score_by_probs, score_by_text
+    from persetrain.evaluators.pref import PREF, PREFConfig, rotate, score_by_probs, score_by_text
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
     systems = [SystemSpec("pref", "pref", MODEL), SystemSpec("pref_base", "pref", MODEL, {"variant": "base"}),
@@ -198,13 +198,15 @@ def pref_section(args) -> dict:
     # Stage 3 alone, on the same rubrics, with no cache: expected scores vs the sampled JSON list.
     examples = examples[: args.speed_examples]
     cached = load_engine(MODEL, cache_path=out / "engine-cache.sqlite")
-    requests = [r.request for r in PREF(PREFConfig()).rubrics(examples, cached)]
+    rubrics = PREF(PREFConfig()).rubrics(examples, cached)
     cached.close()
+    requests = [request for r in rubrics for request in r.requests]
+    shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
     engine = load_engine(MODEL)
     times = {"choice_probs": [], "text": []}
     for _ in range(2):
-        for mode, run in (("choice_probs", lambda: score_by_probs(engine, examples, requests)),
-                          ("text", lambda: score_by_text(engine, examples, requests, PREFConfig()))):
+        for mode, run in (("choice_probs", lambda: score_by_probs(engine, shown, requests)),
+                          ("text", lambda: score_by_text(engine, shown, requests, PREFConfig()))):
             start = time.perf_counter()
             run()
             times[mode].append((time.perf_counter() - start) / len(examples))

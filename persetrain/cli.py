@@ -68,23 +68,20 @@ def models_fetch(spec: Annotated[str, typer.Argument(help="Model spec to make av
     """Download (Hub ids) or convert (GGUF, embedded) a model so later loads are fast and offline."""
     from persetrain.models import local_weights_dir, resolve
 
-    try:
-        resolved = resolve(spec)
-        if resolved.kind == "hub":
-            from huggingface_hub import snapshot_download
+    resolved = resolve(spec)
+    if resolved.kind == "hub":
+        from huggingface_hub import snapshot_download
 
-            try:
-                path = snapshot_download(resolved.location)
-            except Exception as err:  # the hub client raises many transport-specific types
-                raise ModelSpecError(
-                    f"could not download {spec!r} from the Hugging Face Hub: {err.__class__.__name__}. "
-                    "Check the network and HF_TOKEN (gated models such as LLaMA-2 need an accepted "
-                    "licence), or copy an HF cache that holds it into $HF_HOME."
-                ) from err
-        else:
-            path = local_weights_dir(spec)
-    except ModelSpecError as err:
-        _fail(err)
+        try:
+            path = snapshot_download(resolved.location)
+        except Exception as err:  # the hub client raises many transport-specific types
+            raise ModelSpecError(
+                f"could not download {spec!r} from the Hugging Face Hub: {err.__class__.__name__}. "
+                "Check the network and HF_TOKEN (gated models such as LLaMA-2 need an accepted "
+                "licence), or copy an HF cache that holds it into $HF_HOME."
+            ) from err
+    else:
+        path = local_weights_dir(spec)
     console.print(f"{spec} -> {path}")
 
 
@@ -93,10 +90,7 @@ def models_info(spec: Annotated[str, typer.Argument(help="Model spec.")] = DEFAU
     """Show where a spec points, its architecture and the device/dtype it would run with."""
     from persetrain.models import describe
 
-    try:
-        info = describe(spec)
-    except ModelSpecError as err:
-        _fail(err)
+    info = describe(spec)
     typer.echo(json.dumps(info, indent=2))
 
 
@@ -123,23 +117,20 @@ def generate(
     from persetrain.engine import ChatRequest, GenerationParams
     from persetrain.io import read_jsonl, write_jsonl
 
-    try:
-        requests = read_jsonl(input, ChatRequest)
-        schema = None
-        if json_schema is not None:
-            try:
-                schema = json.loads(json_schema.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise InputError(json_schema, f"not a readable JSON schema ({err})") from None
-        engine = _engine(model, backend, base_url, cache)
-        if choices:
-            results = engine.choice_probs(requests, [c for c in choices.split(",")])
-        else:
-            params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                      seed=seed, stop=tuple(stop or ()), json_schema=schema, regex=regex)
-            results = engine.generate(requests, params)
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    requests = read_jsonl(input, ChatRequest)
+    schema = None
+    if json_schema is not None:
+        try:
+            schema = json.loads(json_schema.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise InputError(json_schema, f"not a readable JSON schema ({err})") from None
+    engine = _engine(model, backend, base_url, cache)
+    if choices:
+        results = engine.choice_probs(requests, [c for c in choices.split(",")])
+    else:
+        params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                  seed=seed, stop=tuple(stop or ()), json_schema=schema, regex=regex)
+        results = engine.generate(requests, params)
     write_jsonl(output, results)
     console.print(f"wrote {len(results)} results to {output}; cost: {engine.cost.model_dump()}, "
                   f"cache hits: {engine.cache_hits}")
@@ -155,10 +146,7 @@ def serve(
     """Serve a model (e.g. a trained judge) over an OpenAI-compatible HTTP API with logprobs."""
     from persetrain.engine.server import serve as run_server
 
-    try:
-        run_server(model, host=host, port=port, served_model_name=served_model_name)
-    except ModelSpecError as err:
-        _fail(err)
+    run_server(model, host=host, port=port, served_model_name=served_model_name)
 
 
 prepare_app = typer.Typer(help="Turn raw data into instruction datasets.", no_args_is_help=True)
@@ -195,11 +183,8 @@ def prepare_perse_cmd(
     """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
     from data_prep.prepare import prepare_perse
 
-    try:
-        engine = None if no_llm else _engine(model, backend, base_url, out / "engine-cache.sqlite")
-        prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    engine = None if no_llm else _engine(model, backend, base_url, out / "engine-cache.sqlite")
+    prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
 
 
 @prepare_app.command("parl")
@@ -215,11 +200,8 @@ def prepare_parl_cmd(
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
     from data_prep.parl import prepare_parl
 
-    try:
-        written = prepare_parl(raw, out, tasks=tuple(task or ("amazon", "reddit", "news")),
-                               baselines=tuple(baselines or ()), seed=seed, min_history=min_history)
-    except (InputError, ValueError) as err:
-        _fail(err)
+    written = prepare_parl(raw, out, tasks=tuple(task or ("amazon", "reddit", "news")),
+                           baselines=tuple(baselines or ()), seed=seed, min_history=min_history)
     for name, sizes in written.items():
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
 
@@ -238,10 +220,7 @@ def prepare_reference_cmd(
     earlier texts as writing samples, and every generator's output."""
     from data_prep.reference import build_reference
 
-    try:
-        build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
-    except (InputError, ValueError, KeyError) as err:
-        _fail(err)
+    build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
 
 
@@ -262,14 +241,11 @@ def generate_baselines_cmd(
     from data_prep.parl import read_task
     from data_prep.parl_baselines import GeneratorSpec, generate_baselines
 
-    try:
-        specs = [GeneratorSpec.parse(g) for g in generator]
-        examples = read_task(raw, task, min_history=min_history)
-        written = generate_baselines(
-            examples, specs, out, lambda spec: _engine(spec, backend, base_url, out / "engine-cache.sqlite"),
-            seed=seed, max_new_tokens=max_new_tokens)
-    except (InputError, ModelSpecError, ValueError, KeyError) as err:
-        _fail(err)
+    specs = [GeneratorSpec.parse(g) for g in generator]
+    examples = read_task(raw, task, min_history=min_history)
+    written = generate_baselines(
+        examples, specs, out, lambda spec: _engine(spec, backend, base_url, out / "engine-cache.sqlite"),
+        seed=seed, max_new_tokens=max_new_tokens)
     for name, path in written.items():
         console.print(f"[green]wrote[/green] {name} -> {path}")
 
@@ -297,17 +273,14 @@ def rubrics_induce(
     from persetrain.data import load_dataset
     from persetrain.evaluators.parl import PARLConfig, induce_to_file
 
-    try:
-        task, examples = load_dataset(data, split)
-        if task.name != "rubric":
-            raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
-        examples = examples[:max_examples] if max_examples else examples
-        config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens,
-                            judge_model=judge_model)
-        engine = _engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
-        written = induce_to_file(engine, examples, config, out, seed=seed)
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    task, examples = load_dataset(data, split)
+    if task.name != "rubric":
+        raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
+    examples = examples[:max_examples] if max_examples else examples
+    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens,
+                        judge_model=judge_model)
+    engine = _engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
+    written = induce_to_file(engine, examples, config, out, seed=seed)
     console.print(f"[green]wrote[/green] rubrics of {len(examples)} users x {runs} run(s) -> {written}")
 
 
@@ -329,16 +302,13 @@ def rubrics_warmstart_data(
     from persetrain.evaluators.parl import PARLConfig
     from persetrain.train.warmstart import write_warmstart_data
 
-    try:
-        task, examples = load_dataset(data, split)
-        if task.name != "rubric":
-            raise ValueError(f"{data} is a {task.name!r} dataset; warmstart-data needs one `prepare parl` wrote")
-        examples = examples[:max_examples] if max_examples else examples
-        config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
-        engine = _engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
-        counts = write_warmstart_data(engine, examples, out, config, seed=seed)
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    task, examples = load_dataset(data, split)
+    if task.name != "rubric":
+        raise ValueError(f"{data} is a {task.name!r} dataset; warmstart-data needs one `prepare parl` wrote")
+    examples = examples[:max_examples] if max_examples else examples
+    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
+    engine = _engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
+    counts = write_warmstart_data(engine, examples, out, config, seed=seed)
     console.print(f"[green]wrote[/green] {counts['valid']} rubric sets -> {out} (valid share "
                   f"{counts['valid_share']:.2f} of {counts['sets']} induced under structured output)")
 
@@ -350,13 +320,9 @@ def sft(ctx: typer.Context) -> None:
     Every TRL / transformers training argument and every recipe key can be given on the command line,
     where it overrides the recipe. Same parser and ``main`` as ``python -m persetrain.train.sft``.
     """
-    from persetrain.train.recipe import RecipeError
     from persetrain.train.sft import run_sft
 
-    try:
-        result = run_sft(list(ctx.args))
-    except (RecipeError, InputError, ModelSpecError) as err:
-        _fail(err)
+    result = run_sft(list(ctx.args))
     if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
         raise typer.Exit(code=result.exit_code)
 
@@ -372,21 +338,17 @@ def grpo(
 
     Same parser and ``main`` as ``python -m persetrain.train.grpo``; every recipe key can be overridden here.
     """
-    from persetrain.train.recipe import RecipeError
 
-    try:
-        if backend == "verl":
-            from persetrain.train.verl import main as write_verl
+    if backend == "verl":
+        from persetrain.train.verl import main as write_verl
 
-            write_verl(list(ctx.args), run=run)
-            return
-        if backend != "trl":
-            raise ValueError(f"--backend {backend!r}: expected trl or verl")
-        from persetrain.train.grpo import run_grpo
+        write_verl(list(ctx.args), run=run)
+        return
+    if backend != "trl":
+        raise ValueError(f"--backend {backend!r}: expected trl or verl")
+    from persetrain.train.grpo import run_grpo
 
-        result = run_grpo(list(ctx.args))
-    except (RecipeError, InputError, ModelSpecError) as err:
-        _fail(err)
+    result = run_grpo(list(ctx.args))
     if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
         raise typer.Exit(code=result.exit_code)
 
@@ -428,26 +390,23 @@ def evaluate(
     from persetrain.evaluation import evaluate as run_evaluation
     from persetrain.evaluators.base import SystemSpec
 
-    try:
-        systems = [SystemSpec.parse(s) for s in system or []]
-        if evaluator is not None:
-            systems += [SystemSpec(m, evaluator, m) for m in model or []] or [SystemSpec.parse(evaluator)]
-        elif model:
-            raise ValueError("--model needs --evaluator (or use --system NAME=EVALUATOR:MODEL)")
-        systems += [SystemSpec.parse(b) for b in baseline or []]
-        flags = {"data": str(data) if data else None, "out": str(out) if out else None, "split": split,
-                 "max_per_reviewer": max_per_reviewer, "max_examples": max_examples, "seed": seed,
-                 "backend": backend, "base_url": base_url, "systems": systems}
-        if config is not None:
-            run = EvaluationConfig.from_yaml(config, **flags)
-        else:
-            if data is None or out is None:
-                raise ValueError("give --data and --out (or --config FILE)")
-            run = EvaluationConfig(**{k: v for k, v in flags.items() if v is not None})
-        apply_options(run.systems, _options(set_))
-        run_evaluation(run)
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    systems = [SystemSpec.parse(s) for s in system or []]
+    if evaluator is not None:
+        systems += [SystemSpec(m, evaluator, m) for m in model or []] or [SystemSpec.parse(evaluator)]
+    elif model:
+        raise ValueError("--model needs --evaluator (or use --system NAME=EVALUATOR:MODEL)")
+    systems += [SystemSpec.parse(b) for b in baseline or []]
+    flags = {"data": str(data) if data else None, "out": str(out) if out else None, "split": split,
+             "max_per_reviewer": max_per_reviewer, "max_examples": max_examples, "seed": seed,
+             "backend": backend, "base_url": base_url, "systems": systems}
+    if config is not None:
+        run = EvaluationConfig.from_yaml(config, **flags)
+    else:
+        if data is None or out is None:
+            raise ValueError("give --data and --out (or --config FILE)")
+        run = EvaluationConfig(**{k: v for k, v in flags.items() if v is not None})
+    apply_options(run.systems, _options(set_))
+    run_evaluation(run)
 
 
 @app.command("meta-eval")
@@ -471,14 +430,11 @@ def meta_eval(
     from persetrain.evaluators.base import SystemSpec
     from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
 
-    try:
-        systems = [SystemSpec.parse(s) for s in system or []]
-        apply_options(systems, _options(set_))
-        meta_evaluate(MetaEvalConfig(data=str(data), out=str(out), systems=systems, split=split,
-                                     max_examples=max_examples, seed=seed, backend=backend, base_url=base_url,
-                                     probes=list(probe or PROBES)))
-    except (InputError, ModelSpecError, ValueError) as err:
-        _fail(err)
+    systems = [SystemSpec.parse(s) for s in system or []]
+    apply_options(systems, _options(set_))
+    meta_evaluate(MetaEvalConfig(data=str(data), out=str(out), systems=systems, split=split,
+                                 max_examples=max_examples, seed=seed, backend=backend, base_url=base_url,
+                                 probes=list(probe or PROBES)))
 
 
 @app.command("evaluators")
@@ -503,10 +459,7 @@ def demo(
     """Run the main job end to end on the embedded model and write its results to the run directory."""
     from persetrain.demo import run_demo
 
-    try:
-        run_demo(out, model=model)
-    except (InputError, ModelSpecError) as err:
-        _fail(err)
+    run_demo(out, model=model)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -545,45 +498,42 @@ def launch(
     from persetrain.launch import LaunchError, local_command, plan_launch, run
     from persetrain.launch import slurm as slurm_jobs
 
-    try:
-        if status or logs:
-            if status:
-                for key, value in slurm_jobs.status(status).items():
-                    typer.echo(f"{key}: {value}")
-            if logs:
-                typer.echo(slurm_jobs.read_log(logs), nl=False)
-            return
-        if config is None:
-            raise LaunchError("--config RECIPE is required (or --status JOB / --logs JOB)")
-        if slurm:
-            options = slurm_jobs.SlurmOptions(
-                job_name=job_name, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node,
-                cpus_per_task=cpus_per_task, mem=mem, time=time, log_dir=log_dir, env_activate=env_activate,
-                signal_seconds=signal_seconds, template=template, extra_sbatch=list(sbatch_arg or []))
-            plan = slurm_jobs.plan_slurm(config, options, accelerate_config=accelerate_config,
-                                         num_processes=num_processes, trainer=trainer, overrides=ctx.args,
-                                         check_data=not dry_run)
-            for note in plan.notes:
-                typer.echo(f"note: {note}")
-            script = slurm_jobs.write_script(slurm_jobs.render_sbatch(plan, options), options,
-                                             options.job_name or plan.recipe_path.stem)
-            if dry_run:
-                typer.echo(f"wrote {script} (not submitted)")
-                return
-            job = slurm_jobs.submit(script, partition)
-            typer.echo(f"submitted job {job} (script {script}); follow it with `persetrain launch --status {job}` "
-                       f"and `persetrain launch --logs {job}`")
-            return
-        plan = plan_launch(config, accelerate_config=accelerate_config, num_processes=num_processes,
-                           trainer=trainer, overrides=ctx.args, check_data=not dry_run)
-        command = local_command(plan)
-        for note in command.notes:
+    if status or logs:
+        if status:
+            for key, value in slurm_jobs.status(status).items():
+                typer.echo(f"{key}: {value}")
+        if logs:
+            typer.echo(slurm_jobs.read_log(logs), nl=False)
+        return
+    if config is None:
+        raise LaunchError("--config RECIPE is required (or --status JOB / --logs JOB)")
+    if slurm:
+        options = slurm_jobs.SlurmOptions(
+            job_name=job_name, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node,
+            cpus_per_task=cpus_per_task, mem=mem, time=time, log_dir=log_dir, env_activate=env_activate,
+            signal_seconds=signal_seconds, template=template, extra_sbatch=list(sbatch_arg or []))
+        plan = slurm_jobs.plan_slurm(config, options, accelerate_config=accelerate_config,
+                                     num_processes=num_processes, trainer=trainer, overrides=ctx.args,
+                                     check_data=not dry_run)
+        for note in plan.notes:
             typer.echo(f"note: {note}")
-        typer.echo(command.shell())
-        if not dry_run:
-            raise typer.Exit(code=run(command))
-    except (LaunchError, InputError) as err:
-        _fail(err)
+        script = slurm_jobs.write_script(slurm_jobs.render_sbatch(plan, options), options,
+                                         options.job_name or plan.recipe_path.stem)
+        if dry_run:
+            typer.echo(f"wrote {script} (not submitted)")
+            return
+        job = slurm_jobs.submit(script, partition)
+        typer.echo(f"submitted job {job} (script {script}); follow it with `persetrain launch --status {job}` "
+                   f"and `persetrain launch --logs {job}`")
+        return
+    plan = plan_launch(config, accelerate_config=accelerate_config, num_processes=num_processes,
+                       trainer=trainer, overrides=ctx.args, check_data=not dry_run)
+    command = local_command(plan)
+    for note in command.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(command.shell())
+    if not dry_run:
+        raise typer.Exit(code=run(command))
 
 
 @app.command()
@@ -607,15 +557,12 @@ def push(
 
     The token comes from HF_TOKEN or `hf auth login` and is never printed; HF_ENDPOINT points elsewhere.
     """
-    from persetrain.hub import HubError, describe_folder
+    from persetrain.hub import describe_folder
     from persetrain.hub import push as push_to_hub
 
-    try:
-        result = push_to_hub(path, repo_id, dataset=dataset, merge=merge, metrics=metrics, recipe=recipe,
-                             private=private, revision=revision, license=license, method=method, out=out,
-                             dry_run=dry_run)
-    except (HubError, InputError, ModelSpecError) as err:
-        _fail(err)
+    result = push_to_hub(path, repo_id, dataset=dataset, merge=merge, metrics=metrics, recipe=recipe,
+                         private=private, revision=revision, license=license, method=method, out=out,
+                         dry_run=dry_run)
     for line in describe_folder(result.folder):
         typer.echo(f"  {line}")
     if result.commit_url is None:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
+from loopback_server import serving
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
@@ -76,30 +73,12 @@ class HubDouble:
             oid = f"{len(self.commits):040x}"
             return {"commitUrl": f"{self.url}/{namespace}/{name}/commit/{oid}", "commitOid": oid}
 
-    def start(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the Hub double did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
 
 @pytest.fixture
 def hub():
     double = HubDouble()
-    double.start()
-    yield double
-    double.stop()
+    with serving(double.app) as double.url:
+        yield double
 
 
 def _push(hub: HubDouble | None, tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
+from persetrain.launch import local_command, plan_launch
 from persetrain.train.checkpoints import last_complete_checkpoint
-from persetrain.train.distributed import torchrun_command
 from persetrain.train.sft import METRICS_FILE, main, make_parser, run_sft
 from persetrain.train.signals import exit_code
 
@@ -53,9 +53,14 @@ def test_two_gloo_ranks_match_one_process(tiny_llama_dir, in_prepared, tmp_path)
     """2 processes x batch 1 == 1 process x batch 2: same global batch, same loss, same kind of checkpoint."""
     two, one = tmp_path / "two", tmp_path / "one"
     common = ["--max_steps", "2", "--save_steps", "2"]
-    command = torchrun_command(CPU_RECIPE, 2, extra_args=_argv(tiny_llama_dir, two, *common)[2:])
-    assert command[0].endswith("torchrun") and "--nproc_per_node" in command
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    # The recipe's global batch is 1; accumulation 1 given explicitly lets two ranks take a batch of 2.
+    plan = plan_launch(CPU_RECIPE, num_processes=2, cpu=True,
+                       overrides=[*_argv(tiny_llama_dir, two, *common)[2:], "--gradient_accumulation_steps", "1"])
+    command = local_command(plan)  # what `persetrain launch --num-processes 2` runs on a CPU
+    assert command.argv[0] == "torchrun" and "--nproc_per_node" in command.argv
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    done = subprocess.run([torchrun, *command.argv[1:]], env={**_env(), **command.env}, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run_sft(_argv(tiny_llama_dir, one, *common, "--per_device_train_batch_size", "2"))
 

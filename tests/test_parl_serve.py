@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import openai
 import pytest
-import uvicorn
+from loopback_server import serving
 
 from persetrain.engine import load_engine
 from persetrain.engine.hf import HFBackend
@@ -24,30 +20,11 @@ RULE, INPUT, TEXT = ("The review ends with the sign-off 'cheers, kal'.", "Item t
 CHECK = judge_request("amazon", INPUT, TEXT, RULE)
 
 
-@contextmanager
-def serving(app) -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def judge_server(tiny_llama_dir) -> Iterator[tuple[str, HFBackend]]:
     backend = HFBackend(str(tiny_llama_dir))
     with serving(build_app(backend, SERVED)) as url:
-        yield url, backend
+        yield f"{url}/v1", backend
 
 
 def _messages():

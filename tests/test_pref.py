@@ -15,7 +15,7 @@ from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.mcq_letter import McqLetter
-from persetrain.evaluators.pref import PREF, PREFConfig, parse_factors, parse_scores, parse_weights
+from persetrain.evaluators.pref import PREF, PREFConfig, parse_factors, parse_scores, parse_weights, rotate
 from persetrain.io import InputError
 from persetrain.metrics.mcq import is_correct, mcq_metrics, ndcg, squared_error, strict_argmax
 from persetrain.schema import McqExample
@@ -130,6 +130,26 @@ def test_variants_and_sampled_scores_on_the_tiny_model(tiny_llama_dir, tmp_path)
     # a random model rarely closes a JSON object in 24 tokens: stage 1 is retried, then noted, never dropped
     full = PREF(PREFConfig(max_new_tokens=24, max_retries=1)).judge(examples, engine, context)
     assert all(j.details["factors"] is not None or j.details["notes"] for j in full)
+
+
+def test_balanced_scores_do_not_depend_on_where_the_list_starts(tiny_llama_dir, tmp_path):
+    """Balanced positions score each candidate once in every position: a question whose candidates come
+    rotated gets the same scores, candidate for candidate; the paper's single order does not."""
+    _, examples = read_prefeval(PREFEVAL)
+    ex = examples[0]
+    turned = ex.model_copy(update={"id": "turned", "options": rotate(ex.options, 1),
+                                   "gold": (ex.gold - 1) % len(ex.options)})
+    engine = load_engine(str(tiny_llama_dir))
+    context = JudgeContext(data=PREFEVAL, split="test", system="pref", out=tmp_path)
+    balanced = PREF(PREFConfig(variant="base")).judge([ex, turned], engine, context)
+    a, b = (j.details["scores"] for j in balanced)
+    assert rotate(a, 1) == pytest.approx(b, abs=1e-4)
+    by_order = balanced[0].details["scores_by_order"]
+    assert len(by_order) == 4 and a == pytest.approx([sum(col) / 4 for col in zip(*by_order, strict=True)])
+    single = PREF(PREFConfig(variant="base", balance_positions=False)).judge([ex, turned], engine, context)
+    a, b = (j.details["scores"] for j in single)
+    assert rotate(a, 1) != pytest.approx(b, abs=1e-4)
+    assert balanced[0].cost.calls == 4 * single[0].cost.calls
 
 
 def test_evaluate_pref_on_the_embedded_model(tmp_path):

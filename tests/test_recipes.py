@@ -20,14 +20,8 @@ import pytest
 import torch
 import yaml
 
-from persetrain.train.distributed import (
-    TRAINERS,
-    check_launch_config,
-    read_accelerate_config,
-    read_deepspeed_config,
-    trainer_for_recipe,
-)
-from persetrain.train.recipe import RecipeError
+from persetrain.launch import LaunchError, plan_launch
+from persetrain.launch.accelerate import TRAINERS, infer_trainer, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
@@ -66,8 +60,7 @@ def prepared(prepared_root):
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=_id)
 def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monkeypatch, restore_environ):
-    assert check_launch_config(recipe, root=REPO) == []
-    trainer = trainer_for_recipe(recipe)
+    trainer = infer_trainer(read_yaml_mapping(recipe, "recipe"))
     module = importlib.import_module(TRAINERS[trainer])
     monkeypatch.chdir(prepared)  # the recipe's relative dataset_path, as in a checkout after `prepare`
     out = tmp_path / "out"
@@ -106,13 +99,9 @@ def test_a_missing_dataset_names_the_key_and_the_prepare_command(tmp_path, monke
     assert "persetrain prepare perse --raw RAW --out data/perse" in message
 
 
-def test_trainer_is_detected_from_the_keys(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text("packing: true\nlearning_rate: 1.0e-4\naccelerate_config: accelerate_configs/cpu.yaml\n")
-    assert trainer_for_recipe(recipe) == "sft"
-    recipe.write_text("no_such_key: 1\n")
-    with pytest.raises(RecipeError, match="no trainer knows all its keys"):
-        trainer_for_recipe(recipe)
+def test_trainer_is_detected_from_the_keys():
+    assert infer_trainer({"packing": True, "learning_rate": 1.0e-4}) == "sft"
+    assert infer_trainer({"num_generations": 8, "learning_rate": 1.0e-6}) == "grpo"
 
 
 # ------------------------------------------------------------------------------------ launch configs
@@ -142,8 +131,8 @@ def test_deepspeed_json_is_accepted_by_deepspeed(config):
 
     from persetrain.train.sft import make_parser
 
-    accelerate = read_accelerate_config(config)
-    _, ds = read_deepspeed_config(accelerate, REPO)
+    accelerate = read_yaml_mapping(config, "accelerate config")
+    ds = json.loads((REPO / accelerate["deepspeed_config"]["deepspeed_config_file"]).read_text())
     _, training, _ = make_parser().parse_args_and_config(
         ["--config", str(REPO / "recipes" / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"), "--bf16", "false",
          "--output_dir", "unused"])
@@ -160,7 +149,9 @@ def test_deepspeed_json_is_accepted_by_deepspeed(config):
     assert bool(accelerate["deepspeed_config"]["zero3_init_flag"]) == (stage == 3)
 
 
-def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path):
+def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path, monkeypatch):
+    """Every disagreement is listed at once, before any process starts."""
+    monkeypatch.chdir(tmp_path)  # accelerate reads deepspeed_config_file from the launch directory
     (tmp_path / "accelerate_configs" / "deepspeed").mkdir(parents=True)
     ds = json.loads((REPO / "accelerate_configs" / "deepspeed" / "zero3.json").read_text())
     ds["zero_optimization"]["stage"] = 2  # a "zero3" file that is not
@@ -168,19 +159,28 @@ def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path):
     (tmp_path / "accelerate_configs" / "deepspeed" / "zero3.json").write_text(json.dumps(ds))
     accelerate = yaml.safe_load((REPO / "accelerate_configs" / "deepspeed_zero3_offload.yaml").read_text())
     accelerate["deepspeed_config"]["deepspeed_config_file"] = "accelerate_configs/deepspeed/zero3.json"
-    accelerate["deepspeed_config"]["zero_stage"] = 3
+    accelerate["deepspeed_config"]["offload_param_device"] = "cpu"
     (tmp_path / "accelerate_configs" / "deepspeed_zero3_offload.yaml").write_text(yaml.safe_dump(accelerate))
     recipe = tmp_path / "r.yaml"
     recipe.write_text("accelerate_config: accelerate_configs/deepspeed_zero3_offload.yaml\nbf16: true\n"
                       "per_device_train_batch_size: 4\n")
-    problems = "\n".join(check_launch_config(recipe, root=tmp_path))
-    assert "'zero_stage' is set in the accelerate config" in problems
+    with pytest.raises(LaunchError) as refused:
+        plan_launch(recipe, check_data=False)
+    problems = str(refused.value)
+    assert "'offload_param_device' is set in the accelerate config, which accelerate refuses next to zero3.json" \
+        in problems
     assert "zero3_init_flag True does not fit ZeRO stage 2" in problems
-    assert "named for ZeRO-3 but zero3.json sets stage 2" in problems
-    assert "named for offload but zero3.json offloads nothing" in problems
-    assert "train_micro_batch_size_per_gpu 8, the recipe per_device_train_batch_size 4" in problems
+    assert "named for ZeRO-3 but sets stage 2" in problems
+    assert "zero3.json sets train_micro_batch_size_per_gpu 8, the recipe per_device_train_batch_size 4" in problems
 
-    recipe.write_text("accelerate_config: accelerate_configs/cpu.yaml\n")
-    assert "does not exist" in check_launch_config(recipe, root=tmp_path)[0]
-    recipe.write_text("bf16: true\n")
-    assert "no 'accelerate_config' key" in check_launch_config(recipe, root=tmp_path)[0]
+    accelerate["deepspeed_config"]["zero_stage"] = 3
+    (tmp_path / "accelerate_configs" / "deepspeed_zero3_offload.yaml").write_text(yaml.safe_dump(accelerate))
+    with pytest.raises(LaunchError, match=r"DeepSpeed ZeRO stages disagree: .*\(zero_stage\): stage 3, "
+                                          r".*zero3.json: stage 2"):
+        plan_launch(recipe, check_data=False)
+
+    recipe.write_text("accelerate_config: accelerate_configs/cpu.yaml\nbf16: true\n")
+    (tmp_path / "accelerate_configs" / "cpu.yaml").write_text((REPO / "accelerate_configs" / "cpu.yaml").read_text())
+    with pytest.raises(LaunchError, match="the recipe trains in bf16, which a CPU config cannot honour"):
+        plan_launch(recipe, check_data=False)
+    assert plan_launch(recipe, overrides=["--bf16", "false"], check_data=False).cpu

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from loopback_server import serving
 
 from persetrain.engine import ChatRequest, Engine, EngineError, GenerationParams, load_engine
 from persetrain.engine.hf import HFBackend
@@ -28,32 +26,11 @@ from persetrain.models import DEFAULT_MODEL
 SERVED = "tiny-judge"
 
 
-@contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """Run ``app`` on a free loopback port in a background thread; yield its ``/v1`` base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def tiny_server(tiny_llama_dir) -> Iterator[tuple[str, HFBackend]]:
     backend = HFBackend(str(tiny_llama_dir))
     with serving(build_app(backend, SERVED)) as url:
-        yield url, backend
+        yield f"{url}/v1", backend
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +284,7 @@ def test_retries_transient_errors_but_not_client_errors():
                              "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
 
     with serving(app) as url:
-        backend = OpenAIBackend("m", base_url=url, max_retries=3, backoff=0.01)
+        backend = OpenAIBackend("m", base_url=f"{url}/v1", max_retries=3, backoff=0.01)
         engine = Engine(backend)
         result = engine.generate([ChatRequest.of("good")])[0]
         assert (result.text, result.finish_reason, result.cost.prompt_tokens) == ("fine", "stop", 5)
@@ -329,7 +306,7 @@ def embedded_server() -> Iterator[tuple[str, Engine]]:
     """The real default model behind ``persetrain serve``, plus a local engine over the same weights."""
     backend = HFBackend(DEFAULT_MODEL)
     with serving(build_app(backend, DEFAULT_MODEL)) as url:
-        yield url, Engine(backend)
+        yield f"{url}/v1", Engine(backend)
 
 
 def test_embedded_model_served_matches_local(embedded_server):

@@ -12,8 +12,12 @@ default stage 3 reads each candidate's score as the expected value of ``choice_p
 "0".."10" after a prefix that restates the candidate - deterministic, never unparsable, and one
 forward pass per candidate; ``scoring="text"`` samples the paper's JSON list of scores instead.
 ``variant`` selects the paper's ablations: ``base`` scores with no guideline, ``w/S1`` with the
-coverage factors only. Output that cannot be read is retried ``max_retries`` times with sampling;
-what still fails is kept as an unparsed judgment (or, for stages 1-2, recorded in ``details``).
+coverage factors only. ``balance_positions`` runs stage 3 once per cyclic rotation of the candidate
+list and averages each candidate's scores over the rotations, so that every candidate is scored once
+in every position (balanced position calibration, Wang et al. 2023, "Large Language Models are not
+Fair Evaluators"): a judge's preference for a position then adds the same to every candidate.
+Output that cannot be read is retried ``max_retries`` times with sampling; what still fails is kept
+as an unparsed judgment (or, for stages 1-2, recorded in ``details``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class PREFConfig(EvaluatorConfig):
     max_retries: int = 2
     #: Sampling temperature of the retries (the first attempt is greedy).
     retry_temperature: float = 0.7
+    #: Score every candidate once in every position (one stage-3 pass per cyclic rotation of the list,
+    #: scores averaged per candidate); off is the paper's single order, at 1/n of stage 3's cost.
+    balance_positions: bool = True
 
 
 def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
@@ -140,14 +147,20 @@ def parse_scores(n: int) -> Callable[[str], list[float] | None]:
     return parse
 
 
+def rotate(options: Sequence[str], shift: int) -> list[str]:
+    """The candidate list shown in rotation ``shift``: position p holds candidate ``(p + shift) % n``."""
+    return [*options[shift:], *options[:shift]]
+
+
 @dataclass
 class Rubric:
-    """What stages 1-2 produced for one example, and the stage-3 request built from it."""
+    """What stages 1-2 produced for one example, and its stage-3 requests: one per candidate order."""
 
     factors: dict[str, str] | None
     weights: dict[str, int] | None
     guideline: str | None
-    request: ChatRequest
+    shifts: list[int]
+    requests: list[ChatRequest]
     notes: list[str]
     cost: Cost
 
@@ -162,14 +175,23 @@ class PREF(Evaluator):
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: PREFConfig = self.config
         rubrics = self.rubrics(examples, engine, context.system)
-        requests = [r.request for r in rubrics]
+        requests = [request for r in rubrics for request in r.requests]
+        shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
         if config.scoring == "choice_probs":
-            scores, raws, stage_costs = score_by_probs(engine, examples, requests, context.system)
+            flat_scores, flat_raws, flat_costs = score_by_probs(engine, shown, requests, context.system)
         else:
-            scores, raws, stage_costs = score_by_text(engine, examples, requests, config, context.system)
-        judgments = []
-        for ex, rubric, s, raw, cost in zip(examples, rubrics, scores, raws, stage_costs, strict=True):
+            flat_scores, flat_raws, flat_costs = score_by_text(engine, shown, requests, config, context.system)
+        judgments, start = [], 0
+        for ex, rubric in zip(examples, rubrics, strict=True):
+            end = start + len(rubric.shifts)
+            by_order = [_unrotate(found, shift) for found, shift in zip(flat_scores[start:end], rubric.shifts,
+                                                                         strict=True)]
+            s = _average(by_order)
+            raw = "\n".join(r for r in flat_raws[start:end] if r)
+            cost = sum(flat_costs[start:end], Cost())
+            start = end
             details = {"variant": config.variant, "scoring": config.scoring, "scores": s,
+                       "scores_by_order": by_order if len(by_order) > 1 else None,
                        "factors": rubric.factors, "weights": rubric.weights,
                        "added": {k: v for k, v in (rubric.weights or {}).items() if k.startswith(ADDED_PREFIX)},
                        "notes": rubric.notes}
@@ -225,8 +247,10 @@ class PREF(Evaluator):
         rubrics = []
         for ex, f, w, n, c in zip(examples, factors, weights, notes, costs, strict=True):
             guideline = None if config.variant == "base" else factor_lines(f or {}, w)
-            request = score_request(ex.question, ex.preference, ex.options, guideline, weighted=w is not None, id=ex.id)
-            rubrics.append(Rubric(f, w, guideline, request, n, c))
+            shifts = list(range(len(ex.options))) if config.balance_positions else [0]
+            requests = [score_request(ex.question, ex.preference, rotate(ex.options, shift), guideline,
+                                      weighted=w is not None, id=ex.id) for shift in shifts]
+            rubrics.append(Rubric(f, w, guideline, shifts, requests, n, c))
         return rubrics
 
     # ------------------------------------------------------------------ stage 1: coverage
@@ -279,30 +303,44 @@ def _explain(guideline: str | None, scores: list[float] | None, notes: list[str]
     return "\n".join(parts + notes)
 
 
-def score_by_probs(engine: Engine, examples: Sequence[McqExample], requests: Sequence[ChatRequest],
+def _unrotate(scores: list[float] | None, shift: int) -> list[float] | None:
+    """Scores in shown order back in candidate order (shown position p holds candidate ``(p + shift) % n``)."""
+    if scores is None:
+        return None
+    return [scores[(k - shift) % len(scores)] for k in range(len(scores))]
+
+
+def _average(by_order: list[list[float] | None]) -> list[float] | None:
+    """Each candidate's mean score over the orders that were read; None when none was."""
+    read = [scores for scores in by_order if scores is not None]
+    return [sum(column) / len(read) for column in zip(*read, strict=True)] if read else None
+
+
+def score_by_probs(engine: Engine, shown: Sequence[list[str]], requests: Sequence[ChatRequest],
                    system: str = "pref") -> tuple[list[list[float]], list[str], list[Cost]]:
     """Stage 3 from ``choice_probs``: each candidate's expected 0..10 score after a prefix restating it.
 
-    The candidates of one question share the whole prompt, so the engine scores them from one
-    shared prefix; nothing is sampled and nothing can fail to parse.
+    ``shown[i]`` is the candidate list request i shows, in its order; scores come back in that order.
+    The candidates of one request share the whole prompt, so the engine scores them from one shared
+    prefix; nothing is sampled and nothing can fail to parse.
     """
     flat = [request.model_copy(update={"assistant_prefix": score_prefix(k, option)})
-            for ex, request in zip(examples, requests, strict=True) for k, option in enumerate(ex.options)]
+            for options, request in zip(shown, requests, strict=True) for k, option in enumerate(options)]
     probs = engine.choice_probs(flat, list(SCORE_CHOICES), description=f"{system}: stage 3 (scores)")
     scores, costs, start = [], [], 0
-    for ex in examples:
-        mine = probs[start : start + len(ex.options)]
-        start += len(ex.options)
+    for options in shown:
+        mine = probs[start : start + len(options)]
+        start += len(options)
         scores.append([p.expectation() for p in mine])
         costs.append(sum((p.cost for p in mine), Cost()))
-    return scores, [""] * len(examples), costs
+    return scores, [""] * len(shown), costs
 
 
-def score_by_text(engine: Engine, examples: Sequence[McqExample], requests: Sequence[ChatRequest],
+def score_by_text(engine: Engine, shown: Sequence[list[str]], requests: Sequence[ChatRequest],
                   config: PREFConfig, system: str = "pref") -> tuple[list[list[float] | None], list[str], list[Cost]]:
-    """Stage 3 as the paper runs it: one sampled JSON list of scores per question (greedy, then retries)."""
-    params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=scores_schema(len(ex.options)))
-              for ex in examples]
-    found = generate_parsed(engine, requests, params, [parse_scores(len(ex.options)) for ex in examples],
+    """Stage 3 as the paper runs it: one sampled JSON list of scores per request (greedy, then retries)."""
+    params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=scores_schema(len(options)))
+              for options in shown]
+    found = generate_parsed(engine, requests, params, [parse_scores(len(options)) for options in shown],
                             config.max_retries, config.retry_temperature, f"{system}: stage 3 (scores)")
     return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]

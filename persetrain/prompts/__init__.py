@@ -57,7 +57,7 @@ def get(method: str, task: str) -> PromptTemplate:
         return _REGISTRY[(method, task)]
     except KeyError:
         known = ", ".join(f"{m}/{t}" for m, t in sorted(_REGISTRY))
-        raise KeyError(f"no prompt {method}/{task}; known: {known}") from None
+        raise ValueError(f"no prompt {method}/{task}; known: {known}") from None
 
 
 def render(method: str, task: str, id: str | None = None, **values: object) -> ChatRequest:

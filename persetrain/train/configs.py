@@ -20,14 +20,28 @@ import trl
 from persetrain.models import DEFAULT_MODEL, best_device, best_dtype
 
 
+@dataclass
 class HardwarePrecision:
     """Mixin for a ``TrainingArguments`` subclass: unset ``bf16`` / ``fp16`` follow the hardware.
 
     bf16 where the device computes in it natively (Ampere and later), fp16 on older GPUs, neither on
     a CPU. Host memory is pinned only when there is a GPU to copy to. Without a GPU, ``use_cpu`` is
     set: accelerate makes the ranks of ``torchrun --nproc_per_node N`` one gloo DDP group only when
-    told it runs on the CPU (otherwise each rank trains alone on its own copy of the data).
+    told it runs on the CPU (otherwise each rank trains alone on its own copy of the data). As the first
+    base of a dataclass, its fields replace the ``TrainingArguments`` fields of the same name.
     """
+
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
+                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
+    )
+    fp16: bool | None = field(
+        default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
+    )
+    dataloader_pin_memory: bool | None = field(
+        default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
+    )
 
     def __post_init__(self):
         device = best_device()
@@ -109,17 +123,6 @@ class SFTConfig(HardwarePrecision, trl.SFTConfig):
     :class:`HardwarePrecision`).
     """
 
-    bf16: bool | None = field(
-        default=None,
-        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
-                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
-    )
-    fp16: bool | None = field(
-        default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
-    )
-    dataloader_pin_memory: bool | None = field(
-        default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
-    )
     auto_resume: bool = field(
         default=True,
         metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one, so "

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +42,11 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
-from persetrain.io import InputError, write_json
+from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.sft import (
-    METRICS_FILE,
-    RESOLVED_CONFIG_FILE,
-    JsonlMetricsCallback,
-    SFTResult,
-    _environment,
-    checkpoint_to_resume,
-    finish_run,
-)
-from persetrain.train.signals import CheckpointOnSignal
+from persetrain.train.sft import SFTResult, run_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -78,17 +69,6 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
     keys that make up that batch.
     """
 
-    bf16: bool | None = field(
-        default=None,
-        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
-                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
-    )
-    fp16: bool | None = field(
-        default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
-    )
-    dataloader_pin_memory: bool | None = field(
-        default=None, metadata={"help": "Pin host memory for host-to-GPU copies. Default: on when there is a GPU."}
-    )
     max_prompt_length: int | None = field(
         default=None,
         metadata={"help": "Drop training prompts longer than this many tokens (verl's filter_overlong_prompts; "
@@ -298,21 +278,7 @@ def build_grpo_trainer(
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
          callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
     """Train, save the final model and tokenizer, and return where they are (as ``persetrain sft`` does)."""
-    output_dir = Path(training_args.output_dir)
-    stop = CheckpointOnSignal()
-    resume = checkpoint_to_resume(training_args)
-    trainer = build_grpo_trainer(script_args, training_args, model_args,
-                                 [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
-    if trainer.is_world_process_zero():
-        write_json(output_dir / RESOLVED_CONFIG_FILE, {
-            "script": asdict(script_args),
-            "model": asdict(model_args),
-            "training": trainer.args.to_dict(),
-            "resume_from_checkpoint": resume,
-            "environment": _environment(getattr(torch, model_args.dtype)),
-        })
-    result = trainer.train(resume_from_checkpoint=resume)
-    return finish_run(trainer, result, output_dir, resume, model_args, training_args, stop.received)
+    return run_trainer(build_grpo_trainer, script_args, training_args, model_args, callbacks)
 
 
 def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:

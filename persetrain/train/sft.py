@@ -32,7 +32,7 @@ import platform
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -335,16 +335,23 @@ def build_sft_trainer(
 
 def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: ModelConfig,
          callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
-    """Train, save the final model and tokenizer, and return where they are.
+    """Train, save the final model and tokenizer, and return where they are."""
+    return run_trainer(build_sft_trainer, script_args, training_args, model_args, callbacks)
 
-    A run stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so
-    that the output directory never looks finished when it is not; rerunning the command resumes it.
+
+def run_trainer(build: Callable[..., Any], script_args: ScriptArguments, training_args, model_args: ModelConfig,
+                callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+    """What every persetrain trainer (SFT, GRPO) does around ``build(...)``'s trainer, so they run alike.
+
+    The run resumes from its newest complete checkpoint and records its resolved configuration. A run
+    stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
+    output directory never looks finished when it is not; rerunning the command resumes it.
     """
     output_dir = Path(training_args.output_dir)
     stop = CheckpointOnSignal()
     resume = checkpoint_to_resume(training_args)
-    trainer = build_sft_trainer(script_args, training_args, model_args,
-                                [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
+    trainer = build(script_args, training_args, model_args,
+                    [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
     if trainer.is_world_process_zero():
         write_json(output_dir / RESOLVED_CONFIG_FILE, {
             "script": asdict(script_args),
@@ -353,16 +360,13 @@ def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: Mod
             "resume_from_checkpoint": resume,
             "environment": _environment(getattr(torch, model_args.dtype)),
         })
-
     result = trainer.train(resume_from_checkpoint=resume)
-    return finish_run(trainer, result, output_dir, resume, model_args, training_args, stop.received)
+    return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
 
 
-def finish_run(trainer, result, output_dir: Path, resume: str | None, model_args, training_args,
-               stopped_by_signal: int | None) -> SFTResult:
-    """What every persetrain trainer (SFT, GRPO) does once ``train()`` returns, so they save alike.
-
-    A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
+def _finish(trainer, result, output_dir: Path, resume: str | None, model_args, training_args,
+            stopped_by_signal: int | None) -> SFTResult:
+    """A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
     model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
     ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
     merging needs whole in one process.
