@@ -10,9 +10,8 @@
      through the fused LM head, ``sdpa``);
    - ``trl``: the same without activation checkpointing (a recipe key, not an addition): the
      baseline every addition is measured against;
-   - ``trl+completion_logits``: ``trl`` with :class:`~persetrain.train.sft.CompletionOnlySFTTrainer`'s loss;
-   - ``trl+packed_sdpa``: ``trl`` with ``attn_implementation: packed_sdpa``;
-   - ``persetrain``: both additions, what the CPU recipe runs;
+   - ``persetrain``: what the CPU recipe runs, ``trl`` with
+     :class:`~persetrain.train.sft.CompletionOnlySFTTrainer`'s loss (the one addition to TRL's path);
    - ``persetrain+malloc``: ``persetrain`` with glibc told to keep freed memory (``MALLOC_MMAP_MAX_=0``,
      ``MALLOC_TRIM_THRESHOLD_``): process tuning, which belongs to the launch environment;
    - ``padded``: ``persetrain`` on padded batches of 4 instead of packed rows.
@@ -137,12 +136,10 @@ CONFIGS: dict[str, tuple[list[str], dict[str, str]]] = {
     "trl-default": (["--attn_implementation", "sdpa", "--activation_checkpointing", "true",
                      "--completion_logits_only", "false"], {}),
     "trl": (["--attn_implementation", "sdpa", "--completion_logits_only", "false"], {}),
-    "trl+completion_logits": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"], {}),
-    "trl+packed_sdpa": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "false"], {}),
-    "persetrain": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true"], {}),
-    "persetrain+malloc": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true"],
+    "persetrain": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"], {}),
+    "persetrain+malloc": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"],
                           {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}),
-    "padded": (["--attn_implementation", "packed_sdpa", "--completion_logits_only", "true", "--packing", "false",
+    "padded": (["--attn_implementation", "sdpa", "--completion_logits_only", "true", "--packing", "false",
                 "--per_device_train_batch_size", "4"], {}),
 }
 
@@ -248,9 +245,7 @@ def main() -> None:
             "trl_default_tokens_per_s": round(rate("trl-default"), 2),
             "trl_tokens_per_s": round(rate("trl"), 2),
             "speedup_vs_trl_default": round(rate("persetrain") / rate("trl-default"), 3),
-            "speedup_vs_trl": round(rate("persetrain") / rate("trl"), 3),
-            "completion_logits_speedup": round(rate("trl+completion_logits") / rate("trl"), 3),
-            "packed_sdpa_speedup": round(rate("trl+packed_sdpa") / rate("trl"), 3),
+            "completion_logits_speedup": round(rate("persetrain") / rate("trl"), 3),
             "malloc_env_speedup": round(rate("persetrain+malloc") / rate("persetrain"), 3),
         })
     figures.update({

@@ -157,28 +157,13 @@ def test_sliced_loss_equals_full_logits_loss(tiny_llama_dir, dataset_dir, tmp_pa
         assert "position_ids" in inputs and inputs["input_ids"].size(0) == 1
 
 
-def test_packed_sdpa_matches_sdpa(tiny_llama_dir, dataset_dir, tmp_path):
-    trainer = _trainer(tiny_llama_dir, dataset_dir, tmp_path / "out", "--packing", "true")
-    model = trainer.model
-    model.train(False)
-    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-    assert len(inputs["cu_seq_lens_q"]) > 2  # several sequences share the row
-    forward = {k: v for k, v in inputs.items() if k != "labels"}
-    with torch.no_grad():
-        model.set_attn_implementation("sdpa")
-        reference = model(**forward, use_cache=False).logits
-        model.set_attn_implementation("packed_sdpa")
-        packed = model(**forward, use_cache=False).logits
-    assert (packed - reference).abs().max().item() < 1e-4
-
-
 # ---------------------------------------------------------------------------------------- whole runs
 
 
 def test_sft_learns_logs_and_saves_a_loadable_model(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "run"
     result = run_sft(_argv(tiny_llama_dir, dataset_dir, out, "--max_steps", "8", "--learning_rate", "1e-2",
-                           "--packing", "true", "--attn_implementation", "packed_sdpa"))
+                           "--packing", "true", "--attn_implementation", "sdpa"))
     assert result.global_step == 8 and result.model_dir == out
     losses = [r["loss"] for r in _log(out) if r["event"] == "log" and "loss" in r]
     assert len(losses) == 8
@@ -188,7 +173,7 @@ def test_sft_learns_logs_and_saves_a_loadable_model(tiny_llama_dir, dataset_dir,
     assert all("num_tokens" in r and "mean_token_accuracy" in r for r in records if "loss" in r)
 
     config = json.loads((out / RESOLVED_CONFIG_FILE).read_text())
-    assert config["training"]["learning_rate"] == 1e-2 and config["model"]["attn_implementation"] == "packed_sdpa"
+    assert config["training"]["learning_rate"] == 1e-2 and config["model"]["attn_implementation"] == "sdpa"
     assert config["environment"]["model_dtype"] in {"float32", "bfloat16"}
     model, tokenizer = load_model(str(out), device="cpu")
     assert model.config.num_hidden_layers == 2 and tokenizer.eos_token == "<|im_end|>"

@@ -105,7 +105,7 @@ class ModelConfig(trl.ModelConfig):
     )
     attn_implementation: str = field(
         default="sdpa",
-        metadata={"help": "Attention kernel ('sdpa', 'packed_sdpa', 'eager', 'flash_attention_2', ...). sdpa is "
+        metadata={"help": "Attention kernel ('sdpa', 'eager', 'flash_attention_2', ...). sdpa is "
                           "exact for packed, padding-free batches: transformers builds the block-diagonal mask "
                           "from the position ids."},
     )
