@@ -27,7 +27,6 @@ What this module adds to TRL, and why:
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import trl
 from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
@@ -44,9 +42,9 @@ from trl import GRPOTrainer, get_peft_config, get_quantization_config
 from persetrain.console import console
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
-from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments, resolve_dtype
+from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.sft import SFTResult, run_trainer
+from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -244,23 +242,11 @@ def build_grpo_trainer(
     callbacks: Sequence[TrainerCallback] = (),
 ) -> PARLGRPOTrainer:
     """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
-    if "wandb" in (training_args.report_to or []):
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     train_dataset = _drop_overlong_prompts(_load_train_split(script_args, seed=training_args.seed), tokenizer,
                                            training_args.max_prompt_length)
     reward_funcs = build_reward_funcs(training_args)
-    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
-        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
-    training_args.model_init_kwargs = {
-        "dtype": getattr(torch, model_args.dtype),
-        "attn_implementation": model_args.attn_implementation,
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        **(training_args.model_init_kwargs or {}),
-    }
+    prepare_model_init(training_args, model_args)
     quantization = get_quantization_config(model_args)
     if quantization is not None:
         training_args.model_init_kwargs.setdefault("quantization_config", quantization)

@@ -262,6 +262,28 @@ def checkpoint_to_resume(training_args: SFTConfig) -> str | None:
     return None
 
 
+def prepare_model_init(training_args, model_args: ModelConfig) -> None:
+    """What every trainer settles before TRL loads the model: logging, dtype and ``model_init_kwargs``.
+
+    wandb logs offline unless configured (a training node is often offline; ``wandb sync`` uploads
+    later). The dtype follows the hardware. TRL loads the model from a path, so that its DeepSpeed /
+    device-map handling applies; the user's own ``model_init_kwargs`` win over the derived ones.
+    """
+    if "wandb" in (training_args.report_to or []):
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
+    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
+    training_args.model_init_kwargs = {
+        "dtype": getattr(torch, model_args.dtype),
+        "attn_implementation": model_args.attn_implementation,
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        **(training_args.model_init_kwargs or {}),
+    }
+
+
 def build_sft_trainer(
     script_args: ScriptArguments,
     training_args: SFTConfig,
@@ -272,24 +294,9 @@ def build_sft_trainer(
 
     Split from :func:`main` so that benchmarks time exactly what a recipe runs.
     """
-    if "wandb" in (training_args.report_to or []):
-        # A training node is often offline; an offline run can be synced later with `wandb sync`.
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
     train_dataset, eval_dataset = _load_splits(script_args, want_eval=training_args.eval_strategy != "no",
                                                seed=training_args.seed)
-    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
-        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
-    # TRL loads the model from a path (so that its DeepSpeed/device-map handling applies); the user's own
-    # model_init_kwargs win over the ones derived from the model arguments.
-    training_args.model_init_kwargs = {
-        "dtype": getattr(torch, model_args.dtype),
-        "attn_implementation": model_args.attn_implementation,
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        **(training_args.model_init_kwargs or {}),
-    }
+    prepare_model_init(training_args, model_args)
     return CompletionOnlySFTTrainer(
         model=str(local_weights_dir(model_args.model_name_or_path)),
         args=training_args,
