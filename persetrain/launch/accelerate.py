@@ -27,7 +27,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,8 +212,9 @@ def config_problems(recipe_path: Path, recipe: dict[str, Any], overrides: Sequen
     return problems + _deepspeed_problems(recipe_path, value, config_path, config, where)
 
 
-def _deepspeed_problems(recipe_path: Path, value, config_path: Path, config: dict[str, Any],
-                        where: str) -> list[str]:
+def _deepspeed_problems(recipe_path: Path, value: Callable[[str], Any], config_path: Path,
+                        config: dict[str, Any], where: str) -> list[str]:
+    """The DeepSpeed part of :func:`config_problems`; ``value(key)`` is a recipe key with its overrides."""
     section = config.get("deepspeed_config") or {}
     stages: dict[str, int] = {}
     if "zero_stage" in section:
