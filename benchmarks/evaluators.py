@@ -165,7 +165,7 @@ def pref_section(args) -> dict:
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
     from persetrain.evaluators.base import SystemSpec
-    from persetrain.evaluators.pref import PREF, PREFConfig, rotate, score_by_probs, score_by_text
+    from persetrain.evaluators.pref import PREF, PREFConfig, score_by_probs, score_by_text, stage3_inputs
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
     systems = [SystemSpec("pref", "pref", MODEL), SystemSpec("pref_base", "pref", MODEL, {"variant": "base"}),
@@ -201,8 +201,7 @@ def pref_section(args) -> dict:
     cached = load_engine(MODEL, cache_path=out / "engine-cache.sqlite")
     rubrics = PREF(PREFConfig()).rubrics(examples, cached)
     cached.close()
-    requests = [request for r in rubrics for request in r.requests]
-    shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
+    shown, requests = stage3_inputs(examples, rubrics)
     # No prefix cache either: otherwise whichever path runs second finds the other's prompt heads computed.
     engine = load_engine(MODEL, prefix_cache_bytes=0)
     times = {"choice_probs": [], "text": []}

@@ -175,8 +175,7 @@ class PREF(Evaluator):
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: PREFConfig = self.config
         rubrics = self.rubrics(examples, engine, context.system)
-        requests = [request for r in rubrics for request in r.requests]
-        shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
+        shown, requests = stage3_inputs(examples, rubrics)
         if config.scoring == "choice_probs":
             flat_scores, flat_raws, flat_costs = score_by_probs(engine, shown, requests, context.system)
         else:
@@ -301,6 +300,13 @@ def _explain(guideline: str | None, scores: list[float] | None, notes: list[str]
     parts.append("Scores: " + (", ".join(f"{k + 1}: {s:.2f}" for k, s in enumerate(scores)) if scores is not None
                                else "unreadable"))
     return "\n".join(parts + notes)
+
+
+def stage3_inputs(examples: Sequence[McqExample], rubrics: Sequence[Rubric]) -> tuple[list[list[str]],
+                                                                                 list[ChatRequest]]:
+    """Every stage-3 request of ``rubrics``, flat, with the candidate list each one shows (in its order)."""
+    shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
+    return shown, [request for r in rubrics for request in r.requests]
 
 
 def _unrotate(scores: list[float] | None, shift: int) -> list[float] | None:
