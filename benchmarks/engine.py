@@ -115,7 +115,7 @@ def main() -> None:
                   f"({forward / matmul:.0%})")
 
     requests = parl_workload(backend.tokenizer, args.prefixes, args.tails)
-    rows, _, _ = backend._choice_rows(requests, choices)
+    rows = backend._choice_rows(requests, choices)[0]
     total_tokens = sum(len(r.tokens) for r in rows)
     computed = sum(prefix + sum(len(rows[k].tokens) - prefix for k in members)
                    for prefix, members in backend._prefix_groups(rows))

@@ -66,7 +66,7 @@ def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, c
 
 def test_prefix_sharing_groups_requests(tiny_engine):
     backend = tiny_engine.backend
-    rows, _, _ = backend._choice_rows(_requests(3, 4), ["yes", "no"])
+    rows = backend._choice_rows(_requests(3, 4), ["yes", "no"])[0]
     groups = backend._prefix_groups(rows)
     assert sorted(len(members) for _, members in groups) == [12]  # one shared system prompt
     assert groups[0][0] >= len(backend.encode(SYSTEM)) // 2
@@ -78,6 +78,7 @@ def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
     choices = [str(i) for i in range(1, 11)]
     result = tiny_engine.choice_probs([request], choices)[0]
     backend = tiny_engine.backend
+    assert len(backend._choice_rows([request], choices)[0]) == 1  # context + "1" gives every distribution
     p1, after_1 = _reference_logprob(backend, request, "1")
     p10, _ = _reference_logprob(backend, request, "10")
     zero = backend.encode("0")[0]
@@ -195,7 +196,10 @@ def test_scoring_after_generation_reuses_the_generated_states(tiny_llama_dir):
     assert len(warm.backend.prefix_cache) == len(requests) and len(cold.backend.prefix_cache) == 0
 
     scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
-    choices = ["1", "10", "2"]  # multi-token choices, so each request is a shared-prefix group
+    choices = ["1", "10", "2"]  # "10" makes each request's row context + "1", longer than the cached head
+    rows = warm.backend._choice_rows(scoring, choices)[0]
+    # each row joins no other, and is scored from its own cached head
+    assert [len(members) for _, members in warm.backend._prefix_groups(rows)] == [1] * len(requests)
     reused = warm.choice_probs(scoring, choices)
     fresh = cold.choice_probs(scoring, choices)
     cache = warm.backend.prefix_cache
@@ -262,9 +266,10 @@ def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_sta
     texts = [g.text for g in warm.generate(requests, params)]
     scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
     choices = ["1", "10", "2"]
-    rows, _, _ = cold.backend._choice_rows(scoring, choices)
-    # cold, merging would recompute both long tails from the shared half, which costs more than it saves
-    assert sorted(len(members) for _, members in cold.backend._prefix_groups(rows)) == [len(choices)] * 2
+    rows = cold.backend._choice_rows(scoring, choices)[0]
+    # cold, the two are scored from their shared half; warm, each from its own cached context
+    assert [len(members) for _, members in cold.backend._prefix_groups(rows)] == [2]
+    assert [len(members) for _, members in warm.backend._prefix_groups(rows)] == [1, 1]
     reused, fresh = warm.choice_probs(scoring, choices), cold.choice_probs(scoring, choices)
     cache = warm.backend.prefix_cache
     prompt_tokens = min(len(warm.backend.encode(warm.backend.render(r))) for r in requests)

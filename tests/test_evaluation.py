@@ -33,6 +33,23 @@ def _without_seconds(metrics: dict) -> dict:
     return metrics
 
 
+def _assert_close(written, golden, where: str = "metrics") -> None:
+    """Equal structure and values, floats within 1e-4 relative: scoring in differently shaped batches
+    moves probabilities by ~1e-6, and a p-value further."""
+    if isinstance(golden, dict):
+        assert isinstance(written, dict) and written.keys() == golden.keys(), where
+        for key, value in golden.items():
+            _assert_close(written[key], value, f"{where}.{key}")
+    elif isinstance(golden, list):
+        assert isinstance(written, list) and len(written) == len(golden), where
+        for k, value in enumerate(golden):
+            _assert_close(written[k], value, f"{where}[{k}]")
+    elif isinstance(golden, float):
+        assert written == pytest.approx(golden, rel=1e-4), where
+    else:
+        assert written == golden, where
+
+
 def _without_bertscore(metrics: dict) -> dict:
     """BERTScore moved from a hand-written implementation to the bert-score package after the golden
     files were written (the two agree to about 0.01 here); it is checked in test_metrics, not here."""
@@ -56,7 +73,7 @@ def test_perse_and_baselines_give_the_metrics_of_the_runner_before_the_interface
                                         max_per_reviewer=1))
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
     golden_metrics = json.loads((GOLDEN / f"{golden}.json").read_text())
-    assert _without_bertscore(_without_seconds(written)) == _without_bertscore(golden_metrics)
+    _assert_close(_without_bertscore(_without_seconds(written)), _without_bertscore(golden_metrics))
     assert all(m["cost"]["seconds"] >= 0 for m in metrics["systems"].values())
     assert (tmp_path / "run" / "judgments" / "tiny.jsonl").is_file()
 

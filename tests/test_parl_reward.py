@@ -172,7 +172,7 @@ def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
              "A fine mug overall, solid and simple, with a handle that stays cool. " * 6]
     requests = [judge_request("amazon", "Item: mug. Rating: 5", t, r) for t in texts for r in RULES]
     backend = tiny_engine.backend
-    rows, _, _ = backend._choice_rows(requests, ["yes", "no"])
+    rows = backend._choice_rows(requests, ["yes", "no"])[0]
     groups = backend._prefix_groups(rows)
     assert sorted(len(members) for _, members in groups) == [3, 3]
     for shared, members in groups:

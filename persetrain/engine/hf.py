@@ -55,7 +55,6 @@ class _Row:
     tokens: list[int]
     first_needed: int  # logits are read at positions first_needed .. len(tokens) - 1
     request: int
-    choice: int  # -1 when the row scores all (single-token) choices at its last position
 
 
 class HFBackend(Backend):
@@ -131,7 +130,7 @@ class HFBackend(Backend):
 
     # ------------------------------------------------------------------------- scoring
     def choice_probs(self, requests: Sequence[ChatRequest], choices: Sequence[str], on_done: OnDone) -> None:
-        rows, choice_tokens, contexts = self._choice_rows(requests, choices)
+        rows, choice_tokens, paths, contexts = self._choice_rows(requests, choices)
         pending = {i: len([r for r in rows if r.request == i]) for i in range(len(requests))}
         row_logprobs: dict[int, torch.Tensor] = {}
         rows_of: dict[int, list[int]] = {i: [] for i in range(len(requests))}
@@ -145,12 +144,15 @@ class HFBackend(Backend):
                 pending[request] -= 1
                 if pending[request] == 0:
                     per_row = [row_logprobs.pop(k) for k in rows_of[request]]
-                    on_done(request, self._choice_result(per_row, choice_tokens[request], choices,
-                                                          len(contexts[request])))
+                    on_done(request, self._choice_result(per_row, paths[request], choice_tokens[request],
+                                                          choices, len(contexts[request])))
 
     def _choice_rows(self, requests, choices):
+        """The rows that score ``choices`` after each request: the context, extended by each path of
+        :func:`_read_paths` (one row for "0".."10", whose only multi-token choice starts with "1")."""
         rows: list[_Row] = []
         all_choice_tokens: list[list[list[int]]] = []
+        all_paths: list[list[list[int]]] = []
         contexts: list[list[int]] = []
         for i, request in enumerate(requests):
             text = self.render(request)
@@ -170,14 +172,12 @@ class HFBackend(Backend):
                 )
             longest = max(len(t) for t in per_choice)
             context = self._fit(prompt[:common], self.context_window - longest, request)
+            paths = _read_paths(per_choice)
             contexts.append(context)
             all_choice_tokens.append(per_choice)
-            if longest == 1:
-                rows.append(_Row(context, len(context) - 1, i, -1))
-            else:
-                for j, toks in enumerate(per_choice):
-                    rows.append(_Row(context + toks, len(context) - 1, i, j))
-        return rows, all_choice_tokens, contexts
+            all_paths.append(paths)
+            rows.extend(_Row(context + path, len(context) - 1, i) for path in paths)
+        return rows, all_choice_tokens, all_paths, contexts
 
     def _prefix_groups(self, rows: list[_Row]) -> list[tuple[int, list[int]]]:
         """Group row indices that share a token prefix; return (prefix length, members) pairs.
@@ -191,6 +191,7 @@ class HFBackend(Backend):
         Why the prefix-cache condition: two PerSE prompts of one reviewer can share half their
         profile. Merged, they would be scored from their common half, recomputing both long tails
         (~11 s on a CPU), though each has its whole context cached from its own generation (~0.5 s).
+        For the same reason a row that joins no group but finds its head cached is a group of one.
         """
         cached: dict[int, int] = {}
 
@@ -210,6 +211,8 @@ class HFBackend(Backend):
             shared = min([shared] + [rows[k].first_needed for k in members])
             if len(members) > 1 and shared >= self.min_shared_prefix:
                 groups.append((shared, members))
+            elif len(members) == 1 and cached_head(members[0]) >= self.min_shared_prefix:
+                groups.append((cached_head(members[0]), members))  # a group of one, from its cached head
             else:
                 singles.extend(members)
 
@@ -282,31 +285,30 @@ class HFBackend(Backend):
         return batches
 
     @staticmethod
-    def _choice_result(per_row, choice_tokens, choices, prompt_tokens) -> ChoiceProbs:
+    def _choice_result(per_row, paths, choice_tokens, choices, prompt_tokens) -> ChoiceProbs:
+        """Choice log-probabilities from the rows' log-probs (row r, index j: after context + paths[r][:j])."""
+
+        def after(prefix: list[int]) -> torch.Tensor:
+            return next(lp[len(prefix)] for path, lp in zip(paths, per_row, strict=True)
+                        if path[: len(prefix)] == prefix)
+
         logp: dict[str, float] = {}
-        single = len(per_row) == 1  # one row scores all single-token choices at its last position
-        if single:
-            dist = per_row[0][-1]
-            for choice, toks in zip(choices, choice_tokens, strict=True):
-                logp[choice] = dist[toks[0]].item()
-        else:
-            for choice, toks, lp in zip(choices, choice_tokens, per_row, strict=True):
-                total = sum(lp[p, t].item() for p, t in enumerate(toks))
-                # Mass of continuing from this choice into a longer one is not this choice.
-                extensions = {other[len(toks)] for other in choice_tokens
-                              if len(other) > len(toks) and other[: len(toks)] == toks}
-                if extensions:
-                    cont = torch.logsumexp(lp[len(toks), sorted(extensions)], dim=0).item()
-                    total += math.log1p(-math.exp(min(cont, -1e-12)))
-                logp[choice] = total
+        for choice, toks in zip(choices, choice_tokens, strict=True):
+            total = sum(after(toks[:p])[t].item() for p, t in enumerate(toks))
+            # Mass of continuing from this choice into a longer one is not this choice.
+            extensions = {other[len(toks)] for other in choice_tokens
+                          if len(other) > len(toks) and other[: len(toks)] == toks}
+            if extensions:
+                cont = torch.logsumexp(after(toks)[sorted(extensions)], dim=0).item()
+                total += math.log1p(-math.exp(min(cont, -1e-12)))
+            logp[choice] = total
         top = max(logp.values())
         weights = {c: math.exp(v - top) for c, v in logp.items()}
         z = sum(weights.values())
-        scored = 0 if single else sum(len(t) for t in choice_tokens)
         return ChoiceProbs(
             probs={c: w / z for c, w in weights.items()},
             logprobs=logp,
-            cost=Cost(calls=1, prompt_tokens=prompt_tokens + scored, completion_tokens=0),
+            cost=Cost(calls=1, prompt_tokens=prompt_tokens + sum(len(p) for p in paths), completion_tokens=0),
         )
 
     def check_grammar(self, params: GenerationParams) -> None:
@@ -463,6 +465,21 @@ class HFBackend(Backend):
             sorted_probs = sorted_probs.masked_fill(outside, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, sorted_idx, sorted_probs)
         return [torch.multinomial(probs[b], 1, generator=g).item() for b, g in enumerate(generators)]
+
+
+def _read_paths(choice_tokens: list[list[int]]) -> list[list[int]]:
+    """The fewest token paths after the context whose rows give every distribution the choices need.
+
+    A choice t needs the next-token distribution after each of its proper prefixes, and after t itself
+    when a longer choice extends it. A row of context + path gives the distributions after every prefix
+    of path, so only the maximal needed paths get rows: [] alone for single-token choices, ["1"] for
+    "0".."10" (one row instead of one per choice: PREF's stage 3 scores 11 choices per candidate).
+    """
+    needed = {tuple(t[:p]) for t in choice_tokens for p in range(len(t))}
+    needed |= {tuple(t) for t in choice_tokens
+               if any(len(o) > len(t) and o[: len(t)] == t for o in choice_tokens)}
+    return [list(p) for p in sorted(needed)
+            if not any(len(q) > len(p) and q[: len(p)] == p for q in needed)]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
