@@ -160,7 +160,7 @@ def pref_section(args) -> dict:
     manipulation probes included), then stage 3's speed from ``choice_probs`` against sampled text.
 
     The meta-evaluation keeps its engine cache under ``--out``, so a re-run only computes what is
-    missing (its seconds then count cache hits; the speed-up below never uses a cache).
+    missing (its seconds then count cache hits; the speed-up below starts every timed run with empty caches).
     """
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
