@@ -131,11 +131,11 @@ class HFBackend(Backend):
     # ------------------------------------------------------------------------- scoring
     def choice_probs(self, requests: Sequence[ChatRequest], choices: Sequence[str], on_done: OnDone) -> None:
         rows, choice_tokens, paths, contexts = self._choice_rows(requests, choices)
-        pending = {i: len([r for r in rows if r.request == i]) for i in range(len(requests))}
         row_logprobs: dict[int, torch.Tensor] = {}
         rows_of: dict[int, list[int]] = {i: [] for i in range(len(requests))}
         for index, row in enumerate(rows):
             rows_of[row.request].append(index)
+        pending = {i: len(members) for i, members in rows_of.items()}
 
         for group_prefix, group in self._prefix_groups(rows):
             for index, logprobs in self._score_group(rows, group_prefix, group):
