@@ -36,6 +36,7 @@ from transformers import DynamicCache
 
 from persetrain.console import warn
 from persetrain.engine.base import Backend, OnDone
+from persetrain.engine.choices import choice_logprobs, common_prefix, normalized, split_choices
 from persetrain.engine.prefix_cache import PrefixCache
 from persetrain.engine.structured import GrammarFactory
 from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, Generation, GenerationParams
@@ -157,19 +158,7 @@ class HFBackend(Backend):
         for i, request in enumerate(requests):
             text = self.render(request)
             prompt = self.encode(text)
-            joint = [self.encode(text + c) for c in choices]
-            # The context is the longest token prefix shared by the prompt and every prompt+choice:
-            # a prompt ending in "[Score] " and a choice "7" tokenize as "...]" + " 7", and the
-            # choice must be scored as the text the model would actually produce there.
-            common = len(prompt)
-            for seq in joint:
-                common = min(common, _common_prefix(prompt, seq))
-            per_choice = [seq[common:] for seq in joint]
-            if any(not toks for toks in per_choice) or len({tuple(t) for t in per_choice}) < len(choices):
-                raise ValueError(
-                    f"the tokenizer cannot distinguish the choices {list(choices)!r} after this prompt "
-                    f"(token sequences {per_choice}); rephrase the choices"
-                )
+            common, per_choice = split_choices(prompt, [self.encode(text + c) for c in choices], choices)
             longest = max(len(t) for t in per_choice)
             context = self._fit(prompt[:common], self.context_window - longest, request)
             paths = _read_paths(per_choice)
@@ -218,7 +207,7 @@ class HFBackend(Backend):
 
         members, shared = [order[0]], len(rows[order[0]].tokens)
         for k in order[1:]:
-            lcp = _common_prefix(rows[members[0]].tokens, rows[k].tokens)
+            lcp = common_prefix(rows[members[0]].tokens, rows[k].tokens)
             # Join only when it saves more than it costs: the new row skips ``lcp`` tokens, but every
             # member already in the group recomputes the ``shared - lcp`` tokens the cut drops (for a
             # group of one: the cut may not drop more than half its head). So rows that share only a
@@ -314,30 +303,14 @@ class HFBackend(Backend):
 
     @staticmethod
     def _choice_result(per_row, paths, choice_tokens, choices, prompt_tokens) -> ChoiceProbs:
-        """Choice log-probabilities from the rows' log-probs (row r, index j: after context + paths[r][:j])."""
+        """Choice probabilities from the rows' log-probs (row r, index j: after context + paths[r][:j])."""
 
-        def after(prefix: list[int]) -> torch.Tensor:
-            return next(lp[len(prefix)] for path, lp in zip(paths, per_row, strict=True)
+        def logprob(prefix: list[int], token: int) -> float:
+            return next(lp[len(prefix), token].item() for path, lp in zip(paths, per_row, strict=True)
                         if path[: len(prefix)] == prefix)
 
-        logp: dict[str, float] = {}
-        for choice, toks in zip(choices, choice_tokens, strict=True):
-            total = sum(after(toks[:p])[t].item() for p, t in enumerate(toks))
-            # Mass of continuing from this choice into a longer one is not this choice.
-            extensions = {other[len(toks)] for other in choice_tokens
-                          if len(other) > len(toks) and other[: len(toks)] == toks}
-            if extensions:
-                cont = torch.logsumexp(after(toks)[sorted(extensions)], dim=0).item()
-                total += math.log1p(-math.exp(min(cont, -1e-12)))
-            logp[choice] = total
-        top = max(logp.values())
-        weights = {c: math.exp(v - top) for c, v in logp.items()}
-        z = sum(weights.values())
-        return ChoiceProbs(
-            probs={c: w / z for c, w in weights.items()},
-            logprobs=logp,
-            cost=Cost(calls=1, prompt_tokens=prompt_tokens + sum(len(p) for p in paths), completion_tokens=0),
-        )
+        return normalized(choice_logprobs(choice_tokens, logprob, choices),
+                          Cost(calls=1, prompt_tokens=prompt_tokens + sum(len(p) for p in paths), completion_tokens=0))
 
     def check_grammar(self, params: GenerationParams) -> None:
         """Compile the schema or regex of ``params`` now, so a bad one fails before decoding starts."""
@@ -509,14 +482,6 @@ def _read_paths(choice_tokens: list[list[int]]) -> list[list[int]]:
                if any(len(o) > len(t) and o[: len(t)] == t for o in choice_tokens)}
     return [list(p) for p in sorted(needed)
             if not any(len(q) > len(p) and q[: len(p)] == p for q in needed)]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:

@@ -31,7 +31,6 @@ the same weights, which tokenizes prompt + choice *jointly* (see ``persetrain.en
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -42,7 +41,8 @@ from typing import Any, Literal
 import httpx
 
 from persetrain.engine.base import Backend, EngineError, OnDone
-from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, Generation, GenerationParams
+from persetrain.engine.choices import choice_logprobs, logsumexp, normalized, split_choices
+from persetrain.engine.types import ChatRequest, Cost, Generation, GenerationParams
 
 Scoring = Literal["auto", "top_logprobs", "exact"]
 SCORING_MODES: tuple[str, ...] = ("auto", "top_logprobs", "exact")
@@ -206,7 +206,7 @@ class OpenAIBackend(Backend):
                         found = result[0]
                         if self.scoring == "top_logprobs" or None not in found.values():
                             floored = {c: self.floor_logprob if v is None else v for c, v in found.items()}
-                            on_done(i, _choice_result(floored, spent[i]))
+                            on_done(i, normalized(floored, spent[i]))
                         else:
                             go_exact(i)
                         continue
@@ -214,7 +214,7 @@ class OpenAIBackend(Backend):
                     if len(parts[i]) == len(choices) + 1:
                         got = parts.pop(i)
                         logp = _joint_logprobs(got[0][0], [got[j + 1] for j in range(len(choices))], choices)
-                        on_done(i, _choice_result(logp, spent[i]))
+                        on_done(i, normalized(logp, spent[i]))
         finally:
             for future in pending:
                 future.cancel()
@@ -234,7 +234,7 @@ class OpenAIBackend(Backend):
         by_text: dict[str, list[float]] = {}
         for entry in content[0].get("top_logprobs") or []:
             by_text.setdefault(entry["token"], []).append(float(entry["logprob"]))
-        found = {c: _logsumexp(by_text[moved + c]) if moved + c in by_text else None for c in choices}
+        found = {c: logsumexp(by_text[moved + c]) if moved + c in by_text else None for c in choices}
         return found, _cost(response)
 
     def _prompt_logprobs(self, request: ChatRequest, prefix: str) -> tuple[list, list[float], Cost]:
@@ -261,47 +261,18 @@ class OpenAIBackend(Backend):
 
 # ------------------------------------------------------------------------------ pure helpers
 def _joint_logprobs(prompt: list, scored: list[tuple[list, list[float]]], choices: list[str]) -> dict[str, float]:
-    """The ``hf`` backend's joint-tokenization scoring, from the server's prompt log-probs."""
-    common = len(prompt)
-    for ids, _ in scored:
-        common = min(common, _common_prefix(prompt, ids))
-    tokens = [ids[common:] for ids, _ in scored]
-    if any(not t for t in tokens) or len({tuple(t) for t in tokens}) < len(choices):
-        raise ValueError(f"the tokenizer cannot distinguish the choices {choices!r} after this prompt "
-                         f"(token sequences {tokens}); rephrase the choices")
-    result: dict[str, float] = {}
-    for choice, toks, (_, logprobs) in zip(choices, tokens, scored, strict=True):
-        total = sum(logprobs[common:])
-        # Continuing from this choice into a longer one is not this choice; the longer choice's
-        # prompt log-probs hold log p(its next token | context + this choice) exactly.
-        extensions = {other[len(toks)]: other_logprobs[common + len(toks)]
-                      for other, (_, other_logprobs) in zip(tokens, scored, strict=True)
-                      if len(other) > len(toks) and other[: len(toks)] == toks}
-        if extensions:
-            cont = _logsumexp(list(extensions.values()))
-            total += math.log1p(-math.exp(min(cont, -1e-12)))
-        result[choice] = total
-    return result
+    """The ``hf`` backend's joint-tokenization scoring, from the server's prompt log-probs.
 
+    ``scored[j]`` is prompt+choice j's token ids and each token's log-probability given those before it,
+    so any scored sequence that continues context + prefix with a token holds that token's log-probability.
+    """
+    common, tokens = split_choices(prompt, [ids for ids, _ in scored], choices)
 
-def _choice_result(logprobs: dict[str, float], cost: Cost) -> ChoiceProbs:
-    top = max(logprobs.values())
-    weights = {c: math.exp(v - top) for c, v in logprobs.items()}
-    z = sum(weights.values())
-    return ChoiceProbs(probs={c: w / z for c, w in weights.items()}, logprobs=logprobs, cost=cost)
+    def logprob(prefix: list, token: int) -> float:
+        return next(logprobs[common + len(prefix)] for toks, (_, logprobs) in zip(tokens, scored, strict=True)
+                    if toks[: len(prefix) + 1] == [*prefix, token])
 
-
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
-
-
-def _common_prefix(a: list, b: list) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return choice_logprobs(tokens, logprob, choices)
 
 
 def _first_choice(response: dict, base_url: str) -> dict:
