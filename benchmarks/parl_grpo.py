@@ -141,8 +141,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=9, help="GRPO steps (about 80 s each here: 9 fit the "
-                                                                 "15-minute budget with the warm start).")
+    parser.add_argument("--steps", type=int, default=9, help="GRPO steps (100-227 s each on this CPU: 9 took "
+                                                                 "24 minutes).")
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")

@@ -1,12 +1,13 @@
 """The local transformers backend.
 
-Two things make it more than a loop over ``model.generate``:
+Three things make it more than a loop over ``model.generate``:
 
 * **Shared-prefix KV reuse for scoring.** Evaluators score many requests that share a long head
   (system prompt + user history + the response under judgment) and differ in a short tail (one
   rubric rule, one aspect question). ``choice_probs`` sorts the token sequences, groups those
-  sharing a prefix, runs each prefix once and continues every tail from a copy of its KV cache.
-  On a CPU, where batching alone buys nothing, the speed-up follows the token-count ratio.
+  sharing a prefix, runs each prefix once and continues its tails from its KV states, packed end
+  to end in one row under a block-diagonal mask (``_packed``). On a CPU, where batching alone buys
+  nothing, the speed-up follows the token-count ratio.
 * **Automatic prefix caching** (``prefix_cache.py``). Generation leaves each sequence's KV states
   behind, and scoring starts from the longest cached prefix: a judge that writes a review and then
   scores it pays for its prompt once.
@@ -14,7 +15,8 @@ Two things make it more than a loop over ``model.generate``:
   forward pass (multi-token choices by their full sequence log-probability), never by sampling.
   A choice that is a token-prefix of another ("1" and "10") is scored as "this choice and then
   stop", i.e. its probability excludes the mass of continuing into the longer choice, so the
-  renormalised set is a proper partition of outcomes.
+  renormalised set is a proper partition of outcomes (the math, shared with the ``openai``
+  backend, is in ``choices.py``).
 
 Generation is a plain decode loop (left padding, KV cache, rows dropped from the batch as they
 finish) because it needs three things ``generate()`` does not give together: a private RNG per
