@@ -64,6 +64,21 @@ def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, c
         assert sum(a.probs.values()) == pytest.approx(1.0)
 
 
+def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forward(tiny_engine):
+    """Packs that continue different prefixes run as one batch, their states right-padded to the longest."""
+    requests = [ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i], id=f"{i}-{j}")
+                for i in range(3) for j in range(4)]
+    backend = tiny_engine.backend
+    rows = backend._choice_rows(requests, ["yes", "no"])[0]
+    groups = backend._prefix_groups(rows)
+    assert sorted(len(members) for _, members in groups) == [4, 4, 4]
+    assert len({prefix_len for prefix_len, _ in groups}) == 3
+    found = tiny_engine.choice_probs(requests, ["yes", "no"])
+    for request, a in zip(requests, found, strict=True):
+        for c in ("yes", "no"):
+            assert a.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
+
+
 def test_prefix_sharing_groups_requests(tiny_engine):
     backend = tiny_engine.backend
     rows = backend._choice_rows(_requests(3, 4), ["yes", "no"])[0]
