@@ -13,12 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import Dataset, DatasetDict
+from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
 from persetrain.models import load_model
-from persetrain.train.grpo import REWARD_PARTS_FILE, make_parser, run_grpo
+from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
 
@@ -64,6 +66,43 @@ def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
     assert resolved["training"]["bf16"] is False  # the hardware's choice on a CPU, not TRL's bf16=True
     assert resolved["training"]["loss_type"] == "dapo" and resolved["training"]["beta"] == 0.001
     load_model(str(out))  # the final policy loads like any persetrain model
+
+
+def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llama_dir, parl_news, tmp_path):
+    """The shared-prompt log-prob pass against TRL's own pass over whole rows: two prompts of different lengths,
+    left-padded to one width, three rollouts each (right-padded, interleaved), log-probs, entropies and the
+    gradient of every weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
+        _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")))
+    model, pad = trainer.model, trainer.processing_class.pad_token_id
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 200, (n,), generator=generator) for n in (9, 14)]
+    width, n_completion = 14, 6
+    ids, masks = [], []
+    for rollout in range(3):
+        for prompt in prompts:
+            length = (6, 4, 2)[rollout]
+            completion = torch.randint(5, 200, (n_completion,), generator=generator)
+            ids.append(torch.cat([torch.full((width - len(prompt),), pad), prompt, completion]))
+            masks.append(torch.cat([torch.zeros(width - len(prompt)), torch.ones(len(prompt) + length),
+                                    torch.zeros(n_completion - length)]).long())
+    input_ids, attention_mask = torch.stack(ids), torch.stack(masks)
+    scored = attention_mask[:, -n_completion:].bool()
+
+    def run(method):
+        model.zero_grad()
+        logps, entropies, _ = method(model, input_ids, attention_mask, n_completion, compute_entropy=True)
+        (logps * scored).sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return logps.detach(), entropies.detach(), grads
+
+    ours = run(trainer._get_per_token_logps_and_entropies)
+    theirs = run(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
+    assert torch.allclose(ours[0][scored], theirs[0][scored], atol=1e-5)
+    assert torch.allclose(ours[1][scored], theirs[1][scored], atol=1e-5)
+    assert ours[2].keys() == theirs[2].keys() and len(ours[2]) > 0
+    for name, grad in theirs[2].items():
+        assert torch.allclose(ours[2][name], grad, atol=1e-5, rtol=1e-4), name
 
 
 def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):

@@ -18,6 +18,8 @@ What this module adds to TRL, and why:
   TRL knows nothing about; the judge is any persetrain engine spec.
 - **Unconstrained rollouts**: structured output during rollouts is refused, because the loss needs the
   log-probabilities of the tokens the policy itself would sample.
+- **Each prompt computed once per batch** in the log-prob passes (policy, reference, old policy), not once per
+  rollout: the prompt is most of each row.
 - **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` and the reward's wall time next to
   each step's in the metrics: what PARL training is judged by.
 - **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
@@ -34,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import trl
 from datasets import Dataset, load_from_disk
-from transformers import TrainerCallback
+from transformers import DynamicCache, TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
@@ -183,11 +186,70 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
 
 # ------------------------------------------------------------------------------------------- trainer
 class PARLGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` that logs the reward's wall time per generation batch (``time/reward_s``).
+    """``GRPOTrainer`` that computes each prompt once for all its rollouts and logs the reward's wall time per
+    generation batch (``time/reward_s``).
 
     Next to TRL's ``step_time`` it shows what share of a step the judge takes, the cost that decides
     whether a judge fits a training budget at all.
     """
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        """TRL's per-token log-probs (and entropies) of the completions, each distinct prompt computed once.
+
+        The ``num_generations`` rollouts of one prompt share it token for token, and the prompt is most of
+        each row (PARL's induction prompts: 1,000-1,500 tokens, rubric sets: ~40-190). TRL runs every row
+        whole, in the policy forward and backward, the reference forward and the old-policy forward; here a
+        prompt's states are computed once and expanded over its rollouts (gradients sum back through the
+        expansion, as they would over the copies), and only the rollouts' tokens run per row. Same values
+        as TRL's path within float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary
+        losses, activation checkpointing (which recomputes layers, so a layer's cache would be written
+        twice) and batches with no repeated prompt take TRL's path.
+        """
+        groups: dict[tuple[int, ...], list[int]] = {}
+        prompt_ids, prompt_mask = input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]
+        for row in range(input_ids.size(0)):
+            groups.setdefault(tuple(prompt_ids[row][prompt_mask[row].bool()].tolist()), []).append(row)
+        if (compute_aux_loss or any(v is not None for v in multimodal.values()) or self.args.activation_checkpointing
+                or len(groups) == input_ids.size(0) or min(len(prompt) for prompt in groups) < 2):
+            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                              batch_size, compute_entropy, compute_aux_loss,
+                                                              **multimodal)
+        batch_size = batch_size or input_ids.size(0)
+        completion_ids, completion_mask = input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:]
+        logps: dict[int, torch.Tensor] = {}
+        entropies: dict[int, torch.Tensor] = {}
+        for prompt, rows in groups.items():
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start : start + batch_size]
+                found = self._shared_prompt_logps(model, list(prompt), completion_ids[chunk], completion_mask[chunk])
+                logps.update(zip(chunk, found.log_probs[:, -logits_to_keep:], strict=True))
+                if compute_entropy:
+                    entropies.update(zip(chunk, found.entropy[:, -logits_to_keep:], strict=True))
+        order = range(input_ids.size(0))
+        return (torch.stack([logps[row] for row in order]),
+                torch.stack([entropies[row] for row in order]) if compute_entropy else None, None)
+
+    def _shared_prompt_logps(self, model, prompt: list[int], completion_ids, completion_mask):
+        """TRL's fused-head output over ``completion_ids`` (rows of one prompt) after ``prompt``, computed once.
+
+        The prompt less its last token fills a cache that is expanded over the rows; the rows then run that last
+        token and their completions, so the fused head scores every completion token as TRL's path does.
+        """
+        n, device = completion_ids.size(0), completion_ids.device
+        config = self.accelerator.unwrap_model(model).config
+        cache = DynamicCache(config=config)
+        with self.accelerator.autocast():
+            model(input_ids=torch.tensor([prompt[:-1]], device=device), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+        expanded = DynamicCache(ddp_cache_data=[(layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+                                                for layer in cache.layers], config=config)
+        ids = torch.cat([completion_ids.new_full((n, 1), prompt[-1]), completion_ids], dim=1)
+        mask = torch.cat([completion_mask.new_ones((n, len(prompt))), completion_mask], dim=1)
+        labels = ids.masked_fill(mask[:, len(prompt) - 1 :] == 0, -100)  # the head scores labels[:, 1:]
+        with self.accelerator.autocast():
+            return model(input_ids=ids, attention_mask=mask, past_key_values=expanded, labels=labels,
+                         fused_lm_head=True)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         start = time.perf_counter()
