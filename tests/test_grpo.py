@@ -105,6 +105,21 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
         assert torch.allclose(ours[2][name], grad, atol=1e-5, rtol=1e-4), name
 
 
+def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir, parl_news, tmp_path):
+    """Rollouts continued from one prefill per prompt against TRL's rollouts over left-padded copies, greedy:
+    two prompts of different lengths, three rollouts each, interleaved, cut after the end-of-sequence token."""
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
+        _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")))
+    trainer.generation_config.do_sample = False
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 200, (n,), generator=generator).tolist() for n in (9, 14)]
+    prompt_ids = [prompts[k % 2] for k in range(6)]
+    ours, _ = trainer._generate_single_turn(prompt_ids, None, {}, 3)
+    theirs, _ = GRPOTrainer._generate_single_turn(trainer, prompt_ids, None, {}, 3)
+    assert ours == theirs
+    assert len({tuple(c) for c in ours}) == 2 and all(ours)  # greedy: one rollout per prompt, and they differ
+
+
 def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
     """A generator trained against a PerSE judge: the reward is the judge's expected 1-10 score."""
     profile = [{"plot_id": f"p{j}", "plot": f"A quiet story number {j} about a lighthouse keeper.",

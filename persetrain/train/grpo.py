@@ -41,6 +41,8 @@ import trl
 from datasets import Dataset, load_from_disk
 from transformers import DynamicCache, TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
+from trl.extras.profiling import profiling_context
+from trl.models import unwrap_model_for_generation
 
 from persetrain.console import console
 from persetrain.io import InputError
@@ -192,6 +194,49 @@ class PARLGRPOTrainer(GRPOTrainer):
     Next to TRL's ``step_time`` it shows what share of a step the judge takes, the cost that decides
     whether a judge fits a training budget at all.
     """
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's transformers rollouts, each distinct prompt's states computed once for all its rollouts.
+
+        TRL left-pads the ``num_generations`` copies of a prompt and prefills every copy: on this CPU 4 x 1,100
+        prompt tokens take ~11 s, a third of a PARL step. Here a prompt less its last token is prefilled once,
+        its cache repeated over its rollouts, and ``generate`` continues from it with TRL's generation config;
+        completions are cut after the first end-of-sequence token as TRL cuts them. Greedy rollouts equal TRL's
+        (``tests/test_grpo.py``). vLLM, continuous batching, images, a configured cache implementation and
+        batches with no repeated prompt take TRL's path.
+        """
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for row, ids in enumerate(prompt_ids):
+            groups.setdefault(tuple(ids), []).append(row)
+        if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
+                or self.generation_config.cache_implementation is not None or len(groups) == len(prompt_ids)
+                or min(len(prompt) for prompt in groups) < 2):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        device, eos = self.accelerator.device, set(self.eos_token_ids)
+        completions: list[list[int]] = [[] for _ in prompt_ids]
+        with (
+            profiling_context(self, "transformers.generate"),
+            unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                        generation_kwargs=self.generation_kwargs,
+                                        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
+            as unwrapped_model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            for prompt, rows in groups.items():
+                cache = DynamicCache(config=unwrapped_model.config)
+                unwrapped_model(input_ids=torch.tensor([prompt[:-1]], device=device), past_key_values=cache,
+                                use_cache=True, logits_to_keep=1)
+                cache.batch_repeat_interleave(len(rows))
+                ids = torch.tensor([prompt] * len(rows), device=device)
+                out = unwrapped_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                               past_key_values=cache, generation_config=self.generation_config)
+                for row, sequence in zip(rows, out[:, len(prompt) :].tolist(), strict=True):
+                    end = next((k for k, token in enumerate(sequence) if token in eos), len(sequence) - 1)
+                    completions[row] = sequence[: end + 1]
+        return completions, None
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
