@@ -20,7 +20,7 @@ Every GRPO rollout's reward parts are in ``runs/bench-parl/grpo/grpo/reward_part
 are also written to ``runs/bench-parl/grpo/summary.json`` after each stage. Times are wall
 times of this machine as it was during the run (note other load when reading them).
 
-    python benchmarks/parl_grpo.py [--steps 9] [--warmstart-users 12] [--heldout-users N]
+    python benchmarks/parl_grpo.py [--steps 12] [--warmstart-users 12] [--heldout-users N]
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=9, help="GRPO steps (100-227 s each on this CPU: 9 took "
-                                                                 "24 minutes).")
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps, the recipe's max_steps (28-99 s each on "
+                                                                  "this CPU: 12 took 11 minutes).")
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")

@@ -66,8 +66,8 @@ def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, c
 
 def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forward(tiny_engine):
     """Packs that continue different prefixes run as one batch, their states right-padded to the longest."""
-    requests = [ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i], id=f"{i}-{j}")
-                for i in range(3) for j in range(4)]
+    requests = [ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i],
+                               id=f"{i}-{j}") for i in range(3) for j in range(4)]
     backend = tiny_engine.backend
     rows = backend._choice_rows(requests, ["yes", "no"])[0]
     groups = backend._prefix_groups(rows)
