@@ -79,6 +79,32 @@ def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forw
             assert a.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
 
 
+def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_dir):
+    """Group heads that share a long prefix with each other (PREF's orders of one question's candidates)
+    run in waves: the first computes the shared part, the others continue it from the prefix cache.
+    The probabilities equal plain forward passes, with the cache (waves) and without (one batch)."""
+    questions = [f"Question {i}: " + " ".join(f"q{i}word{j}" for j in range(30)) for i in range(2)]
+    orders = [" ".join(f"c{(order + j) % 3}x{j}" for j in range(25)) for order in range(3)]
+    requests = [ChatRequest.of(f"{q}\nCandidates in order {order}: {listed}\nRule {rule}: is it satisfied?",
+                               id=f"{i}-{order}-{rule}")
+                for i, q in enumerate(questions) for order, listed in enumerate(orders) for rule in range(4)]
+    warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
+    cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
+    rows = warm.backend._choice_rows(requests, ["yes", "no"])[0]
+    assert sorted(len(members) for _, members in warm.backend._prefix_groups(rows)) == [4] * 6
+    shared = len(warm.backend.encode(warm.backend.render(requests[0]).split("\nCandidates")[0]))
+    waved, batched = warm.choice_probs(requests, ["yes", "no"]), cold.choice_probs(requests, ["yes", "no"])
+    cache = warm.backend.prefix_cache
+    # orders 1 and 2 of each question continue its order 0 (the first head of question 1 may reuse the
+    # chat template's system part of question 0's)
+    assert cache.hits >= 4 and cache.reused_tokens >= 4 * (shared - 2)
+    for request, a, b in zip(requests, waved, batched, strict=True):
+        for c in ("yes", "no"):
+            reference = _reference_logprob(warm.backend, request, c)[0]
+            assert a.logprobs[c] == pytest.approx(reference, abs=1e-4)
+            assert b.logprobs[c] == pytest.approx(reference, abs=1e-4)
+
+
 def test_prefix_sharing_groups_requests(tiny_engine):
     backend = tiny_engine.backend
     rows = backend._choice_rows(_requests(3, 4), ["yes", "no"])[0]
