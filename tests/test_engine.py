@@ -105,6 +105,47 @@ def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_
             assert b.logprobs[c] == pytest.approx(reference, abs=1e-4)
 
 
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, family):
+    """Packed tails and batched heads run under persetrain's own mask, which must apply the model's sliding
+    window: to every layer (Mistral) or to the windowed layers of a model that mixes both (Qwen2)."""
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    shape = dict(vocab_size=len(embedded_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=8,
+                 pad_token_id=embedded_tokenizer.pad_token_id, eos_token_id=embedded_tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    if family == "mistral":
+        model = MistralForCausalLM(MistralConfig(**shape))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, use_sliding_window=True, max_window_layers=1))
+        assert model.config.layer_types == ["full_attention", "sliding_attention"]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    model.save_pretrained(tmp_path)
+    embedded_tokenizer.save_pretrained(tmp_path)
+    engine = load_engine(str(tmp_path), min_shared_prefix=16)
+    backend = engine.backend
+    requests = _requests(2, 3)
+    assert len(backend._prefix_groups(backend._choice_rows(requests, ["yes", "no"])[0])) == 1
+    for request, found in zip(requests, engine.choice_probs(requests, ["yes", "no"]), strict=True):
+        for c in ("yes", "no"):
+            assert found.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
+    # Generation keeps whole sequences for the prefix cache, and scoring then continues them.
+    generated = engine.generate(requests[:1], GenerationParams(max_new_tokens=6))[0]
+    ids = torch.tensor([backend.encode(backend.render(requests[0]))])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                             eos_token_id=sorted(backend.eos_ids), pad_token_id=backend.tokenizer.pad_token_id)
+    assert generated.text == backend.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    scoring = requests[0].model_copy(update={"assistant_prefix": generated.text + " Verdict:"})
+    hits = backend.prefix_cache.hits
+    found = engine.choice_probs([scoring], ["yes", "no"])[0]
+    assert backend.prefix_cache.hits > hits
+    assert found.logprobs["yes"] == pytest.approx(_reference_logprob(backend, scoring, "yes")[0], abs=1e-4)
+
+
 def test_prefix_sharing_groups_requests(tiny_engine):
     backend = tiny_engine.backend
     rows = backend._choice_rows(_requests(3, 4), ["yes", "no"])[0]

@@ -393,7 +393,7 @@ class HFBackend(Backend):
         of 3: ten 30-token tails after a 500-token prefix 0.73 s packed vs 1.05 s as a padded batch;
         thirty 40-token tails after a 300-token prefix 2.82 s in packs of at most 300 tokens, 3.21 s in
         one pack, 2.97 s padded. Hence packs no longer than the prefix. The mask replaces the model's
-        own, so a sliding window shorter than prefix + tail would not apply.
+        own, so it applies the model's sliding window itself (``_windowed``).
         """
         lengths = [[len(t) for t in tails] for tails, _, _ in packs]
         width = max(sum(n) for n in lengths)
@@ -424,10 +424,28 @@ class HFBackend(Backend):
                     padded_keys[row, :, :prefix_len] = kv[layer][0][0]
                     padded_values[row, :, :prefix_len] = kv[layer][1][0]
             states.append((padded_keys, padded_values))
-        cache = DynamicCache(ddp_cache_data=states or None, config=self.model.config)
-        out = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                    past_key_values=cache, use_cache=True)
+        # No config: every layer keeps all its positions, the windowed ones too (the mask applies the window),
+        # so that a head's states can be read back whole for the prefix cache.
+        cache = DynamicCache(ddp_cache_data=states or None)
+        out = self.model.base_model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                                    attention_mask=self._windowed(mask, positions))
         return [list(out.last_hidden_state[row, : sum(n)].split(n)) for row, n in enumerate(lengths)], cache, past
+
+    def _windowed(self, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """``mask`` (over the padded prefix, then the new tokens at ``positions``) with the model's sliding
+        window applied: a token sees no key ``sliding_window`` or more positions back. Models whose
+        layers mix windowed and full attention (``layer_types``) get one mask per layer type."""
+        config = self.model.config
+        window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        if not window:
+            return mask
+        past = mask.shape[-1] - positions.shape[1]
+        keys = torch.cat([torch.arange(past, device=self.device).expand(len(positions), -1), positions], dim=1)
+        too_far = positions[:, None, :, None] - keys[:, None, None, :] >= window
+        sliding = mask.masked_fill(too_far, torch.finfo(mask.dtype).min)
+        if "sliding_attention" in (getattr(config, "layer_types", None) or []):
+            return {"full_attention": mask, "sliding_attention": sliding}
+        return sliding
 
     def _batches(self, members: list[int], length, max_tokens: int) -> list[list[int]]:
         batches: list[list[int]] = []
@@ -518,7 +536,7 @@ class HFBackend(Backend):
         generators = [self._generator(params, r) for r in requests] if params.temperature > 0 else None
         matchers = self._grammars.matchers(row_params)
 
-        cache = DynamicCache(config=self.model.config)
+        cache = DynamicCache()  # full layers, as in _packed: _remember keeps whole sequences
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1].float()
