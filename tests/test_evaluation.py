@@ -34,8 +34,9 @@ def _without_seconds(metrics: dict) -> dict:
 
 
 def _assert_close(written, golden, where: str = "metrics") -> None:
-    """Equal structure and values, floats within 1e-4 relative: scoring in differently shaped batches
-    moves probabilities by ~1e-6, and a p-value further."""
+    """Equal structure and values, floats within 1e-4 relative or 1e-5 absolute: scoring in differently
+    shaped batches moves probabilities by ~1e-6, and a small p-value by as much (0.0159795 vs 0.0159775
+    once the engine batched its prefix heads)."""
     if isinstance(golden, dict):
         assert isinstance(written, dict) and written.keys() == golden.keys(), where
         for key, value in golden.items():
@@ -45,7 +46,7 @@ def _assert_close(written, golden, where: str = "metrics") -> None:
         for k, value in enumerate(golden):
             _assert_close(written[k], value, f"{where}[{k}]")
     elif isinstance(golden, float):
-        assert written == pytest.approx(golden, rel=1e-4), where
+        assert written == pytest.approx(golden, rel=1e-4, abs=1e-5), where
     else:
         assert written == golden, where
 
