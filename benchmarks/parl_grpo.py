@@ -18,7 +18,10 @@ both the rubric generator and the judge:
 
 Every GRPO rollout's reward parts are in ``runs/bench-parl/grpo/grpo/reward_parts.jsonl``; the numbers
 are also written to ``runs/bench-parl/grpo/summary.json`` after each stage. Times are wall
-times of this machine as it was during the run (note other load when reading them).
+times of this machine as it was during the run (note other load when reading them). Every run starts from
+an empty ``runs/bench-parl/grpo``: a GRPO run appends to its metrics and reward-parts files and keeps its
+judge's request cache, so a second run into the same folder would read both runs' steps and time a reward
+served from the cache.
 
     python benchmarks/parl_grpo.py [--steps 12] [--warmstart-users 12] [--heldout-users N]
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -72,7 +76,8 @@ def _fifths(values: list[float]) -> tuple[float | None, float | None]:
 
 def grpo_run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
-    OUT.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
     write_parl_sample(OUT / "raw", seed=args.seed)
     prepare_parl(OUT / "raw", OUT / "data", tasks=("news",), seed=args.seed)
     data = OUT / "data" / "parl_news"
