@@ -261,7 +261,8 @@ class HFBackend(Backend):
                 budget = min(prefix_len, self.max_batch_tokens)
                 for pack in self._batches(members, lambda k, p=prefix_len: len(rows[k].tokens) - p, budget):
                     entry = (pack, [rows[k].tokens[prefix_len:] for k in pack], prefix_kv, prefix_len)
-                    if waiting and not self._fits([(tails, past) for _, tails, _, past in [*waiting, entry]]):
+                    shapes = [(sum(map(len, tails)), past) for _, tails, _, past in [*waiting, entry]]
+                    if waiting and not self._fits(shapes):
                         yield from self._run_packs(rows, waiting)
                         waiting = []
                     waiting.append(entry)
@@ -303,9 +304,10 @@ class HFBackend(Backend):
                 waits = ahead - self.prefix_cache.match_length(heads[i]) >= self.min_shared_prefix
                 (later if waits else wave).append(i)
             found = {i: self.prefix_cache.longest(heads[i]) for i in wave}
+            new = {i: len(heads[i]) - found[i][0] for i in wave}
             batches: list[list[int]] = []
-            for i in sorted(wave, key=lambda i: len(heads[i]) - found[i][0]):
-                if not batches or not self._fits([([heads[k][found[k][0] :]], found[k][0]) for k in [*batches[-1], i]]):
+            for i in sorted(wave, key=new.__getitem__):
+                if not batches or not self._fits([(new[k], found[k][0]) for k in [*batches[-1], i]]):
                     batches.append([])
                 batches[-1].append(i)
             for batch in batches:
@@ -326,19 +328,18 @@ class HFBackend(Backend):
             if k not in new:
                 states.append(cached)
                 continue
-            row, end = new[k], past + len(head) - reused
-
-            def kept(t: torch.Tensor, row: int = row, reused: int = reused, end: int = end) -> torch.Tensor:
-                return torch.cat([t[row : row + 1, :, :reused], t[row : row + 1, :, past:end]], dim=2)
-
-            head_kv = [(kept(layer.keys), kept(layer.values)) for layer in cache.layers]
+            row, end = new[k], past + len(head) - reused  # its cached part, then its new tokens after the padding
+            head_kv = [(torch.cat([keys[:, :, :reused], keys[:, :, past:end]], dim=2),
+                        torch.cat([values[:, :, :reused], values[:, :, past:end]], dim=2))
+                       for keys, values in ((layer.keys[row : row + 1], layer.values[row : row + 1])
+                                            for layer in cache.layers)]
             if reused < len(head) // 2:
                 self.prefix_cache.put(head, head_kv, evict_unused=False)
             states.append(head_kv)
         return states
 
-    def _fits(self, shapes: list[tuple[list[list[int]], int]]) -> bool:
-        """Whether rows of (tails, prefix length) make one batch: rows, padded tokens, and padded attended
+    def _fits(self, shapes: list[tuple[int, int]]) -> bool:
+        """Whether rows of (new tokens, prefix length) make one batch: rows, padded tokens, and padded attended
         positions (the KV states held) within the backend's limits, and at most ``PADDING`` of the
         computed tokens padding.
 
@@ -346,7 +347,7 @@ class HFBackend(Backend):
         as one batch a sixth of its computed tokens were padding, and on a CPU four rows to a batch
         already run as fast per token as sixteen.
         """
-        widths = [sum(len(t) for t in tails) for tails, _ in shapes]
+        widths = [tokens for tokens, _ in shapes]
         width, past = max(widths), max(prefix_len for _, prefix_len in shapes)
         return (len(shapes) <= self.max_batch_rows and len(shapes) * width <= self.max_batch_tokens
                 and len(shapes) * (past + width) <= 2 * self.max_batch_tokens
