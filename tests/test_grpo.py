@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
-from persetrain.models import load_model
+from persetrain.models import DEFAULT_MODEL, load_model
 from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
@@ -118,6 +118,44 @@ def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir
     theirs, _ = GRPOTrainer._generate_single_turn(trainer, prompt_ids, None, {}, 3)
     assert ours == theirs
     assert len({tuple(c) for c in ours}) == 2 and all(ours)  # greedy: one rollout per prompt, and they differ
+
+
+def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_states(parl_news, tmp_path):
+    """Sampled rollouts of one prompt (the embedded model, top-k 2) where some end mid-way, so that the batch
+    shrinks after the rollouts have diverged. The end-of-sequence token is one that a first run (same seed, no
+    reachable end) drew at step k >= 2 and no rollout drew before: the second run draws the same tokens up to
+    step k, then some rollouts end there while the others go on. Each rollout ends at its first
+    end-of-sequence token or at the limit, and each of its tokens is one of the two that a plain forward pass
+    of the prompt and that rollout's own earlier tokens ranks highest: a rollout continued from another row's
+    states would leave that set (the tiny random model ranks nearly the same two tokens after any history, so
+    it would not show that; the embedded model does)."""
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
+        _argv(DEFAULT_MODEL, parl_news, tmp_path / "run", "--reward_funcs", "parl-a", "--top_k", "2",
+              "--temperature", "1.0", "--top_p", "1.0")))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    prompt = torch.randint(5, 200, (11,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def sample() -> list[list[int]]:
+        torch.manual_seed(3)
+        return trainer._generate_single_turn([prompt] * 6, None, {}, 6)[0]
+
+    trainer.eos_token_ids = [len(trainer.processing_class) - 1]  # a token the rollouts do not draw
+    free = sample()
+    step, end = next((k, r[k]) for k in range(2, len(free[0])) for r in free
+                     if all(r[k] not in other[:k] for other in free))
+    trainer.eos_token_ids = [end]
+    rollouts = sample()
+    limit = trainer.generation_config.max_new_tokens
+    assert [r[:step] for r in rollouts] == [r[:step] for r in free]  # same draws until the first end
+    assert sum(len(r) == step + 1 for r in rollouts) in range(1, 6)  # some end at step k, others go on
+    assert len({tuple(r[:step]) for r in rollouts}) > 1  # ...after the rollouts diverged
+    for rollout in rollouts:
+        ends = [k for k, token in enumerate(rollout) if token == end]
+        assert ends == [len(rollout) - 1] or (not ends and len(rollout) == limit)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + rollout])).logits[0, len(prompt) - 1 : -1]
+        allowed = logits.topk(2).indices
+        assert all(token in allowed[k].tolist() for k, token in enumerate(rollout))
 
 
 def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
