@@ -220,6 +220,37 @@ def test_sampling_is_seeded_per_request_not_per_batch(tiny_engine):
     assert other_seed != alone
 
 
+def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_alone():
+    """Continuous batching on the embedded model, whose answers end at different lengths. The token budget holds
+    three requests at a time, so the others join the running batch as earlier ones end. Each request's text
+    equals its text generated alone (sampled, seeded per request; and under a JSON schema), and the prompt
+    states each generation leaves in the prefix cache equal a plain forward pass of the prompt."""
+    asks = ["Name a colour.", "Write two sentences about the sea.", "Say hello.", "List three fruits.",
+            "What is 2+2?", "Describe a lighthouse keeper's morning.", "Give one word for happy.",
+            "Count from one to five."]
+    requests = [ChatRequest.of(ask, id=str(k)) for k, ask in enumerate(asks)]
+    probe = load_engine().backend
+    longest = max(len(probe.encode(probe.render(r))) for r in requests)
+    engine = load_engine(max_batch_tokens=3 * (longest + 40))
+    backend = engine.backend
+    sampled = GenerationParams(max_new_tokens=40, temperature=0.7, seed=1)
+    batched = engine.generate(requests, sampled)
+    assert len({g.cost.completion_tokens for g in batched}) > 2  # ends staggered: rows joined a running batch
+    for request in requests:
+        prompt = backend.encode(backend.render(request))
+        n, states = backend.prefix_cache.longest(prompt)
+        with torch.no_grad():
+            plain = backend.model(torch.tensor([prompt]), use_cache=True).past_key_values
+        assert n == len(prompt)
+        for (keys, values), layer in zip(states, plain.layers, strict=True):
+            assert torch.allclose(keys, layer.keys, atol=1e-4) and torch.allclose(values, layer.values, atol=1e-4)
+    assert [g.text for g in batched] == [engine.generate([r], sampled)[0].text for r in requests]
+    structured = GenerationParams(max_new_tokens=40, json_schema={
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
+    assert ([g.text for g in engine.generate(requests, structured)]
+            == [engine.generate([r], structured)[0].text for r in requests])
+
+
 def test_stop_strings_cut_the_text(tiny_engine):
     request = ChatRequest.of("Say anything.")
     full = tiny_engine.generate([request], GenerationParams(max_new_tokens=16))[0]

@@ -20,7 +20,7 @@ from trl import GRPOTrainer
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
 from persetrain.models import DEFAULT_MODEL, load_model
-from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
+from persetrain.train.grpo import REWARD_PARTS_FILE, _length_chunks, build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
 
@@ -70,8 +70,9 @@ def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
 
 def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llama_dir, parl_news, tmp_path):
     """The shared-prompt log-prob pass against TRL's own pass over whole rows: two prompts of different lengths,
-    left-padded to one width, three rollouts each (right-padded, interleaved), log-probs, entropies and the
-    gradient of every weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
+    left-padded to one width, three rollouts each (right-padded, interleaved, of 6, 4 and 2 tokens, so that each
+    runs in its own length chunk from the same prompt states), log-probs, entropies and the gradient of every
+    weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
     trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
         _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")))
     model, pad = trainer.model, trainer.processing_class.pad_token_id
@@ -103,6 +104,13 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
     assert ours[2].keys() == theirs[2].keys() and len(ours[2]) > 0
     for name, grad in theirs[2].items():
         assert torch.allclose(ours[2][name], grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_rollouts_run_in_chunks_of_similar_length():
+    """Three 45-token rollouts and one that ran to the 192-token limit: two chunks, not one padded to 192."""
+    assert _length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 4) == [[2, 0, 3], [1]]
+    assert _length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 2) == [[2, 0], [3], [1]]
+    assert _length_chunks([0, 1], [40, 44], 4) == [[0, 1]]  # 8 padding tokens of 84: within 10%
 
 
 def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir, parl_news, tmp_path):

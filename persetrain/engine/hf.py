@@ -518,89 +518,126 @@ class HFBackend(Backend):
         for i, p in enumerate(params):
             groups.setdefault(p.model_copy(update={"json_schema": None, "regex": None}), []).append(i)
         for shared, members in groups.items():
-            order = sorted(members, key=lambda i: len(prompts[i]))
-            for batch in self._batches(order, lambda i, s=shared: len(prompts[i]) + s.max_new_tokens,
-                                       self.max_batch_tokens):
-                outputs = self._decode([prompts[i] for i in batch], [requests[i] for i in batch], shared,
-                                       [params[i] for i in batch])
-                for i, result in zip(batch, outputs, strict=True):
-                    on_done(i, result)
+            self._decode(sorted(members, key=lambda i: len(prompts[i])), prompts, requests, shared, params, on_done)
 
     @torch.inference_mode()
-    def _decode(self, prompts: list[list[int]], requests: list[ChatRequest], params: GenerationParams,
-                row_params: list[GenerationParams]) -> list[Generation]:
-        n, width = len(prompts), max(len(p) for p in prompts)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generators = [self._generator(params, r) for r in requests] if params.temperature > 0 else None
-        matchers = self._grammars.matchers(row_params)
+    def _decode(self, order: list[int], prompts: list[list[int]], requests: Sequence[ChatRequest],
+                params: GenerationParams, row_params: Sequence[GenerationParams], on_done: OnDone) -> None:
+        """Generate for requests ``order`` (sorted by prompt length), continuously batched.
 
-        cache = DynamicCache()  # full layers, as in _packed: _remember keeps whole sequences
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1].float()
-        generated: list[list[int]] = [[] for _ in range(n)]
-        sampled = [0] * n  # tokens drawn, the end-of-sequence token included
-        finish: list[str | None] = [None] * n
-        active = list(range(n))  # batch row b holds request active[b]
-        for _step in range(params.max_new_tokens):
-            if matchers is not None:
-                logits = self._grammars.mask(logits, [matchers[i] for i in active])
+        A request joins the running batch as soon as it fits next to the running ones (by ``_batches``' rule:
+        rows x (longest prompt + max_new_tokens) <= ``max_batch_tokens``, at most ``max_batch_rows``) and
+        leaves it when it ends, so one long generation no longer holds a finished batch: the embedded model's
+        PARL rubric sets of one batch ran 45 to 311 tokens. Requests admitted together are prefilled together,
+        left-padded; their cache and the running one are left-padded to one width and joined. Sampling is
+        seeded per request and grammars are per request, so a request's text does not depend on what it was
+        batched with (``tests/test_engine.py``).
+        """
+        pending = list(reversed(order))  # popped from the end: shortest prompts first
+        active: list[int] = []  # batch row b holds request active[b]...
+        pads: list[int] = []  # ...after pads[b] positions of left padding in the cache
+        generated: dict[int, list[int]] = {}
+        sampled: dict[int, int] = {}  # tokens drawn, the end-of-sequence token included
+        generators = {i: self._generator(params, requests[i]) for i in order} if params.temperature > 0 else None
+        matchers = self._grammars.matchers([row_params[i] for i in order])
+        matcher = dict(zip(order, matchers, strict=True)) if matchers is not None else None
+        cache, mask, logits = DynamicCache(), None, None  # full layers, as in _packed: _remember keeps whole sequences
+
+        def fits(k: int, rows: int) -> bool:  # request k next to `rows` rows, the longest prompt so far
+            return rows == 0 or (rows < self.max_batch_rows and
+                                 (rows + 1) * (len(prompts[k]) + params.max_new_tokens) <= self.max_batch_tokens)
+
+        while pending or active:
+            joining: list[int] = []
+            while pending and fits(pending[-1], len(active) + len(joining)):
+                joining.append(pending.pop())
+            if joining:
+                cache, mask, logits, pads = self._join(cache, mask, logits, pads, [prompts[i] for i in joining])
+                active += joining
+                generated.update({i: [] for i in joining})
+                sampled.update({i: 0 for i in joining})
+            if matcher is not None:
+                logits = self._grammars.mask(logits, [matcher[i] for i in active])
             chosen = self._pick(logits, [generators[i] for i in active] if generators else None, params)
             keep: list[int] = []
             for b, i in enumerate(active):
                 token = chosen[b]
                 sampled[i] += 1
-                if matchers is not None and matchers[i] is not None and not matchers[i].is_terminated():
-                    matchers[i].accept_token(token)
+                if matcher is not None and matcher[i] is not None and not matcher[i].is_terminated():
+                    matcher[i].accept_token(token)
+                finish = None
                 if token in self.eos_ids:
-                    finish[i] = "stop"
+                    finish = "stop"
+                else:
+                    generated[i].append(token)
+                    if params.stop and _first_stop(self.tokenizer.decode(generated[i]), params.stop) is not None:
+                        finish = "stop"
+                    elif sampled[i] == params.max_new_tokens:
+                        finish = "length"
+                if finish is None:
+                    keep.append(b)
                     continue
-                generated[i].append(token)
-                if params.stop and _first_stop(self.tokenizer.decode(generated[i]), params.stop) is not None:
-                    finish[i] = "stop"
-                    continue
-                keep.append(b)
-            for b in range(len(active)):
-                if finish[active[b]] is not None:  # leave its states for a later call on the same text
-                    self._remember(cache, b, prompts[active[b]], generated[active[b]], width)
-            if not keep:
-                break
+                self._remember(cache, b, prompts[i], generated[i], pads[b])  # for a later call on the same text
+                on_done(i, self._generation(prompts[i], generated[i], sampled[i], finish, params))
             if len(keep) < len(active):
-                index = torch.tensor(keep, device=self.device)
+                index = torch.tensor(keep, device=self.device, dtype=torch.long)
                 cache.batch_select_indices(index)
-                mask, positions = mask[index], positions[index]
-                active = [active[b] for b in keep]
+                mask = mask[index]
+                active, pads = [active[b] for b in keep], [pads[b] for b in keep]
+            if not active:
+                cache, mask = DynamicCache(), None
+                continue
             last = torch.tensor([[generated[i][-1]] for i in active], device=self.device)
+            positions = mask.sum(-1, keepdim=True)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            positions = positions[:, -1:] + 1
             out = self.model(input_ids=last, attention_mask=mask, position_ids=positions,
                              past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1].float()
 
-        for b, i in enumerate(active):
-            if finish[i] is None:
-                self._remember(cache, b, prompts[i], generated[i], width)
-        results = []
-        for i in range(n):
-            text = self.tokenizer.decode(generated[i], skip_special_tokens=True)
-            cut = _first_stop(text, params.stop) if params.stop else None
-            if cut is not None:
-                text = text[:cut]
-            results.append(Generation(
-                text=text,
-                finish_reason=finish[i] or "length",
-                cost=Cost(calls=1, prompt_tokens=len(prompts[i]), completion_tokens=sampled[i]),
-            ))
-        return results
+    def _join(self, cache: DynamicCache, mask: torch.Tensor | None, logits: torch.Tensor | None, pads: list[int],
+              prompts: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, list[int]]:
+        """Prefill ``prompts`` (left-padded) and join them to the running batch (none when ``mask`` is None).
 
-    def _remember(self, cache: DynamicCache, b: int, prompt: list[int], generated: list[int], width: int) -> None:
-        """Put batch row ``b``'s states (its left padding cut off) into the prefix cache."""
+        Returns the joined cache, attention mask, next-token logits and left padding per row, new rows last."""
+        width, pad = max(len(p) for p in prompts), self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        new_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        new_cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=new_mask, position_ids=(new_mask.cumsum(-1) - 1).clamp(min=0),
+                         past_key_values=new_cache, use_cache=True, logits_to_keep=1)
+        new_logits = out.logits[:, -1].float()
+        if mask is None:
+            return new_cache, new_mask, new_logits, [width - len(p) for p in prompts]
+        running = mask.size(1)
+        joined = max(running, width)
+
+        def left(x: torch.Tensor, to: int, dim: int) -> torch.Tensor:
+            if x.size(dim) == to:
+                return x
+            shape = list(x.shape)
+            shape[dim] = to - x.size(dim)
+            return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+        layers = [(torch.cat([left(a.keys, joined, 2), left(b.keys, joined, 2)]),
+                   torch.cat([left(a.values, joined, 2), left(b.values, joined, 2)]))
+                  for a, b in zip(cache.layers, new_cache.layers, strict=True)]
+        return (DynamicCache(ddp_cache_data=layers),
+                torch.cat([left(mask, joined, 1), left(new_mask, joined, 1)]),
+                torch.cat([logits, new_logits]),
+                [b + joined - running for b in pads] + [joined - len(p) for p in prompts])
+
+    def _generation(self, prompt: list[int], generated: list[int], sampled: int, finish: str,
+                    params: GenerationParams) -> Generation:
+        text = self.tokenizer.decode(generated, skip_special_tokens=True)
+        cut = _first_stop(text, params.stop) if params.stop else None
+        return Generation(text=text[:cut] if cut is not None else text, finish_reason=finish,
+                          cost=Cost(calls=1, prompt_tokens=len(prompt), completion_tokens=sampled))
+
+    def _remember(self, cache: DynamicCache, b: int, prompt: list[int], generated: list[int], start: int) -> None:
+        """Put batch row ``b``'s states (its ``start`` positions of left padding cut off) into the prefix cache."""
         if self.prefix_cache.max_bytes <= 0:
             return
-        total, start = cache.get_seq_length(), width - len(prompt)
+        total = cache.get_seq_length()
         tokens = (prompt + generated)[: total - start]
         self.prefix_cache.put(tokens, [(layer.keys[b : b + 1, :, start:total], layer.values[b : b + 1, :, start:total])
                                        for layer in cache.layers])

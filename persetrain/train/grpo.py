@@ -271,10 +271,13 @@ class PARLGRPOTrainer(GRPOTrainer):
         each row (PARL's induction prompts: 1,000-1,500 tokens, rubric sets: ~40-190). TRL runs every row
         whole, in the policy forward and backward, the reference forward and the old-policy forward; here a
         prompt's states are computed once and expanded over its rollouts (gradients sum back through the
-        expansion, as they would over the copies), and only the rollouts' tokens run per row. Same values
-        as TRL's path within float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary
-        losses, activation checkpointing (which recomputes layers, so a layer's cache would be written
-        twice) and batches with no repeated prompt take TRL's path.
+        expansion, as they would over the copies), and only the rollouts' tokens run per row. Rollouts run
+        in chunks of similar length, each cut to its longest (:func:`_length_chunks`): TRL pads every
+        completion to the batch's longest, and one rollout that runs to a 192-token limit next to three of
+        45 tokens would more than double the completion tokens computed. Same values as TRL's path within
+        float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary losses, activation
+        checkpointing (which recomputes layers, so a layer's cache would be written twice) and batches with
+        no repeated prompt take TRL's path.
         """
         prompt_ids, prompt_mask = input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]
         groups = _rows_by_prompt(ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True))
@@ -285,34 +288,39 @@ class PARLGRPOTrainer(GRPOTrainer):
                                                               **multimodal)
         batch_size = batch_size or input_ids.size(0)
         completion_ids, completion_mask = input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:]
+        lengths = completion_mask.sum(-1).tolist()  # TRL right-pads completions
+        config = self.accelerator.unwrap_model(model).config
         logps: dict[int, torch.Tensor] = {}
         entropies: dict[int, torch.Tensor] = {}
         for prompt, rows in groups.items():
-            for start in range(0, len(rows), batch_size):
-                chunk = rows[start : start + batch_size]
-                found = self._shared_prompt_logps(model, list(prompt), completion_ids[chunk], completion_mask[chunk])
-                logps.update(zip(chunk, found.log_probs[:, -logits_to_keep:], strict=True))
+            with self.accelerator.autocast():
+                cache = _prefill(model, list(prompt[:-1]), config, input_ids.device)
+            for chunk in _length_chunks(rows, lengths, batch_size):
+                width = max(1, max(lengths[row] for row in chunk))
+                found = self._shared_prompt_logps(model, cache, prompt[-1], completion_ids[chunk, :width],
+                                                  completion_mask[chunk, :width])
+                pad = (0, logits_to_keep - width)  # zeros where TRL's rows hold padding, which its loss masks
+                logps.update(zip(chunk, torch.nn.functional.pad(found.log_probs[:, -width:], pad), strict=True))
                 if compute_entropy:
-                    entropies.update(zip(chunk, found.entropy[:, -logits_to_keep:], strict=True))
+                    entropies.update(zip(chunk, torch.nn.functional.pad(found.entropy[:, -width:], pad), strict=True))
         order = range(input_ids.size(0))
         return (torch.stack([logps[row] for row in order]),
                 torch.stack([entropies[row] for row in order]) if compute_entropy else None, None)
 
-    def _shared_prompt_logps(self, model, prompt: list[int], completion_ids, completion_mask):
-        """TRL's fused-head output over ``completion_ids`` (rows of one prompt) after ``prompt``, computed once.
+    def _shared_prompt_logps(self, model, cache: DynamicCache, last: int, completion_ids, completion_mask):
+        """TRL's fused-head output over ``completion_ids`` (rows of one prompt) after the prompt.
 
-        The prompt less its last token fills a cache that is expanded over the rows; the rows then run that last
-        token and their completions, so the fused head scores every completion token as TRL's path does.
+        ``cache`` holds the prompt less its ``last`` token, computed once; it is expanded over the rows (and
+        left as it is, for the next chunk), and the rows run ``last`` and their completions, so the fused
+        head scores every completion token as TRL's path does.
         """
-        n, device = completion_ids.size(0), completion_ids.device
-        config = self.accelerator.unwrap_model(model).config
-        with self.accelerator.autocast():
-            cache = _prefill(model, prompt[:-1], config, device)
+        n, length = completion_ids.size(0), cache.get_seq_length() + 1
         expanded = DynamicCache(ddp_cache_data=[(layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-                                                for layer in cache.layers], config=config)
-        ids = torch.cat([completion_ids.new_full((n, 1), prompt[-1]), completion_ids], dim=1)
-        mask = torch.cat([completion_mask.new_ones((n, len(prompt))), completion_mask], dim=1)
-        labels = ids.masked_fill(mask[:, len(prompt) - 1 :] == 0, -100)  # the head scores labels[:, 1:]
+                                                for layer in cache.layers],
+                                config=self.accelerator.unwrap_model(model).config)
+        ids = torch.cat([completion_ids.new_full((n, 1), last), completion_ids], dim=1)
+        mask = torch.cat([completion_mask.new_ones((n, length)), completion_mask], dim=1)
+        labels = ids.masked_fill(mask[:, length - 1 :] == 0, -100)  # the head scores labels[:, 1:]
         with self.accelerator.autocast():
             return model(input_ids=ids, attention_mask=mask, past_key_values=expanded, labels=labels,
                          fused_lm_head=True)
@@ -330,6 +338,20 @@ def _rows_by_prompt(prompts) -> dict[tuple[int, ...], list[int]]:
     for row, prompt in enumerate(prompts):
         groups.setdefault(tuple(prompt), []).append(row)
     return groups
+
+
+def _length_chunks(rows: list[int], lengths: list[int], most: int, padding: float = 0.1) -> list[list[int]]:
+    """``rows`` by completion length, in chunks of at most ``most`` whose padding to their longest stays
+    within ``padding`` of their tokens (a chunk always takes one row)."""
+    chunks: list[list[int]] = []
+    for row in sorted(rows, key=lambda r: lengths[r]):
+        chunk = chunks[-1] if chunks else []
+        tokens = sum(lengths[r] for r in chunk) + lengths[row]
+        if chunk and len(chunk) < most and (len(chunk) + 1) * lengths[row] <= (1 + padding) * tokens:
+            chunk.append(row)
+        else:
+            chunks.append([row])
+    return chunks
 
 
 def _sampling_processors(config: GenerationConfig) -> LogitsProcessorList:
