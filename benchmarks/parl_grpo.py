@@ -148,8 +148,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=12, help="GRPO steps, the recipe's max_steps (28-99 s each on "
-                                                                  "this CPU: 12 took 11 minutes).")
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps, the recipe's max_steps (23-66 s each on "
+                                                                  "this CPU: 12 took 10 minutes).")
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")
