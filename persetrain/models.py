@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -199,6 +200,22 @@ def load_model(
     model = _from_pretrained(AutoModelForCausalLM, spec, dtype=dtype)
     model.to(device).eval()
     return model, load_tokenizer(spec)
+
+
+def cache_argument(model, cache) -> dict:
+    """``{name: cache}`` for the keyword under which ``model``'s forward takes its KV cache.
+
+    transformers renamed ``past_key_values`` to ``cache`` (the old name warns on every model and goes in 5.40),
+    while verl's environment pins a transformers (<5.11) whose models know only the old name, and a model
+    ignores a keyword it does not know. Wrappers (PEFT, DDP) pass keywords through, so the wrapped model's
+    forward decides.
+    """
+    while hasattr(model, "module"):  # DDP and other parallel wrappers
+        model = model.module
+    if hasattr(model, "get_base_model"):  # PEFT
+        model = model.get_base_model()
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache}
 
 
 def _from_pretrained(auto_cls, spec: str, **kwargs):

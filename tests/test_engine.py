@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
 
 from persetrain.engine import ChatRequest, GenerationParams, load_engine
 from persetrain.engine.hf import ContextOverflowError
+from persetrain.models import cache_argument
 
 SYSTEM = (
     "You judge short texts for one particular reader. The reader has written many reviews before; "
@@ -249,6 +251,31 @@ def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_al
         "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
     assert ([g.text for g in engine.generate(requests, structured)]
             == [engine.generate([r], structured)[0].text for r in requests])
+
+
+def test_caches_go_under_the_keyword_the_model_takes(tiny_llama_dir):
+    """transformers renamed a forward's ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40),
+    and the transformers of verl's environment knows only the old one (tests/test_verl.py scores there), while
+    a model ignores a keyword it does not know. The engine's generation and scoring raise no deprecation
+    warning, and a PEFT-wrapped model continues its cache under the keyword of the model it wraps: its
+    logits after a cached prefix equal one forward pass over the whole text."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import DynamicCache
+
+    engine = load_engine(str(tiny_llama_dir), min_shared_prefix=4)
+    model = get_peft_model(engine.backend.model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    ids = torch.tensor([engine.backend.encode("A prefix, then a tail.")])
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        engine.generate([ChatRequest.of("Hi"), ChatRequest.of("Tell me about lighthouses.")],
+                        GenerationParams(max_new_tokens=6))
+        engine.choice_probs(_requests(n_items=2, n_tails=2), ["yes", "no"])
+        whole = model(input_ids=ids).logits[0, -1]
+        cache = DynamicCache()
+        model(input_ids=ids[:, :-1], **cache_argument(model, cache), use_cache=True)
+        continued = model(input_ids=ids[:, -1:], **cache_argument(model, cache), use_cache=True).logits[0, -1]
+    assert not [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+    assert torch.allclose(continued, whole, atol=1e-5)
 
 
 def test_stop_strings_cut_the_text(tiny_engine):

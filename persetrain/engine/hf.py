@@ -42,7 +42,7 @@ from persetrain.engine.choices import choice_logprobs, common_prefix, normalized
 from persetrain.engine.prefix_cache import LayerStates, PrefixCache
 from persetrain.engine.structured import GrammarFactory
 from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, Generation, GenerationParams
-from persetrain.models import load_model, resolve
+from persetrain.models import cache_argument, load_model, resolve
 
 Truncation = Literal["left", "error"]
 
@@ -127,7 +127,7 @@ class HFBackend(Backend):
         out = self.model.base_model(
             input_ids=input_ids,
             position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-            past_key_values=cache,
+            **cache_argument(self.model.base_model, cache),
             use_cache=cache is not None,
         )
         return out.last_hidden_state
@@ -428,8 +428,9 @@ class HFBackend(Backend):
         # No config: every layer keeps all its positions, the windowed ones too (the mask applies the window),
         # so that a head's states can be read back whole for the prefix cache.
         cache = DynamicCache(ddp_cache_data=states or None)
-        out = self.model.base_model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                                    attention_mask=self._windowed(mask, positions))
+        out = self.model.base_model(input_ids=ids, position_ids=positions,
+                                    attention_mask=self._windowed(mask, positions),
+                                    **cache_argument(self.model.base_model, cache), use_cache=True)
         return [list(out.last_hidden_state[row, : sum(n)].split(n)) for row, n in enumerate(lengths)], cache, past
 
     def _windowed(self, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -591,7 +592,7 @@ class HFBackend(Backend):
             positions = mask.sum(-1, keepdim=True)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             out = self.model(input_ids=last, attention_mask=mask, position_ids=positions,
-                             past_key_values=cache, use_cache=True)
+                             **cache_argument(self.model, cache), use_cache=True)
             logits = out.logits[:, -1].float()
 
     def _join(self, cache: DynamicCache, mask: torch.Tensor | None, logits: torch.Tensor | None, pads: list[int],
@@ -604,7 +605,7 @@ class HFBackend(Backend):
         new_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         new_cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=new_mask, position_ids=(new_mask.cumsum(-1) - 1).clamp(min=0),
-                         past_key_values=new_cache, use_cache=True, logits_to_keep=1)
+                         **cache_argument(self.model, new_cache), use_cache=True, logits_to_keep=1)
         new_logits = out.logits[:, -1].float()
         if mask is None:
             return new_cache, new_mask, new_logits, [width - len(p) for p in prompts]

@@ -57,7 +57,7 @@ from trl.models import unwrap_model_for_generation
 
 from persetrain.console import console
 from persetrain.io import InputError
-from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
+from persetrain.models import DEFAULT_MODEL, cache_argument, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
@@ -246,7 +246,8 @@ class PARLGRPOTrainer(GRPOTrainer):
                 sequences = torch.tensor([prompt] * len(rows), device=device)
                 active = list(rows)  # batch row b holds the rollout of row active[b]
                 for step in range(config.max_new_tokens):
-                    logits = unwrapped_model(input_ids=sequences[:, -1:], past_key_values=cache, use_cache=True).logits
+                    logits = unwrapped_model(input_ids=sequences[:, -1:], **cache_argument(unwrapped_model, cache),
+                                             use_cache=True).logits
                     scores = processors(sequences, logits[:, -1].float())
                     tokens = (torch.multinomial(scores.softmax(-1), 1) if config.do_sample
                               else scores.argmax(-1, keepdim=True))
@@ -322,7 +323,7 @@ class PARLGRPOTrainer(GRPOTrainer):
         mask = torch.cat([completion_mask.new_ones((n, length)), completion_mask], dim=1)
         labels = ids.masked_fill(mask[:, length - 1 :] == 0, -100)  # the head scores labels[:, 1:]
         with self.accelerator.autocast():
-            return model(input_ids=ids, attention_mask=mask, past_key_values=expanded, labels=labels,
+            return model(input_ids=ids, attention_mask=mask, **cache_argument(model, expanded), labels=labels,
                          fused_lm_head=True)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -374,7 +375,8 @@ def _sampling_processors(config: GenerationConfig) -> LogitsProcessorList:
 def _prefill(model, tokens: list[int], config, device) -> DynamicCache:
     """A cache holding ``tokens``' states (the LM head runs at the last position only)."""
     cache = DynamicCache(config=config)
-    model(input_ids=torch.tensor([tokens], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=torch.tensor([tokens], device=device), **cache_argument(model, cache), use_cache=True,
+          logits_to_keep=1)
     return cache
 
 
