@@ -302,6 +302,21 @@ def test_cache_skips_finished_calls(tiny_llama_dir, tmp_path):
     assert [r.id for r in results] == [r.id for r in requests]
 
 
+def test_identical_requests_in_one_call_are_computed_once(tiny_llama_dir):
+    """Identical requests (a GRPO group's equal completions scored by one judge) are computed once per call,
+    with no request cache: the copies are the first's result, marked as cache hits, under their own ids."""
+    engine = load_engine(str(tiny_llama_dir))
+    a, b = ChatRequest.of("Is tea hot?", id="a"), ChatRequest.of("Is ice cold?", id="b")
+    again = a.model_copy(update={"id": "again"})
+    scored = engine.choice_probs([a, b, again], ["yes", "no"])
+    assert engine.cost.calls == 2 and engine.cache_hits == 1
+    assert scored[2].probs == scored[0].probs and scored[2].cost == scored[0].cost
+    assert [r.cached for r in scored] == [False, False, True] and [r.id for r in scored] == ["a", "b", "again"]
+    params = GenerationParams(max_new_tokens=5, temperature=1.0, seed=3)
+    written = engine.generate([again, b, a], params)
+    assert engine.cost.calls == 4 and written[2].text == written[0].text and written[2].cached
+
+
 def test_structured_json_on_embedded_model():
     """End to end on the real embedded model: the schema holds even for a 135M model."""
     engine = load_engine()

@@ -94,33 +94,45 @@ class Engine:
                          lambda todo, done: self.backend.choice_probs([requests[i] for i in todo], choices, done))
 
     def _run(self, requests, keys, result_type, description, compute):
+        """Results in request order: cache hits read back, each distinct request computed once.
+
+        Identical requests in one call (same key: same text, settings and seed, so the same result) are
+        computed once, with or without a cache; the copies come back as cache hits do (``cached``, their cost
+        the one paid), so summing the costs of results counts the work once.
+        """
         results: list = [None] * len(requests)
         hits = self.cache.get_many(list(set(keys))) if self.cache else {}
-        todo = []
+        first: dict[str, int] = {}  # key -> the request computed for it
+        todo, copies = [], []
         for i, (request, key) in enumerate(zip(requests, keys, strict=True)):
             if key in hits:
                 results[i] = result_type.model_validate({**hits[key], "id": request.id, "cached": True})
                 self.cache_hits += 1
+            elif key in first:
+                copies.append(i)
             else:
+                first[key] = i
                 todo.append(i)
-        if not todo:
-            return results
-        with progress() as bar:
-            task = bar.add_task(description, total=len(todo))
+        if todo:
+            with progress() as bar:
+                task = bar.add_task(description, total=len(todo))
 
-            def done(j: int, result) -> None:
-                i = todo[j]
-                result = result.model_copy(update={"id": requests[i].id})
-                results[i] = result
-                self.cost = self.cost + result.cost
-                if self.cache is not None:
-                    self.cache.put(keys[i], result.model_dump(mode="json", exclude={"id", "cached"}))
-                bar.advance(task)
+                def done(j: int, result) -> None:
+                    i = todo[j]
+                    result = result.model_copy(update={"id": requests[i].id})
+                    results[i] = result
+                    self.cost = self.cost + result.cost
+                    if self.cache is not None:
+                        self.cache.put(keys[i], result.model_dump(mode="json", exclude={"id", "cached"}))
+                    bar.advance(task)
 
-            compute(todo, done)
-        missing = [requests[i].id or i for i, r in enumerate(results) if r is None]
+                compute(todo, done)
+        missing = [requests[i].id or i for i in todo if results[i] is None]
         if missing:
             raise EngineError(f"backend returned no result for requests {missing[:10]}")
+        for i in copies:
+            results[i] = results[first[keys[i]]].model_copy(update={"id": requests[i].id, "cached": True})
+            self.cache_hits += 1
         return results
 
     def close(self) -> None:

@@ -220,17 +220,15 @@ class RubricJudge:
 
     def p_yes_many(self, checks: Sequence[tuple[str, str, str, str]]) -> list[float]:
         """Like ``p_yes`` for ``(task, rule, input, text)`` checks of any tasks."""
-        unique = list(dict.fromkeys(checks))
-        if not unique:
+        if not checks:
             return []
-        requests = [judge_request(task, input, text, rule) for task, rule, input, text in unique]
-        try:
+        requests = [judge_request(task, input, text, rule) for task, rule, input, text in checks]
+        try:  # the engine computes identical checks once
             results = self.engine.choice_probs(requests, list(JUDGE_CHOICES), description="rubric checks")
         except Exception as err:
-            raise RewardError(f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(unique)} "
+            raise RewardError(f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(checks)} "
                               f"checks: {type(err).__name__}: {err}") from err
-        found = {check: r.probs[JUDGE_CHOICES[0]] for check, r in zip(unique, results, strict=True)}
-        return [found[c] for c in checks]
+        return [r.probs[JUDGE_CHOICES[0]] for r in results]
 
 
 def score_batch(judge: RubricJudge, samples: Sequence[RubricSample],
