@@ -107,10 +107,11 @@ def _top_choices(url: str, backend: HFBackend, request: ChatRequest) -> list[str
 
 def test_one_request_per_item_when_choices_are_top_tokens(tiny_server, hf_engine, api_engine):
     url, backend = tiny_server
-    request = ChatRequest.of("Give a one-word verdict on the story.", assistant_prefix="Verdict: ")
-    choices = _top_choices(url, backend, request)[:3]
+    requests = [ChatRequest.of(f"Give a one-word verdict on the {work}.", assistant_prefix="Verdict: ")
+                for work in ("story", "tale")]
+    top = [_top_choices(url, backend, request) for request in requests]
+    choices = [choice for choice in top[0] if choice in top[1]][:3]
     assert len(choices) >= 2, "the tiny model's top tokens should include space-prefixed words"
-    requests = [request, request.model_copy(update={"id": "again"})]
     api = api_engine.choice_probs(requests, choices)
     hf = hf_engine.choice_probs(requests, choices)
     _assert_close(hf, api)
