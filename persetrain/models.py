@@ -16,6 +16,7 @@ see or produce a half-written cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -214,8 +215,13 @@ def cache_argument(model, cache) -> dict:
         model = model.module
     if hasattr(model, "get_base_model"):  # PEFT
         model = model.get_base_model()
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    return {name: cache}
+    return {_cache_keyword(type(model)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    """Read once per class: the engine and the GRPO rollouts ask at every decoding step."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def _from_pretrained(auto_cls, spec: str, **kwargs):
