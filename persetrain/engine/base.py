@@ -103,7 +103,7 @@ class Engine:
         results: list = [None] * len(requests)
         hits = self.cache.get_many(list(set(keys))) if self.cache else {}
         first: dict[str, int] = {}  # key -> the request computed for it
-        todo, copies = [], []
+        copies = []
         for i, (request, key) in enumerate(zip(requests, keys, strict=True)):
             if key in hits:
                 results[i] = result_type.model_validate({**hits[key], "id": request.id, "cached": True})
@@ -112,7 +112,7 @@ class Engine:
                 copies.append(i)
             else:
                 first[key] = i
-                todo.append(i)
+        todo = list(first.values())
         if todo:
             with progress() as bar:
                 task = bar.add_task(description, total=len(todo))
