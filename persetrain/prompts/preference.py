@@ -1,0 +1,61 @@
+"""Prompts of the learned judges: a reward model's input text and a verifier's yes/no question.
+
+One wording serves training data (``persetrain prepare preference``) and inference (the ``rm`` and
+``verifier`` evaluators), so a checkpoint is always read with the text it was trained on.
+
+- **Reward model** (a sequence-classification head, any backbone, encoders without a chat template
+  included): plain text. The *context* names the person (a stated preference, a profile of earlier
+  reviews or texts, or a rule) and the request; the *candidate* is the text to score. TRL's
+  ``RewardTrainer`` concatenates ``prompt + chosen`` in its standard (non-conversational) format, so
+  the context ends where the candidate begins.
+- **Verifier** (a causal LM fine-tuned with ``persetrain sft``): a chat prompt asking whether the
+  candidate follows what the person wants, answered by ``yes`` / ``no`` and read back as p(yes) through
+  ``engine.choice_probs`` (the closed answer set PARL's judge uses too).
+
+The *person-blind* forms leave the person out (the same request and candidate, no preference or
+profile): the ablation that tells a judge that reads the person from one that learned the dataset.
+"""
+
+from __future__ import annotations
+
+from persetrain.prompts import PromptTemplate, register
+
+#: The verifier's closed answer set, in the order ``choice_probs`` reports it; p(yes) is the score.
+VERIFIER_CHOICES: tuple[str, str] = ("yes", "no")
+
+#: What the context calls the person's side, by what is known of them.
+PERSON_LABELS = {"preference": "User preference", "profile": "User profile", "rule": "Rule"}
+
+
+def rm_context(person: str | None, request: str, person_label: str = PERSON_LABELS["preference"]) -> str:
+    """The reward model's context: the person (omitted when ``None``: the blind form) and the request.
+
+    It ends with ``"Answer: "`` so that ``context + candidate`` reads as one text, as TRL's standard
+    format concatenates them.
+    """
+    head = f"{person_label}: {person.strip()}\n" if person is not None else ""
+    return f"{head}Question: {request.strip()}\nAnswer: "
+
+
+VERIFIER = register(PromptTemplate(
+    method="verifier",
+    task="preference",
+    system="You check whether an answer follows what a specific user wants. Reply with yes or no.",
+    user=(
+        "{person_label}: {person}\n\n"
+        "Question: {request}\n\n"
+        "Answer: {candidate}\n\n"
+        "Does this answer follow the user's preference? Reply yes or no."
+    ),
+))
+
+VERIFIER_BLIND = register(PromptTemplate(
+    method="verifier",
+    task="preference-blind",
+    system="You check whether an answer is a good answer for the user. Reply with yes or no.",
+    user=(
+        "Question: {request}\n\n"
+        "Answer: {candidate}\n\n"
+        "Is this a good answer for the user? Reply yes or no."
+    ),
+))
