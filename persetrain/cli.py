@@ -328,6 +328,20 @@ def sft(ctx: typer.Context) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def rm(ctx: typer.Context) -> None:
+    """Train a reward model: ``persetrain rm --config recipes/rm/X.yaml [--any_trl_arg value ...]``.
+
+    TRL's ``RewardTrainer`` on pairs, or the listwise one-forward-per-question path on listwise data
+    (``persetrain prepare preference``). Same parser and ``main`` as ``python -m persetrain.train.rm``.
+    """
+    from persetrain.train.rm import run_rm
+
+    result = run_rm(list(ctx.args))
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def grpo(
     ctx: typer.Context,
     backend: Annotated[str, typer.Option(help="trl (this process) or verl (write a verl config and print its "

