@@ -1,0 +1,360 @@
+"""Every command the user guide shows parses against the real program, without running it.
+
+README.md, benchmarks/README.md and docs/*.md show commands in fenced ``bash`` / ``sh`` / ``console``
+blocks (in ``console`` blocks, the lines after ``$ ``). A command that no longer parses - a renamed flag, a
+removed sub-command, a recipe that moved - is the first error a new user meets; this test meets it first.
+Each command is read the way its own program reads it:
+
+- ``persetrain ...`` / ``python -m persetrain.cli ...``: click's parser of the real typer app, sub-command by
+  sub-command; a command that passes its extra arguments to a trainer (``sft``, ``grpo``, ``rm``) has them
+  parsed by that trainer's ``make_parser()``, recipe included, and ``launch`` by the trainer its recipe names;
+- ``python -m persetrain.train.X ...`` and ``accelerate launch ... -m persetrain.train.X ...``: accelerate's
+  own launch parser, then the trainer's ``make_parser()``;
+- ``make X``: X is a target of the Makefile;
+- ``python benchmarks/X.py ...``: the script's ``make_parser()`` when it has one, else its own argparse run in
+  a child process that stops right after parsing.
+
+A recipe or config file a command names must exist. Nothing is trained, loaded or submitted.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+GUIDES = [README, REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL_FENCES = {"bash", "sh", "shell", "console"}
+# click's base exception, from the click that typer runs on (recent typer releases vendor their own copy)
+CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+SEPARATORS = {"&&", "||", ";", "|"}
+README_SECTIONS = [
+    "Install",
+    "Quickstart",
+    "Train",
+    "Evaluate and meta-evaluate",
+    "Engine and server API",
+    "Launch, Slurm and the Hub",
+    "Layout",
+    "Development",
+]
+# A child process runs a benchmark script's own argparse on the documented flags and exits before the script
+# does any work: 0 when they parse, argparse's usage error (2) when not.
+PARSE_ONLY = """
+import argparse, os, runpy, sys
+parse = argparse.ArgumentParser.parse_args
+def parse_then_stop(self, args=None, namespace=None):
+    parse(self, args, namespace)
+    raise SystemExit(0)
+argparse.ArgumentParser.parse_args = parse_then_stop
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))  # scripts import their neighbours
+runpy.run_path(sys.argv[0], run_name="__main__")
+raise SystemExit("the script never parsed its arguments")
+"""
+
+
+@dataclass(frozen=True)
+class Command:
+    where: str  # file:line, for the failure message and the test id
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.where}: {shlex.join(self.argv)}"
+
+
+def _is_documented_command(argv: list[str]) -> bool:
+    head = argv[:3]
+    return bool(head) and (
+        head[0] in ("persetrain", "make")
+        or head[:2] == ["accelerate", "launch"]
+        or (head[:2] == ["python", "-m"] and len(head) > 2 and head[2].startswith("persetrain"))
+        or (head[0] == "python" and len(head) > 1 and head[1].startswith("benchmarks/"))
+    )
+
+
+def _split(text: str) -> list[list[str]]:
+    """Shell words of one command line, split at ``&&`` / ``;`` / pipes, without leading ``VAR=value``."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    commands, current = [], []
+    for token in lexer:
+        if token in SEPARATORS:
+            commands.append(current)
+            current = []
+        else:
+            current.append(token)
+    commands.append(current)
+    for argv in commands:
+        while argv and ENV_ASSIGNMENT.match(argv[0]):
+            argv.pop(0)
+    return [argv for argv in commands if argv]
+
+
+def _shell_lines(path: Path) -> list[tuple[int, str]]:
+    """(first line number, text) of every command line in the shell blocks, continuations joined."""
+    found, fence, pending = [], None, None
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip().lower()
+            pending = None
+            continue
+        if fence not in SHELL_FENCES:
+            continue
+        if pending is not None:  # the line before ended with a backslash
+            start, text = pending
+            text = text + " " + line.strip()
+        elif fence == "console" and not line.startswith("$ "):
+            continue  # a program's output
+        else:
+            start, text = number, line.removeprefix("$ ").strip()
+        if text.endswith("\\"):
+            pending = (start, text[:-1])
+        else:
+            pending = None
+            found.append((start, text))
+    return found
+
+
+def documented_commands(path: Path) -> list[Command]:
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+    return [
+        Command(f"{where}:{number}", tuple(argv))
+        for number, text in _shell_lines(path)
+        for argv in _split(text)
+        if _is_documented_command(argv)
+    ]
+
+
+ALL_COMMANDS = [command for guide in GUIDES for command in documented_commands(guide)]
+
+
+# ----------------------------------------------------------------------------------------------- checks
+def _existing_file(path: str | os.PathLike, what: str) -> Path:
+    assert (REPO / path).is_file(), f"{what} {path} does not exist"
+    return REPO / path
+
+
+def _recipe(args: list[str]) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == "--config" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check_trainer_args(module_name: str, args: list[str]) -> None:
+    """Parse ``args`` with the trainer's own ``make_parser()``, the recipe it names included."""
+    module = importlib.import_module(module_name)
+    assert hasattr(module, "make_parser"), f"{module_name} has no make_parser(): not a trainer entry point"
+    recipe = _recipe(args)
+    if recipe is not None:
+        _existing_file(recipe, "recipe")
+    try:
+        module.make_parser().parse_args_and_config(list(args))
+    except SystemExit as err:  # argparse has printed its usage error
+        raise AssertionError(f"{module_name} refuses {shlex.join(args)} (argparse exited {err.code})") from None
+
+
+def _persetrain_context(args: list[str]):
+    """Click's parse of ``persetrain ARGS``, down to the leaf command's context; raises click's usage errors."""
+    from persetrain.cli import app
+
+    command = typer.main.get_command(app)
+    name, parent = "persetrain", None
+    while hasattr(command, "resolve_command"):  # a group (typer may vendor its own click: no isinstance)
+        parent = command.make_context(name, list(args), parent=parent)
+        protected = parent._protected_args if hasattr(parent, "_protected_args") else parent.protected_args
+        name, command, args = command.resolve_command(parent, [*protected, *parent.args])
+    return command.make_context(name, list(args), parent=parent)
+
+
+def check_persetrain(args: list[str]) -> None:
+    ctx = _persetrain_context(args)
+    if ctx.info_name == "launch":
+        params = ctx.params
+        if params["status"] or params["logs"]:
+            return
+        assert params["config"] is not None, "persetrain launch needs --config"
+        from persetrain.launch.accelerate import TRAINERS, infer_trainer, read_yaml_mapping
+
+        recipe = _existing_file(params["config"], "recipe")
+        if params["accelerate_config"] is not None:
+            _existing_file(params["accelerate_config"], "accelerate config")
+        trainer = params["trainer"] or infer_trainer(read_yaml_mapping(recipe, "recipe"))
+        check_trainer_args(TRAINERS[trainer], ["--config", str(params["config"]), *ctx.args])
+    elif ctx.allow_extra_args:  # the trainers: every other argument goes to make_parser()
+        check_trainer_args(f"persetrain.train.{ctx.info_name}", ctx.args)
+    else:
+        assert not ctx.args, f"unexpected arguments {ctx.args}"
+
+
+def check_python_module(args: list[str]) -> None:
+    module, *rest = args
+    if module == "persetrain.cli":
+        check_persetrain(rest)
+    else:
+        check_trainer_args(module, rest)
+
+
+def check_accelerate(args: list[str]) -> None:
+    from accelerate.commands.launch import launch_command_parser
+
+    try:
+        launch = launch_command_parser().parse_args(args)
+    except SystemExit as err:
+        raise AssertionError(f"accelerate launch refuses {shlex.join(args)} (argparse exited {err.code})") from None
+    if launch.config_file:
+        _existing_file(launch.config_file, "accelerate config")
+    assert launch.module, "accelerate launch should run a persetrain module with -m"
+    check_trainer_args(launch.training_script, launch.training_script_args)
+
+
+def make_targets() -> set[str]:
+    targets = set()
+    for line in (REPO / "Makefile").read_text().splitlines():
+        rule = re.match(r"^([A-Za-z0-9_.\-/ ]+):(?![:=])", line)
+        if rule:
+            targets.update(rule.group(1).split())
+    return targets
+
+
+def check_make(args: list[str]) -> None:
+    wanted = [arg for arg in args if not arg.startswith("-") and "=" not in arg]
+    missing = [target for target in wanted if target not in make_targets()]
+    assert not missing, f"no Makefile target {missing}"
+
+
+def _has_make_parser(script: Path) -> bool:
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.FunctionDef) and node.name == "make_parser" for node in tree.body)
+
+
+def check_benchmark(args: list[str]) -> None:
+    script_arg, *flags = args
+    script = _existing_file(script_arg, "benchmark script")
+    if _has_make_parser(script):
+        sys.path.insert(0, str(script.parent))  # scripts import their neighbours
+        try:
+            spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            try:
+                module.make_parser().parse_args(flags)
+            except SystemExit as err:
+                raise AssertionError(f"{script_arg} refuses {shlex.join(flags)} (exit {err.code})") from None
+        finally:
+            sys.path.remove(str(script.parent))
+        return
+    child = subprocess.run(
+        [sys.executable, "-c", PARSE_ONLY, str(script), *flags], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert child.returncode == 0, f"{script_arg} refuses {shlex.join(flags)}: {child.stderr.strip()[-2000:]}"
+
+
+def check(command: Command) -> None:
+    argv = list(command.argv)
+    if argv[0] == "persetrain":
+        check_persetrain(argv[1:])
+    elif argv[0] == "make":
+        check_make(argv[1:])
+    elif argv[:2] == ["accelerate", "launch"]:
+        check_accelerate(argv[2:])
+    elif argv[:2] == ["python", "-m"]:
+        check_python_module(argv[2:])
+    else:
+        check_benchmark(argv[1:])
+
+
+@pytest.fixture
+def in_checkout(monkeypatch):
+    """Commands run from the repository root; recipes export their ``env``, kept out of other tests."""
+    monkeypatch.chdir(REPO)
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+# ----------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("command", ALL_COMMANDS, ids=str)
+def test_documented_command_parses(command, in_checkout):
+    check(command)
+
+
+def test_readme_is_a_user_guide():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 250, f"README.md has {len(lines)} lines; move details to docs/ or benchmarks/README.md"
+    assert [line[3:] for line in lines if line.startswith("## ")] == README_SECTIONS
+
+
+def test_readme_shows_every_kind_of_command():
+    argvs = [c.argv for c in documented_commands(README)]
+    assert len(argvs) >= 25
+    for leaf in ("sft", "grpo", "rm", "evaluate", "meta-eval", "launch", "push", "serve", "generate"):
+        assert any(argv[:2] == ("persetrain", leaf) for argv in argvs), f"README shows no `persetrain {leaf}`"
+    assert any(argv[:2] == ("accelerate", "launch") for argv in argvs)
+    assert {"setup", "test", "lint"} <= {argv[1] for argv in argvs if argv[0] == "make"}
+
+
+def test_extraction_reads_blocks_as_a_shell_would(tmp_path):
+    guide = tmp_path / "guide.md"
+    guide.write_text(
+        "\n".join(
+            [
+                "```bash",
+                "make setup && make test   # both",
+                "persetrain sft --config a.yaml \\",
+                "    --max_steps 2",
+                "pip install -e .",
+                "```",
+                "persetrain evaluate --not-in-a-block",
+                "```console",
+                "$ ACCELERATE_USE_CPU=true python -m persetrain.train.sft --config 'b c.yaml'",
+                "persetrain output line",
+                "```",
+            ]
+        )
+    )
+    assert [(c.where, c.argv) for c in documented_commands(guide)] == [
+        ("guide.md:2", ("make", "setup")),
+        ("guide.md:2", ("make", "test")),
+        ("guide.md:3", ("persetrain", "sft", "--config", "a.yaml", "--max_steps", "2")),
+        ("guide.md:9", ("python", "-m", "persetrain.train.sft", "--config", "b c.yaml")),
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("persetrain", "evaluate", "--data", "d", "--no-such-flag", "1"),
+        ("persetrain", "no-such-command"),
+        ("persetrain", "prepare", "sample"),  # --out is required
+        ("persetrain", "sft", "--config", "recipes/perse/no-such-recipe.yaml"),
+        ("persetrain", "sft", "--config", "recipes/perse/cpu_smollm2_per-mpst-k3.yaml", "--no_such_key", "1"),
+        ("persetrain", "grpo", "--config", "recipes/parl/cpu_smollm2_news.yaml", "--learning_rate", "fast"),
+        ("persetrain", "launch", "--config", "recipes/perse/cpu_smollm2_per-mpst-k3.yaml", "--", "--no_such_key", "1"),
+        ("accelerate", "launch", "--config_file", "accelerate_configs/none.yaml", "-m", "persetrain.train.sft"),
+        ("python", "-m", "persetrain.models", "info"),
+        ("make", "no-such-target"),
+        ("python", "benchmarks/engine.py", "--no-such-flag"),
+        ("python", "benchmarks/parl.py", "--part", "no-such-part"),
+    ],
+    ids=shlex.join,
+)
+def test_a_wrong_command_is_caught(argv, in_checkout):
+    with pytest.raises((AssertionError, CLICK_ERROR, ValueError)):
+        check(Command("test", argv))
