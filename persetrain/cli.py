@@ -483,7 +483,7 @@ def launch(
     accelerate_config: Annotated[Path | None, typer.Option(help="Instead of the recipe's accelerate_config.")] = None,
     num_processes: Annotated[int | None, typer.Option(help="World size (the global batch stays the recipe's).")]
     = None,
-    trainer: Annotated[str | None, typer.Option(help="sft or grpo; default: from the recipe's keys.")] = None,
+    trainer: Annotated[str | None, typer.Option(help="sft, grpo or rm; default: from the recipe's keys.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the command (--slurm: write the script), run nothing.")]
     = False,
     slurm: Annotated[bool, typer.Option(help="Submit a Slurm batch job instead of running here.")] = False,

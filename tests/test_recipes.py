@@ -102,6 +102,7 @@ def test_a_missing_dataset_names_the_key_and_the_prepare_command(tmp_path, monke
 def test_trainer_is_detected_from_the_keys():
     assert infer_trainer({"packing": True, "learning_rate": 1.0e-4}) == "sft"
     assert infer_trainer({"num_generations": 8, "learning_rate": 1.0e-6}) == "grpo"
+    assert infer_trainer({"loss": "listwise", "learning_rate": 1.0e-6}) == "rm"
 
 
 # ------------------------------------------------------------------------------------ launch configs

@@ -37,7 +37,7 @@ import yaml
 from persetrain.io import InputError
 
 #: trainer name -> the module with its ``make_parser()`` and ``main()``
-TRAINERS = {"sft": "persetrain.train.sft", "grpo": "persetrain.train.grpo"}
+TRAINERS = {"sft": "persetrain.train.sft", "grpo": "persetrain.train.grpo", "rm": "persetrain.train.rm"}
 #: accelerate config keys that accelerate refuses next to a ``deepspeed_config_file`` (the JSON holds them)
 _DEEPSPEED_JSON_KEYS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_clipping",
                         "gradient_accumulation_steps", "zero3_save_16bit_model", "offload_param_nvme_path",
@@ -46,6 +46,8 @@ _DEEPSPEED_JSON_KEYS = ("zero_stage", "offload_optimizer_device", "offload_param
 # dataclasses because importing TRL takes seconds, and rendering a command should not.
 GRPO_ONLY_KEYS = frozenset({"num_generations", "reward_funcs", "reward_weights", "use_vllm", "vllm_mode",
                             "max_completion_length", "beta", "num_iterations", "generation_batch_size"})
+# Keys only persetrain's RMConfig (TRL's RewardConfig) has.
+RM_ONLY_KEYS = frozenset({"loss", "center_rewards_coefficient"})
 # transformers.TrainingArguments defaults, for recipes that leave the batch keys out.
 DEFAULT_PER_DEVICE_BATCH = 8
 DEFAULT_GRADIENT_ACCUMULATION = 1
@@ -147,7 +149,9 @@ def recipe_value(plan_recipe: dict[str, Any], overrides: Sequence[str], key: str
 
 
 def infer_trainer(recipe: dict[str, Any]) -> str:
-    return "grpo" if GRPO_ONLY_KEYS & recipe.keys() else "sft"
+    if GRPO_ONLY_KEYS & recipe.keys():
+        return "grpo"
+    return "rm" if RM_ONLY_KEYS & recipe.keys() else "sft"
 
 
 def _gpu_available() -> bool:
