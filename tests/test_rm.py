@@ -187,3 +187,34 @@ def test_rm_refuses_a_backbone_without_a_classification_head(tmp_path):
     with pytest.raises(InputError, match="model_name_or_path: a 'vit' model has no sequence-classification head"):
         run_rm(["--dataset_path", str(data), "--model_name_or_path", str(tmp_path / "vit"),
                 "--output_dir", str(tmp_path / "o")])
+
+
+def test_swapped_prompts_keep_the_request_and_change_the_person():
+    from persetrain.train.rm_listwise import swapped_prompts
+
+    rows = [{**q, "prompt_blind": rm_context(None, q["prompt"].split("Question: ")[1].removesuffix("\nAnswer:\n")),
+             "topic": f"t{i % 2}"} for i, q in enumerate(QUESTIONS)]
+    swaps = swapped_prompts(Dataset.from_list(rows), seed=0)
+    for row, swap in zip(rows, swaps, strict=True):
+        assert swap.endswith(row["prompt_blind"]) and swap != row["prompt"]
+        donor = next(r for r in rows if swap.startswith(r["prompt"].removesuffix(r["prompt_blind"])))
+        assert donor["topic"] != row["topic"]
+    with pytest.raises(ValueError, match="'prompt_blind' column"):
+        swapped_prompts(Dataset.from_list(QUESTIONS), seed=0)
+
+
+def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm, embedded_tokenizer):
+    """The collator's swapped rows are scored exactly as the gold option alone under the swapped context."""
+    from persetrain.train.rm_listwise import swapped_prompts, tokenize_listwise
+
+    rows = [{**q, "prompt_blind": "Question: " + q["prompt"].split("Question: ")[1], "topic": str(i)}
+            for i, q in enumerate(QUESTIONS)]
+    data = tokenize_listwise(Dataset.from_list(rows), embedded_tokenizer, None, "test", swap_seed=0)
+    batch = ListwiseCollator(embedded_tokenizer)(list(data))
+    assert batch["swapped"].tolist() == [False] * 3 + [True] * 3
+    with torch.no_grad():
+        rewards = option_rewards(tiny_rm, batch)
+        for q, swap in zip(QUESTIONS, swapped_prompts(Dataset.from_list(rows), seed=0), strict=True):
+            ids = encode(embedded_tokenizer, swap, [q["options"][q["gold"]]]).row(0)
+            alone = tiny_rm(input_ids=torch.tensor([ids]))
+            assert rewards[3 + QUESTIONS.index(q), 0].item() == pytest.approx(alone.logits.item(), abs=1e-5)

@@ -46,6 +46,7 @@ from persetrain.train.rm_listwise import (
     LISTWISE_COLUMNS,
     ListwiseCollator,
     option_rewards,
+    person_contrast_loss,
     ranking_loss,
     tokenize_listwise,
 )
@@ -74,6 +75,13 @@ class RMConfig(HardwarePrecision, trl.RewardConfig):
         metadata={"help": "Loss on a listwise dataset: 'listwise' (softmax over a question's options) or "
                           "'bradley_terry' (mean over every (gold, distractor) pair, TRL's loss).",
                   "choices": list(LOSSES)},
+    )
+    person_contrast: float = field(
+        default=0.0,
+        metadata={"help": "Weight of the person-contrast term on a listwise dataset: the gold option must score "
+                          "higher under its own person than under another row's person with the same request "
+                          "(persetrain.train.rm_listwise.person_contrast_loss). 0 turns it off; it needs the "
+                          "'prompt_blind' column."},
     )
     auto_resume: bool = field(
         default=True,
@@ -110,7 +118,8 @@ class ListwiseRewardTrainer(RewardTrainer):
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         if not self.listwise:
             return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
-        return tokenize_listwise(dataset, processing_class, args.max_length, dataset_name)
+        swap_seed = args.seed if args.person_contrast > 0 else None
+        return tokenize_listwise(dataset, processing_class, args.max_length, dataset_name, swap_seed)
 
     def _set_signature_columns_if_needed(self):
         if not self.listwise:
@@ -122,12 +131,19 @@ class ListwiseRewardTrainer(RewardTrainer):
         if "option_mask" not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
-        rewards = option_rewards(model, inputs)
-        loss = ranking_loss(rewards, inputs["gold"], inputs["option_mask"], self.args.loss)
+        all_rewards = option_rewards(model, inputs)
+        own = ~inputs["swapped"]
+        rewards, gold, valid = all_rewards[own], inputs["gold"][own], inputs["option_mask"][own]
+        loss = ranking_loss(rewards, gold, valid, self.args.loss)
         if self.args.center_rewards_coefficient is not None:
-            valid = inputs["option_mask"]
             loss = loss + self.args.center_rewards_coefficient * (rewards[valid] ** 2).mean()
-        self._log_listwise_metrics(mode, inputs, rewards.detach())
+        if inputs["swapped"].any():
+            own_gold = rewards.gather(1, gold[:, None]).squeeze(1)
+            swapped_gold = all_rewards[inputs["swapped"], 0]
+            loss = loss + self.args.person_contrast * person_contrast_loss(own_gold, swapped_gold)
+            person_margin = self.accelerator.gather_for_metrics((own_gold - swapped_gold).detach().mean())
+            self._metrics[mode]["person_margin"].append(person_margin.mean().item())
+        self._log_listwise_metrics(mode, {**inputs, "gold": gold, "option_mask": valid}, rewards.detach())
         return (loss, {"rewards": rewards}) if return_outputs else loss
 
     def _log_listwise_metrics(self, mode: str, inputs: dict, rewards: torch.Tensor) -> None:
@@ -233,7 +249,8 @@ def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int)
                     raise InputError(path, f"split '{split}' row {i}: field 'options' needs at least 2 options and "
                                            f"'gold' an index among them (has {len(row['options'])} options, "
                                            f"gold {row['gold']})")
-        ds = ds.select_columns([c for c in dict.fromkeys(("prompt", *columns)) if c in ds.column_names])
+        keep = ("prompt", *columns, "prompt_blind", "topic")
+        ds = ds.select_columns([c for c in dict.fromkeys(keep) if c in ds.column_names])
         if limit is None or limit >= len(ds):
             return ds
         return ds.shuffle(seed=seed).select(range(limit))

@@ -16,6 +16,7 @@ path's.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
@@ -26,17 +27,50 @@ from persetrain.models import cache_argument
 from persetrain.reward_inputs import encode, is_encoder
 
 #: The tokenized columns of a listwise row (what the collator reads).
-LISTWISE_COLUMNS = ("context_ids", "option_ids", "gold")
+LISTWISE_COLUMNS = ("context_ids", "option_ids", "gold", "swap_context_ids")
 
 
-def tokenize_listwise(dataset: Dataset, tokenizer, max_length: int | None, name: str) -> Dataset:
-    """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_inputs``)."""
+def tokenize_listwise(dataset: Dataset, tokenizer, max_length: int | None, name: str,
+                      swap_seed: int | None = None) -> Dataset:
+    """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_inputs``).
 
-    def tokenize(row: dict) -> dict:
+    With ``swap_seed``, each row also gets ``swap_context_ids``: its own request under another row's person
+    (:func:`swapped_prompts`), the context the person-contrast term scores the gold option in.
+    """
+    swaps = swapped_prompts(dataset, swap_seed) if swap_seed is not None else None
+
+    def tokenize(row: dict, i: int) -> dict:
         encoded = encode(tokenizer, row["prompt"], list(row["options"]), max_length)
-        return {"context_ids": encoded.context, "option_ids": encoded.candidates}
+        out = {"context_ids": encoded.context, "option_ids": encoded.candidates}
+        if swaps is not None:
+            out["swap_context_ids"] = encode(tokenizer, swaps[i], [row["options"][row["gold"]]], max_length).context
+        return out
 
-    return dataset.map(tokenize, desc=f"Tokenizing {name} dataset")
+    return dataset.map(tokenize, with_indices=True, desc=f"Tokenizing {name} dataset")
+
+
+def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
+    """Each row's request under another row's person: a seeded derangement over rows with another person text,
+    from another topic where the dataset has topics (a person of the same topic may want the same thing).
+
+    The person is the part of ``prompt`` before ``prompt_blind`` (the same request without the person), so
+    this works for any wording ``persetrain prepare preference`` writes.
+    """
+    if "prompt_blind" not in dataset.column_names:
+        raise ValueError("the person-contrast term needs a 'prompt_blind' column (persetrain prepare preference "
+                         "writes it) to tell the person from the request")
+    prompts, blinds = dataset["prompt"], dataset["prompt_blind"]
+    topics = dataset["topic"] if "topic" in dataset.column_names else [""] * len(prompts)
+    persons = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
+    rng = random.Random(seed)
+    swaps = []
+    for i, blind in enumerate(blinds):
+        others = [j for j in range(len(persons)) if persons[j] != persons[i] and topics[j] != topics[i]]
+        others = others or [j for j in range(len(persons)) if persons[j] != persons[i]]
+        if not others:
+            raise ValueError("the person-contrast term needs at least two different persons in the dataset")
+        swaps.append(persons[rng.choice(others)] + blind)
+    return swaps
 
 
 @dataclass
@@ -57,12 +91,20 @@ class ListwiseCollator:
     share_context: bool = True
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        """Rows with ``swap_context_ids`` add one row each after the batch's questions: the swapped context
+        with the gold option as its only option (``swapped`` marks them)."""
         pad = self.tokenizer.pad_token_id
+        swapped = [False] * len(rows)
+        if rows and "swap_context_ids" in rows[0]:
+            rows = [*rows, *({"context_ids": r["swap_context_ids"], "option_ids": [r["option_ids"][r["gold"]]],
+                              "gold": 0} for r in rows)]
+            swapped += [True] * (len(rows) - len(swapped))
         k = max(len(row["option_ids"]) for row in rows)
         options = [[row["option_ids"][i] if i < len(row["option_ids"]) else [pad] for i in range(k)] for row in rows]
         batch = {
             "option_mask": torch.tensor([[i < len(row["option_ids"]) for i in range(k)] for row in rows]),
             "gold": torch.tensor([row["gold"] for row in rows]),
+            "swapped": torch.tensor(swapped),
         }
         if is_encoder(self.tokenizer) or not self.share_context:
             pairs = [(row["context_ids"], option) for row, opts in zip(rows, options, strict=True) for option in opts]
@@ -120,3 +162,14 @@ def ranking_loss(rewards: torch.Tensor, gold: torch.Tensor, option_mask: torch.T
     distractors.scatter_(1, gold[:, None], False)
     gold_reward = rewards.gather(1, gold[:, None])
     return -F.logsigmoid(gold_reward - rewards)[distractors].mean()
+
+
+def person_contrast_loss(own_gold: torch.Tensor, swapped_gold: torch.Tensor) -> torch.Tensor:
+    """``-log sigmoid(r(own person, gold) - r(other person, gold))``, averaged over questions.
+
+    The ranking loss alone can be met from the options (the gold one often stands apart from three that
+    share what the person avoids), so a judge learns the dataset and ignores the person. This term asks
+    the gold answer to fit its own person better than someone else with the same request: only a judge
+    that reads the person can lower it.
+    """
+    return -F.logsigmoid(own_gold - swapped_gold).mean()
