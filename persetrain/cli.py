@@ -562,7 +562,8 @@ def push(
     private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
     revision: Annotated[str | None, typer.Option(help="Branch to push to (created when missing).")] = None,
     license: Annotated[str, typer.Option(help="License in the card.")] = "apache-2.0",
-    method: Annotated[str | None, typer.Option(help="Method cited in the card: perse or parl.")] = None,
+    method: Annotated[str | None, typer.Option(help="Method cited in the card: perse, parl, rm or verifier; "
+                                                    "default: rm for a reward model, else perse.")] = None,
     out: Annotated[Path | None, typer.Option(help="Where the upload folder is built; default runs/push/REPO.")]
     = None,
     dry_run: Annotated[bool, typer.Option(help="Build the exact upload folder and stop.")] = False,

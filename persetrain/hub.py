@@ -57,6 +57,19 @@ CITATIONS = {
   title = {Preference-Aware Rubric Learning for Personalized Evaluation},
   note  = {Code: https://github.com/SnowCharmQ/PARL}
 }"""),
+    "rm": ("Bradley-Terry reward modelling (Ouyang et al., 2022)", """@inproceedings{ouyang2022training,
+  title     = {Training language models to follow instructions with human feedback},
+  author    = {Ouyang, Long and Wu, Jeff and Jiang, Xu and others},
+  booktitle = {Advances in Neural Information Processing Systems},
+  year      = {2022}
+}"""),
+    "verifier": ("generative verifiers (Zhang et al., 2024)", """@misc{zhang2024generative,
+  title  = {Generative Verifiers: Reward Modeling as Next-Token Prediction},
+  author = {Zhang, Lunjun and Hosseini, Arian and Bansal, Hritik and Kazemi, Mehran and Kumar, Aviral and
+            Agarwal, Rishabh},
+  year   = {2024},
+  note   = {arXiv:2408.15240}
+}"""),
 }
 
 
@@ -117,14 +130,25 @@ def _copy_model_files(checkpoint: Path, out: Path) -> None:
             shutil.copy2(path, out / path.name)
 
 
+def is_reward_model(checkpoint: Path) -> bool:
+    """A sequence-classification checkpoint (``persetrain rm``): full weights or a ``SEQ_CLS`` adapter."""
+    architectures = _read_json(checkpoint / "config.json").get("architectures") or []
+    task = _read_json(checkpoint / "adapter_config.json").get("task_type")
+    return task == "SEQ_CLS" or any(a.endswith("ForSequenceClassification") for a in architectures)
+
+
 def _merge_adapter(checkpoint: Path, base: str, out: Path) -> None:
     """Load the base, apply the adapter, fold it in and save full weights + the checkpoint's tokenizer."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     from persetrain.models import local_weights_dir
 
-    model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype="auto")
+    if is_reward_model(checkpoint):
+        model = AutoModelForSequenceClassification.from_pretrained(str(local_weights_dir(base)), num_labels=1,
+                                                                   dtype="auto")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype="auto")
     merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
     merged.save_pretrained(str(out))
     # The checkpoint's tokenizer (with the chat template training used); an adapter folder has no model
@@ -158,13 +182,16 @@ def _citation_section(method: str) -> str:
 
 
 def model_card(*, kind: str, merged: bool, base_model: str | None, resolved: dict[str, Any], recipe: Path | None,
-               metrics: dict[str, Any] | None, metrics_source: Path | None, license: str, method: str) -> str:
+               metrics: dict[str, Any] | None, metrics_source: Path | None, license: str, method: str,
+               reward_model: bool = False) -> str:
     """The README.md of a pushed judge: what it was trained from, on what, how, how it scored, and its terms."""
     adapter = kind == "adapter" and not merged
     # The Hub's metadata takes a repository id only; a local path or embedded spec stays in the text.
     hub_base = base_model if base_model and HUB_ID.match(base_model) and not Path(base_model).exists() else None
     data = ModelCardData(license=license, base_model=hub_base, library_name="peft" if adapter else "transformers",
-                         pipeline_tag="text-generation", tags=["persetrain", method, "personalized-evaluation"])
+                         pipeline_tag="text-classification" if reward_model else "text-generation",
+                         tags=["persetrain", method, "personalized-evaluation"] + (["reward-model"] if reward_model
+                                                                                   else []))
     script, training, model = (resolved.get(k) or {} for k in ("script", "training", "model"))
     dataset_path = script.get("dataset_path")
     what = "a LoRA adapter" if adapter else "full weights (a LoRA adapter merged into its base)" if merged else \
@@ -190,10 +217,14 @@ def model_card(*, kind: str, merged: bool, base_model: str | None, resolved: dic
                      else "") + ":", "", metrics_table(metrics), ""]
     else:
         lines += ["_No evaluation attached (pass `--metrics RUN/metrics.json` from `persetrain evaluate`)._", ""]
-    lines += ["## Usage", "", "```python", "from persetrain.models import load_model",
-              "model, tokenizer = load_model(\"<this repo id>\")" if not adapter else
-              "# a PEFT adapter: `persetrain push --merge` pushes merged weights that load_model reads directly",
-              "```", "", _citation_section(method), "## License", "",
+    if adapter:
+        usage = ["# a PEFT adapter: `persetrain push --merge` pushes merged weights that load directly"]
+    elif reward_model:
+        usage = ["# a reward model: one scalar per (person + request, candidate), read by the `rm` evaluator",
+                 "# persetrain evaluate --evaluator rm --model <this repo id> --data DATA"]
+    else:
+        usage = ["from persetrain.models import load_model", "model, tokenizer = load_model(\"<this repo id>\")"]
+    lines += ["## Usage", "", "```python", *usage, "```", "", _citation_section(method), "## License", "",
               f"{license}. The base model's own license also applies.", ""]
     return "\n".join(lines)
 
@@ -228,7 +259,8 @@ def build_model_folder(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
         _copy_model_files(checkpoint, out)
     card = model_card(kind=kind, merged=merge, base_model=spec or base, resolved=resolved, recipe=recipe_path,
                       metrics=_read_json(metrics_path) if metrics_path.is_file() else None,
-                      metrics_source=metrics_path, license=license, method=method)
+                      metrics_source=metrics_path, license=license, method=method,
+                      reward_model=is_reward_model(checkpoint))
     with atomic_write(out / "README.md") as f:
         f.write(card)
     return out
@@ -317,8 +349,9 @@ def push(path: str | os.PathLike, repo_id: str, *, dataset: bool = False, merge:
     if dataset:
         build_dataset_folder(path, folder, license=license, method=method)
     else:
+        default = "rm" if is_reward_model(path if path.is_dir() else Path(".")) else "perse"
         build_model_folder(path, folder, merge=merge, metrics=metrics, recipe=recipe, license=license,
-                           method=method or "perse")
+                           method=method or default)
     url = None if dry_run else push_folder(folder, repo_id, repo_type=repo_type, private=private, revision=revision,
                                            token=token, endpoint=endpoint)
     return PushResult(folder=folder, repo_id=repo_id, repo_type=repo_type, commit_url=url)

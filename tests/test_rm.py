@@ -218,3 +218,28 @@ def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm
             ids = encode(embedded_tokenizer, swap, [q["options"][q["gold"]]]).row(0)
             alone = tiny_rm(input_ids=torch.tensor([ids]))
             assert rewards[3 + QUESTIONS.index(q), 0].item() == pytest.approx(alone.logits.item(), abs=1e-5)
+
+
+def test_push_merges_a_reward_model_adapter_and_cards_it(tiny_llama_dir, tmp_path):
+    """`persetrain push --merge` of a LoRA reward model: full classifier weights that score as the adapter does."""
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from persetrain.hub import push
+
+    data = _write_listwise(tmp_path / "listwise", QUESTIONS)
+    out = tmp_path / "rm"
+    run_rm(["--dataset_path", str(data), "--model_name_or_path", str(tiny_llama_dir), "--output_dir", str(out),
+            "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "1", "--learning_rate",
+            "1e-2", "--save_strategy", "no", "--report_to", "none", "--merge_adapter", "false"])
+    folder = push(out, "alice/rm", merge=True, dry_run=True, out=tmp_path / "upload").folder
+    card = (folder / "README.md").read_text()
+    assert "pipeline_tag: text-classification" in card and "reward-model" in card and "Ouyang" in card
+
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_llama_dir, num_labels=1)
+    adapter = PeftModel.from_pretrained(base, str(out)).eval()
+    merged = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    ids = torch.tensor([encode(tokenizer, QUESTIONS[0]["prompt"], QUESTIONS[0]["options"]).row(1)])
+    with torch.no_grad():
+        assert merged(input_ids=ids).logits.item() == pytest.approx(adapter(input_ids=ids).logits.item(), abs=1e-5)
