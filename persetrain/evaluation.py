@@ -219,10 +219,15 @@ def write_report(out: Path, task: TaskKind, examples: Sequence, runs: Mapping[st
     console.print(sections[next(iter(sections))])
 
 
-def evaluate(config: EvaluationConfig) -> dict:
-    """Run every system, compute metrics, write the run directory; return the metrics."""
+def evaluate(config: EvaluationConfig, examples: Sequence | None = None) -> dict:
+    """Run every system, compute metrics, write the run directory; return the metrics.
+
+    ``examples`` (of the dataset's task kind) replaces the configured sample when a caller has already
+    chosen which examples to judge.
+    """
     out = Path(config.out)
-    task, examples = load_examples(config)
+    task, sample = load_examples(config)
+    examples = list(sample if examples is None else examples)
     evaluators = build_evaluators(config.systems, task)
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
