@@ -125,11 +125,11 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
 # -------------------------------------------------------------------------------- prepared datasets
 def source_splits(path: Path) -> list[str]:
     """The split names of a dataset ``persetrain prepare`` wrote (``dataset_dict.json`` or ``dataset.json``)."""
-    for name, key in (("dataset_dict.json", "splits"), ("dataset.json", "splits")):
+    for name in ("dataset_dict.json", "dataset.json"):
         card = path / name
         if card.is_file():
             try:
-                splits = json.loads(card.read_text(encoding="utf-8")).get(key)
+                splits = json.loads(card.read_text(encoding="utf-8")).get("splits")
             except (OSError, json.JSONDecodeError, AttributeError) as err:
                 raise InputError(card, f"not readable JSON ({err})") from None
             return list(splits or ["test"])
@@ -144,7 +144,7 @@ def _split(person_id: str, source_split: str, splits: Sequence[str], seed: int) 
 
 
 def _read(path: Path, kinds: tuple[str, ...], flag: str, seed: int):
-    """``(split, example)`` of every split of ``path``, which must hold one of the task ``kinds``."""
+    """``(split, all split names, example)`` for every example of ``path``, which must be of a task ``kinds``."""
     splits = source_splits(path)
     for name in splits:
         task, examples = load_dataset(path, name, seed)
