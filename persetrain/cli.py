@@ -224,6 +224,33 @@ def prepare_reference_cmd(
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
 
 
+@prepare_app.command("preference")
+def prepare_preference_cmd(
+    out: Annotated[Path, typer.Option(help="Folder for the datasets listwise/, pairs/ and verifier/.")],
+    prefeval: Annotated[list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) "
+                                                             "(repeatable).")] = None,
+    holdout_topics: Annotated[str, typer.Option(help="Comma-separated PrefEval topics for the validation "
+                                                     "split; default none (every topic in train).")] = "",
+    perse: Annotated[list[Path] | None, typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. "
+                                                          "OUT/per_mpst_k3 (repeatable).")] = None,
+    reference: Annotated[list[Path] | None, typer.Option(help="A dataset `prepare reference` or `prepare parl` "
+                                                              "wrote (repeatable).")] = None,
+    seed: Annotated[int, typer.Option(help="Seeds the option order and the PerSE profiles.")] = 0,
+    profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer or a user.")] = 3,
+    profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
+    max_pairs_per_person: Annotated[int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); "
+                                                                  "default all.")] = None,
+) -> None:
+    """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
+    verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
+    from data_prep.preference import prepare_preference
+
+    topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
+    prepare_preference(out, prefeval=prefeval or (), perse=perse or (), reference=reference or (),
+                       holdout_topics=topics, seed=seed, profile_items=profile_items, profile_words=profile_words,
+                       max_pairs_per_person=max_pairs_per_person)
+
+
 @app.command("generate-baselines")
 def generate_baselines_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
