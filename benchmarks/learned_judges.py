@@ -32,8 +32,8 @@ from pathlib import Path
 
 from rm_speed import measure as measure_speed  # beside this script
 
-from data_prep.prefeval import OPTIONS_DIR, topic_files
 from data_prep.preference import prepare_preference
+from data_prep.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluation import EvaluationConfig, evaluate, load_examples, random_sample
 from persetrain.evaluators.base import SystemSpec
 from persetrain.io import write_json
@@ -78,7 +78,7 @@ def prepare_data(args) -> tuple[Path, Path]:
             raise SystemExit(f"error: --eval shares topics with --train ({', '.join(sorted(overlap))}): "
                              "whole topics must stay apart")
     if not (data / "listwise").is_dir():
-        prepare_preference(prefeval=args.train, out=data, holdout_topics=holdout, seed=args.seed)
+        prepare_preference(data, prefeval=args.train, holdout_topics=holdout, seed=args.seed)
     (eval_dir / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
     for f in sources:
         shutil.copy2(f, eval_dir / OPTIONS_DIR / f.name)

@@ -24,6 +24,7 @@ from persetrain.launch import LaunchError, plan_launch
 from persetrain.launch.accelerate import TRAINERS, infer_trainer, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[1]
+PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((REPO / "accelerate_configs").glob("*.yaml"))
 DEEPSPEED_CONFIGS = [c for c in ACCELERATE_CONFIGS
@@ -45,7 +46,8 @@ def restore_environ():
 
 @pytest.fixture(scope="module")
 def prepared(prepared_root):
-    """``prepared_root`` plus the PARL datasets when a recipe trains on them (``data/parl/parl_<task>``)."""
+    """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``) and the preference datasets
+    (``data/preference``, from the given PrefEval dev topics) when a recipe trains on them."""
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (prepared_root / "data" / "parl").exists():
         from typer.testing import CliRunner
 
@@ -54,6 +56,16 @@ def prepared(prepared_root):
         data = prepared_root / "data"
         result = CliRunner().invoke(app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"),
                                           "--out", str(data / "parl")])
+        assert result.exit_code == 0, result.output
+    if any({"rm", "verifier"} & set(r.relative_to(REPO).parts) for r in RECIPES) and \
+            not (prepared_root / "data" / "preference").exists():
+        from typer.testing import CliRunner
+
+        from persetrain.cli import app
+
+        result = CliRunner().invoke(app, ["--quiet", "prepare", "preference", "--prefeval", str(PREFEVAL_DEV),
+                                          "--holdout-topics", "lifestyle_dietary",
+                                          "--out", str(prepared_root / "data" / "preference")])
         assert result.exit_code == 0, result.output
     return prepared_root
 
