@@ -50,11 +50,13 @@ def tokenize_listwise(dataset: Dataset, tokenizer, max_length: int | None, name:
 
 
 def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
-    """Each row's request under another row's person: a seeded derangement over rows with another person text,
-    from another topic where the dataset has topics (a person of the same topic may want the same thing).
+    """Each row's request under another row's person: a seeded draw among the rows with another person text,
+    from the *same* topic where the dataset has topics and the topic has another person.
 
-    The person is the part of ``prompt`` before ``prompt_blind`` (the same request without the person), so
-    this works for any wording ``persetrain prepare preference`` writes.
+    Same-topic persons are the hard negatives: they share the topic's words (two diets, two hotel tastes),
+    so only reading what this person wants tells them apart, where a person from another topic is told
+    apart by its vocabulary alone. The person is the part of ``prompt`` before ``prompt_blind`` (the same
+    request without the person), so this works for any wording ``persetrain prepare preference`` writes.
     """
     if "prompt_blind" not in dataset.column_names:
         raise ValueError("the person-contrast term needs a 'prompt_blind' column (persetrain prepare preference "
@@ -65,7 +67,7 @@ def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
     rng = random.Random(seed)
     swaps = []
     for i, blind in enumerate(blinds):
-        others = [j for j in range(len(persons)) if persons[j] != persons[i] and topics[j] != topics[i]]
+        others = [j for j in range(len(persons)) if persons[j] != persons[i] and topics[j] == topics[i]]
         others = others or [j for j in range(len(persons)) if persons[j] != persons[i]]
         if not others:
             raise ValueError("the person-contrast term needs at least two different persons in the dataset")
