@@ -115,10 +115,10 @@ def main() -> None:
                   f"({forward / matmul:.0%})")
 
     requests = parl_workload(backend.tokenizer, args.prefixes, args.tails)
-    rows = backend._choice_rows(requests, choices)[0]
+    rows = backend._choice_rows(requests, choices).rows
     total_tokens = sum(len(r.tokens) for r in rows)
-    computed = sum(prefix + sum(len(rows[k].tokens) - prefix for k in members)
-                   for prefix, members in backend._prefix_groups(rows))
+    computed = sum(group.prefix_len + sum(len(rows[k].tokens) - group.prefix_len for k in group.members)
+                   for group in backend._prefix_groups(rows))
     ideal = total_tokens / computed
 
     timings = {}

@@ -71,10 +71,10 @@ def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forw
     requests = [ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i],
                                id=f"{i}-{j}") for i in range(3) for j in range(4)]
     backend = tiny_engine.backend
-    rows = backend._choice_rows(requests, ["yes", "no"])[0]
+    rows = backend._choice_rows(requests, ["yes", "no"]).rows
     groups = backend._prefix_groups(rows)
-    assert sorted(len(members) for _, members in groups) == [4, 4, 4]
-    assert len({prefix_len for prefix_len, _ in groups}) == 3
+    assert sorted(len(group.members) for group in groups) == [4, 4, 4]
+    assert len({group.prefix_len for group in groups}) == 3
     found = tiny_engine.choice_probs(requests, ["yes", "no"])
     for request, a in zip(requests, found, strict=True):
         for c in ("yes", "no"):
@@ -92,8 +92,8 @@ def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_
                 for i, q in enumerate(questions) for order, listed in enumerate(orders) for rule in range(4)]
     warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
     cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
-    rows = warm.backend._choice_rows(requests, ["yes", "no"])[0]
-    assert sorted(len(members) for _, members in warm.backend._prefix_groups(rows)) == [4] * 6
+    rows = warm.backend._choice_rows(requests, ["yes", "no"]).rows
+    assert sorted(len(group.members) for group in warm.backend._prefix_groups(rows)) == [4] * 6
     shared = len(warm.backend.encode(warm.backend.render(requests[0]).split("\nCandidates")[0]))
     waved, batched = warm.choice_probs(requests, ["yes", "no"]), cold.choice_probs(requests, ["yes", "no"])
     cache = warm.backend.prefix_cache
@@ -130,7 +130,7 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
     engine = load_engine(str(tmp_path), min_shared_prefix=16)
     backend = engine.backend
     requests = _requests(2, 3)
-    assert len(backend._prefix_groups(backend._choice_rows(requests, ["yes", "no"])[0])) == 1
+    assert len(backend._prefix_groups(backend._choice_rows(requests, ["yes", "no"]).rows)) == 1
     for request, found in zip(requests, engine.choice_probs(requests, ["yes", "no"]), strict=True):
         for c in ("yes", "no"):
             assert found.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
@@ -150,10 +150,10 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
 
 def test_prefix_sharing_groups_requests(tiny_engine):
     backend = tiny_engine.backend
-    rows = backend._choice_rows(_requests(3, 4), ["yes", "no"])[0]
+    rows = backend._choice_rows(_requests(3, 4), ["yes", "no"]).rows
     groups = backend._prefix_groups(rows)
-    assert sorted(len(members) for _, members in groups) == [12]  # one shared system prompt
-    assert groups[0][0] >= len(backend.encode(SYSTEM)) // 2
+    assert sorted(len(group.members) for group in groups) == [12]  # one shared system prompt
+    assert groups[0].prefix_len >= len(backend.encode(SYSTEM)) // 2
 
 
 def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
@@ -162,7 +162,7 @@ def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
     choices = [str(i) for i in range(1, 11)]
     result = tiny_engine.choice_probs([request], choices)[0]
     backend = tiny_engine.backend
-    assert len(backend._choice_rows([request], choices)[0]) == 1  # context + "1" gives every distribution
+    assert len(backend._choice_rows([request], choices).rows) == 1  # context + "1" gives every distribution
     p1, after_1 = _reference_logprob(backend, request, "1")
     p10, _ = _reference_logprob(backend, request, "10")
     zero = backend.encode("0")[0]
@@ -352,9 +352,9 @@ def test_scoring_after_generation_reuses_the_generated_states(tiny_llama_dir):
 
     scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
     choices = ["1", "10", "2"]  # "10" makes each request's row context + "1", longer than the cached head
-    rows = warm.backend._choice_rows(scoring, choices)[0]
+    rows = warm.backend._choice_rows(scoring, choices).rows
     # each row joins no other, and is scored from its own cached head
-    assert [len(members) for _, members in warm.backend._prefix_groups(rows)] == [1] * len(requests)
+    assert [len(group.members) for group in warm.backend._prefix_groups(rows)] == [1] * len(requests)
     reused = warm.choice_probs(scoring, choices)
     fresh = cold.choice_probs(scoring, choices)
     cache = warm.backend.prefix_cache
@@ -421,10 +421,10 @@ def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_sta
     texts = [g.text for g in warm.generate(requests, params)]
     scoring = [r.model_copy(update={"assistant_prefix": f"{t} Verdict:"}) for r, t in zip(requests, texts, strict=True)]
     choices = ["1", "10", "2"]
-    rows = cold.backend._choice_rows(scoring, choices)[0]
+    rows = cold.backend._choice_rows(scoring, choices).rows
     # cold, the two are scored from their shared half; warm, each from its own cached context
-    assert [len(members) for _, members in cold.backend._prefix_groups(rows)] == [2]
-    assert [len(members) for _, members in warm.backend._prefix_groups(rows)] == [1, 1]
+    assert [len(group.members) for group in cold.backend._prefix_groups(rows)] == [2]
+    assert [len(group.members) for group in warm.backend._prefix_groups(rows)] == [1, 1]
     reused, fresh = warm.choice_probs(scoring, choices), cold.choice_probs(scoring, choices)
     cache = warm.backend.prefix_cache
     prompt_tokens = min(len(warm.backend.encode(warm.backend.render(r))) for r in requests)

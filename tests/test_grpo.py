@@ -19,8 +19,9 @@ from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
+from persetrain.engine.hf import length_chunks
 from persetrain.models import DEFAULT_MODEL, load_model
-from persetrain.train.grpo import REWARD_PARTS_FILE, _length_chunks, build_grpo_trainer, make_parser, run_grpo
+from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
 
@@ -108,9 +109,9 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
 
 def test_rollouts_run_in_chunks_of_similar_length():
     """Three 45-token rollouts and one that ran to the 192-token limit: two chunks, not one padded to 192."""
-    assert _length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 4) == [[2, 0, 3], [1]]
-    assert _length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 2) == [[2, 0], [3], [1]]
-    assert _length_chunks([0, 1], [40, 44], 4) == [[0, 1]]  # 8 padding tokens of 84: within 10%
+    assert length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 4) == [[2, 0, 3], [1]]
+    assert length_chunks([0, 1, 2, 3], [45, 192, 44, 46], 2) == [[2, 0], [3], [1]]
+    assert length_chunks([0, 1], [40, 44], 4) == [[0, 1]]  # 8 padding tokens of 84: within 10%
 
 
 def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir, parl_news, tmp_path):

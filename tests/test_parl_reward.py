@@ -172,11 +172,12 @@ def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
              "A fine mug overall, solid and simple, with a handle that stays cool. " * 6]
     requests = [judge_request("amazon", "Item: mug. Rating: 5", t, r) for t in texts for r in RULES]
     backend = tiny_engine.backend
-    rows = backend._choice_rows(requests, ["yes", "no"])[0]
+    rows = backend._choice_rows(requests, ["yes", "no"]).rows
     groups = backend._prefix_groups(rows)
-    assert sorted(len(members) for _, members in groups) == [3, 3]
-    for shared, members in groups:
-        text = texts[0] if requests[rows[members[0]].request].messages[-1].content.find(texts[0]) >= 0 else texts[1]
+    assert sorted(len(group.members) for group in groups) == [3, 3]
+    for group in groups:
+        first = rows[group.members[0]].request
+        text = texts[0] if requests[first].messages[-1].content.find(texts[0]) >= 0 else texts[1]
         rendered = backend.render(judge_request("amazon", "Item: mug. Rating: 5", text, "x"))
         head = backend.encode(rendered[: rendered.index("<Personalized Evaluation Rubric>")])
-        assert shared >= len(head) - 2  # the whole head: system prompt, task input and text
+        assert group.prefix_len >= len(head) - 2  # the whole head: system prompt, task input and text

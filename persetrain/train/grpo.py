@@ -40,22 +40,13 @@ from typing import Any
 import torch
 import trl
 from datasets import Dataset, load_from_disk
-from transformers import (
-    DynamicCache,
-    GenerationConfig,
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TrainerCallback,
-)
+from transformers import DynamicCache, TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
 
 from persetrain.console import console
+from persetrain.engine.hf import length_chunks, prefill, sampling_processors
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, cache_argument, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
@@ -215,7 +206,7 @@ class PARLGRPOTrainer(GRPOTrainer):
         of 1 row 0.07 s, and a warm-started PARL policy ends most rubric sets after ~45 tokens while one
         rollout in a group may run to the 192-token limit. Here a prompt less its last token is prefilled once,
         its cache repeated over its rollouts, and each step samples with ``generate``'s processors for TRL's
-        generation config (:func:`_sampling_processors`); a rollout leaves the batch at its end-of-sequence
+        generation config (:func:`sampling_processors`); a rollout leaves the batch at its end-of-sequence
         token, which it keeps, as TRL cuts it. Greedy rollouts equal TRL's (``tests/test_grpo.py``). vLLM,
         continuous batching, images, a configured cache implementation or ``generation_kwargs`` and batches
         with no repeated prompt take TRL's path.
@@ -227,7 +218,7 @@ class PARLGRPOTrainer(GRPOTrainer):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         config, device = self.generation_config, self.accelerator.device
-        processors = _sampling_processors(config)
+        processors = sampling_processors(config)
         eos = torch.tensor(self.eos_token_ids, device=device)
         completions: list[list[int]] = [[] for _ in prompt_ids]
         with (
@@ -241,7 +232,7 @@ class PARLGRPOTrainer(GRPOTrainer):
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
             for prompt, rows in groups.items():
-                cache = _prefill(unwrapped_model, prompt[:-1], unwrapped_model.config, device)
+                cache = prefill(unwrapped_model, prompt[:-1], unwrapped_model.config, device)
                 cache.batch_repeat_interleave(len(rows))
                 sequences = torch.tensor([prompt] * len(rows), device=device)
                 active = list(rows)  # batch row b holds the rollout of row active[b]
@@ -273,7 +264,7 @@ class PARLGRPOTrainer(GRPOTrainer):
         whole, in the policy forward and backward, the reference forward and the old-policy forward; here a
         prompt's states are computed once and expanded over its rollouts (gradients sum back through the
         expansion, as they would over the copies), and only the rollouts' tokens run per row. Rollouts run
-        in chunks of similar length, each cut to its longest (:func:`_length_chunks`): TRL pads every
+        in chunks of similar length, each cut to its longest (:func:`length_chunks`): TRL pads every
         completion to the batch's longest, and one rollout that runs to a 192-token limit next to three of
         45 tokens would more than double the completion tokens computed. Same values as TRL's path within
         float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary losses, activation
@@ -295,8 +286,8 @@ class PARLGRPOTrainer(GRPOTrainer):
         entropies: dict[int, torch.Tensor] = {}
         for prompt, rows in groups.items():
             with self.accelerator.autocast():
-                cache = _prefill(model, list(prompt[:-1]), config, input_ids.device)
-            for chunk in _length_chunks(rows, lengths, batch_size):
+                cache = prefill(model, list(prompt[:-1]), config, input_ids.device)
+            for chunk in length_chunks(rows, lengths, batch_size):
                 width = max(1, max(lengths[row] for row in chunk))
                 found = self._shared_prompt_logps(model, cache, prompt[-1], completion_ids[chunk, :width],
                                                   completion_mask[chunk, :width])
@@ -339,45 +330,6 @@ def _rows_by_prompt(prompts) -> dict[tuple[int, ...], list[int]]:
     for row, prompt in enumerate(prompts):
         groups.setdefault(tuple(prompt), []).append(row)
     return groups
-
-
-def _length_chunks(rows: list[int], lengths: list[int], most: int, padding: float = 0.1) -> list[list[int]]:
-    """``rows`` by completion length, in chunks of at most ``most`` whose padding to their longest stays
-    within ``padding`` of their tokens (a chunk always takes one row)."""
-    chunks: list[list[int]] = []
-    for row in sorted(rows, key=lambda r: lengths[r]):
-        chunk = chunks[-1] if chunks else []
-        tokens = sum(lengths[r] for r in chunk) + lengths[row]
-        if chunk and len(chunk) < most and (len(chunk) + 1) * lengths[row] <= (1 + padding) * tokens:
-            chunk.append(row)
-        else:
-            chunks.append([row])
-    return chunks
-
-
-def _sampling_processors(config: GenerationConfig) -> LogitsProcessorList:
-    """``generate``'s logits processors for the generation config TRL builds, in ``generate``'s order."""
-    processors = LogitsProcessorList()
-    if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
-    if config.do_sample:
-        if config.temperature is not None and config.temperature != 1.0:
-            processors.append(TemperatureLogitsWarper(config.temperature))
-        if config.top_k:
-            processors.append(TopKLogitsWarper(config.top_k))
-        if config.top_p is not None and config.top_p < 1.0:
-            processors.append(TopPLogitsWarper(config.top_p))
-        if config.min_p is not None:
-            processors.append(MinPLogitsWarper(config.min_p))
-    return processors
-
-
-def _prefill(model, tokens: list[int], config, device) -> DynamicCache:
-    """A cache holding ``tokens``' states (the LM head runs at the last position only)."""
-    cache = DynamicCache(config=config)
-    model(input_ids=torch.tensor([tokens], device=device), **cache_argument(model, cache), use_cache=True,
-          logits_to_keep=1)
-    return cache
 
 
 def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
