@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/persetrain demo --out runs/demo
 
-test: setup slurm-packages wordnet-packages verl-env
+test: lint slurm-packages wordnet-packages verl-env
 	$(PY) -m pytest -q tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as
@@ -51,8 +51,11 @@ wordnet-packages:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q wordnet-base wordnet-sense-index; \
 	fi
 
+LINTED := persetrain data_prep tests benchmarks
+
 lint: setup
-	$(VENV)/bin/ruff check persetrain data_prep tests benchmarks
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 bench: setup
 	$(PY) benchmarks/engine.py

@@ -47,7 +47,7 @@ _DEEPSPEED_JSON_KEYS = ("zero_stage", "offload_optimizer_device", "offload_param
 GRPO_ONLY_KEYS = frozenset({"num_generations", "reward_funcs", "reward_weights", "use_vllm", "vllm_mode",
                             "max_completion_length", "beta", "num_iterations", "generation_batch_size"})
 # Keys only persetrain's RMConfig (TRL's RewardConfig) has.
-RM_ONLY_KEYS = frozenset({"loss", "center_rewards_coefficient"})
+RM_ONLY_KEYS = frozenset({"loss", "person_contrast", "center_rewards_coefficient"})
 # transformers.TrainingArguments defaults, for recipes that leave the batch keys out.
 DEFAULT_PER_DEVICE_BATCH = 8
 DEFAULT_GRADIENT_ACCUMULATION = 1
