@@ -105,6 +105,33 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) ->
             f.write(_dumps(rec) + "\n")
 
 
+def trim_step_log(path: str | os.PathLike, last_step: int) -> int:
+    """Drop the rows of a training log whose ``step`` is past ``last_step``; rows without a step stay.
+
+    A run killed after its last checkpoint has logged steps that the resumed run computes again: trimmed
+    back to the checkpoint's step, the log holds every step once. A torn last line (killed mid-write) is
+    dropped too. Atomic; returns how many rows went.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] > last_step:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        with atomic_write(path) as f:
+            f.write("".join(line + "\n" for line in kept))
+    return dropped
+
+
 def write_json(path: str | os.PathLike, obj: object) -> None:
     """Strict JSON: an undefined number (a correlation of constant predictions) is written as null,
     not as the NaN token that Python accepts and other readers (jq, JavaScript) reject."""

@@ -204,3 +204,50 @@ def test_shipped_recipes_parse(recipe):
                                                        "--use_vllm", "false"])
     assert parser.accelerate_config and (REPO / parser.accelerate_config).is_file()
     assert training.reward_funcs and model.model_name_or_path
+
+
+def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_news, tmp_path):
+    """SIGKILL after checkpoint-2, in step 3 or later; the same command again resumes and trims both logs.
+
+    The resumed steps also compute what an uninterrupted run computes: the checkpoint restores the weights,
+    optimizer and RNG states, so the reward parts and losses of every step match a run never killed.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def argv(out: Path) -> list[str]:
+        args = _argv(tiny_llama_dir, parl_news, out, "--reward_funcs", "parl-a", "--max_train_samples", "4")
+        args[args.index("--save_strategy") + 1] = "steps"
+        args[args.index("--max_steps") + 1] = "6"
+        return [sys.executable, "-m", "persetrain.train.grpo", *args, "--save_steps", "2", "--seed", "3"]
+
+    def parts(out: Path) -> list[dict]:
+        return [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines() if line.strip()]
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(argv(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (killed / "checkpoint-2" / "trainer_state.json").is_file() and (killed / REWARD_PARTS_FILE).is_file() \
+                and any(p["step"] >= 3 for p in parts(killed)):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert subprocess.run(argv(killed), env=env, capture_output=True).returncode == 0
+    whole = tmp_path / "whole"
+    assert subprocess.run(argv(whole), env=env, capture_output=True).returncode == 0
+
+    rows = parts(killed)
+    assert [(p["step"], p["rollout"]) for p in rows] == [(s, r) for s in range(1, 7) for r in range(2)]
+    assert [{k: v for k, v in p.items() if k != "seconds"} for p in rows] == \
+        [{k: v for k, v in p.items() if k != "seconds"} for p in parts(whole)]
+    logged = [r for r in _log(killed) if r["event"] == "log" and "loss" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6]
+    expected = [r["loss"] for r in _log(whole) if r["event"] == "log" and "loss" in r]
+    assert [r["loss"] for r in logged] == pytest.approx(expected, abs=1e-6)

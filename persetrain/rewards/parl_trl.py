@@ -5,7 +5,8 @@ columns are the dataset's (``persetrain prepare parl`` writes ``task``, ``histor
 ``history_outputs``, ``target_input``, ``ground_truth``, ``negatives``) plus ``trainer_state``,
 ``log_extra`` and ``log_metric``. One call is one generation batch: it is scored with one engine call
 (``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
-logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file.
+logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file, with
+the optimizer step it was scored for and its index among that call's rollouts (``step``, ``rollout``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class PARLReward:
 
     def __call__(self, prompts: Sequence | None = None, completions: Sequence | None = None,
                  completion_ids: Sequence | None = None, *, log_extra: Callable | None = None,
-                 log_metric: Callable | None = None, **columns: Any) -> list[float]:
+                 log_metric: Callable | None = None, trainer_state: Any = None, **columns: Any) -> list[float]:
         missing = [c for c in COLUMNS if c not in columns]
         if missing:
             raise KeyError(f"the PARL reward needs the dataset columns {missing} (write the dataset with "
@@ -58,10 +59,13 @@ class PARLReward:
         ]
         parts = score_batch(self.judge, samples, self.config)
         self.last_parts = parts
-        self._log(parts, log_extra, log_metric)
+        # TRL scores the rollouts of the coming optimizer step while its state still holds the last one.
+        step = trainer_state.global_step + 1 if trainer_state is not None else None
+        self._log(parts, log_extra, log_metric, step)
         return [p.reward for p in parts]
 
-    def _log(self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None) -> None:
+    def _log(self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None,
+             step: int | None) -> None:
         if log_extra is not None:
             for key in ("total_rules", "valid_rules", "s_gt", "d", "c"):
                 log_extra(f"parl/{key}", [getattr(p, key) for p in parts])
@@ -77,5 +81,5 @@ class PARLReward:
         if self.parts_path is not None:
             self.parts_path.parent.mkdir(parents=True, exist_ok=True)
             with self.parts_path.open("a", encoding="utf-8") as f:
-                for p in parts:
-                    f.write(json.dumps(p.as_dict()) + "\n")
+                for rollout, p in enumerate(parts):
+                    f.write(json.dumps({"step": step, "rollout": rollout, **p.as_dict()}) + "\n")

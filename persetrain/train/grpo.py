@@ -400,7 +400,8 @@ def build_grpo_trainer(
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
          callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
     """Train, save the final model and tokenizer, and return where they are (as ``persetrain sft`` does)."""
-    return run_trainer(build_grpo_trainer, script_args, training_args, model_args, callbacks)
+    return run_trainer(build_grpo_trainer, script_args, training_args, model_args, callbacks,
+                       step_logs=[REWARD_PARTS_FILE])
 
 
 def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:

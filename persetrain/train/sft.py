@@ -44,7 +44,7 @@ from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 from trl import SFTTrainer, get_peft_config, get_quantization_config
 
-from persetrain.io import InputError, write_json
+from persetrain.io import InputError, trim_step_log, write_json
 from persetrain.models import best_device, load_tokenizer, local_weights_dir
 from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig, resolve_dtype
@@ -147,11 +147,14 @@ class JsonlMetricsCallback(TrainerCallback):
 
     The log outlives the process: an interrupted run keeps what it logged, and a resumed run appends
     after it (a ``train_begin`` record marks where, with the step it resumed at). Unlike wandb or
-    TensorBoard it needs nothing to read: one JSON object per line.
+    TensorBoard it needs nothing to read: one JSON object per line. A resumed run first trims this log and
+    the ``step_logs`` (other per-step JSONL files, such as GRPO's reward parts) back to the checkpoint's
+    step, so that the steps the killed run computed after it are not there twice.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, step_logs: Sequence[str | os.PathLike] = ()):
         self.path = Path(path)
+        self.step_logs = [Path(p) for p in step_logs]
 
     def _append(self, record: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +164,8 @@ class JsonlMetricsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
+            for log in (self.path, *self.step_logs):
+                trim_step_log(log, state.global_step)
             self._append({"event": "train_begin", "step": state.global_step, "max_steps": state.max_steps,
                           "world_size": args.world_size, "time": time.time()})
 
@@ -317,10 +322,11 @@ def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: Mod
 
 
 def run_trainer(build: Callable[..., Any], script_args: ScriptArguments, training_args, model_args: ModelConfig,
-                callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+                callbacks: Sequence[TrainerCallback] = (), step_logs: Sequence[str] = ()) -> SFTResult:
     """What every persetrain trainer (SFT, GRPO) does around ``build(...)``'s trainer, so they run alike.
 
-    The run resumes from its newest complete checkpoint and records its resolved configuration. A run
+    The run resumes from its newest complete checkpoint and records its resolved configuration; the
+    ``step_logs`` (file names in the output directory) are trimmed with ``metrics.jsonl`` on resume. A run
     stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
     output directory never looks finished when it is not; rerunning the command resumes it.
     """
@@ -328,7 +334,8 @@ def run_trainer(build: Callable[..., Any], script_args: ScriptArguments, trainin
     stop = CheckpointOnSignal()
     resume = checkpoint_to_resume(training_args)
     trainer = build(script_args, training_args, model_args,
-                    [JsonlMetricsCallback(output_dir / METRICS_FILE), stop, *callbacks])
+                    [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]),
+                     stop, *callbacks])
     if trainer.is_world_process_zero():
         write_json(output_dir / RESOLVED_CONFIG_FILE, {
             "script": asdict(script_args),
