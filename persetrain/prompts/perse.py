@@ -11,9 +11,11 @@ words to keep K-item prompts short; the query plot is never cut.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from persetrain.engine.types import ChatRequest
 from persetrain.prompts import PromptTemplate, register
-from persetrain.schema import PairwiseExample, ScalarExample, ten_point_score
+from persetrain.schema import PairwiseExample, ProfileReview, ScalarExample, ten_point_score
 
 #: The scalar judge's output is ``f"{REVIEW_MARKER} <review> {SCORE_MARKER} <n>"``; the judge's
 #: parser and the training targets both read these constants.
@@ -116,14 +118,23 @@ def scalar_completion(review: str, score: int) -> str:
     return f"{REVIEW_MARKER} {' '.join(review.split())} {SCORE_MARKER} {score}"
 
 
+def scalar_profile(profile: Sequence[ProfileReview], score_max: int, profile_words: int = PROFILE_WORDS) -> str:
+    """A reviewer's past plots (cut to ``profile_words``), each with their review and score on 1-10.
+
+    The scalar judge's profile block; the preference datasets show a reviewer to a reward model the
+    same way, so both judges read one wording.
+    """
+    return "\n\n".join(
+        f"[The Start of Plot {n}] {truncate_words(item.plot, profile_words)} [The End of Plot {n}]\n"
+        + scalar_completion(item.review, ten_point_score(item.score, score_max))
+        for n, item in enumerate(profile, start=1)
+    )
+
+
 def scalar_request(example: ScalarExample, profile_words: int = PROFILE_WORDS) -> ChatRequest:
     """The judge's request for a scalar example; profile scores are shown on the judge's 1-10 scale."""
-    items = [
-        f"[The Start of Plot {n}] {truncate_words(item.plot, profile_words)} [The End of Plot {n}]\n"
-        + scalar_completion(item.review, ten_point_score(item.score, example.score_max))
-        for n, item in enumerate(example.profile, start=1)
-    ]
-    return SCALAR.render(id=example.id, profile="\n\n".join(items), plot=example.query_plot)
+    return SCALAR.render(id=example.id, profile=scalar_profile(example.profile, example.score_max, profile_words),
+                         plot=example.query_plot)
 
 
 def pairwise_request(example: PairwiseExample, profile_words: int = PAIRWISE_PROFILE_WORDS) -> ChatRequest:

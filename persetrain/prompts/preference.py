@@ -18,13 +18,33 @@ profile): the ablation that tells a judge that reads the person from one that le
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.perse import PROFILE_WORDS, scalar_profile, truncate_words
+from persetrain.schema import ProfileReview
 
 #: The verifier's closed answer set, in the order ``choice_probs`` reports it; p(yes) is the score.
 VERIFIER_CHOICES: tuple[str, str] = ("yes", "no")
 
 #: What the context calls the person's side, by what is known of them.
 PERSON_LABELS = {"preference": "User preference", "profile": "User profile", "rule": "Rule"}
+
+#: The request a Per-MPST plot answers. PerSE data has none of its own: a reviewer scores plots, so the
+#: candidate is the plot and the person is the reviewer's profile.
+PLOT_REQUEST = "Describe a movie plot this reviewer would enjoy."
+
+
+def reviews_person(profile: Sequence[ProfileReview], score_max: int, profile_words: int = PROFILE_WORDS) -> str:
+    """A reviewer as the person (label ``User profile``): past plots with their reviews and 1-10 scores,
+    as PerSE's scalar judge shows them."""
+    return scalar_profile(profile, score_max, profile_words)
+
+
+def texts_person(texts: Sequence[str], profile_words: int = PROFILE_WORDS) -> str:
+    """A writer as the person (label ``User profile``): their earlier texts in the order given (oldest
+    first), each cut to ``profile_words`` words."""
+    return "\n".join(f"Example {n}: {truncate_words(text, profile_words)}" for n, text in enumerate(texts, start=1))
 
 
 def rm_context(person: str | None, request: str, person_label: str = PERSON_LABELS["preference"]) -> str:
