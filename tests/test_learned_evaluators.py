@@ -1,0 +1,265 @@
+"""Trained judges in use: the reward-model scorer and the ``rm`` / ``verifier`` evaluators, the person probes
+(blind, swap) and the odd-one-out baseline.
+
+The reward model is a tiny random-weight ``LlamaForSequenceClassification`` with the embedded tokenizer;
+its batched scores are checked against the plain transformers forward of each text alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from persetrain.cli import app
+from persetrain.data import load_dataset
+from persetrain.engine import load_engine
+from persetrain.evaluators.base import JudgeContext
+from persetrain.evaluators.learned import items_of
+from persetrain.evaluators.odd_one_out import OddOneOut
+from persetrain.evaluators.rm import RewardModelJudge, RMConfig
+from persetrain.evaluators.verifier import Verifier
+from persetrain.io import InputError
+from persetrain.metrics.odd_one_out import oddness
+from persetrain.person import NOT_STATED, blind_examples, derangement, has_person, swapped_examples
+from persetrain.prompts.pref import letter_request
+from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, rm_context
+from persetrain.reward_model import RewardModelScorer, check_reward_model
+from persetrain.schema import McqExample, ProfileReview, ScalarExample
+
+PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+MODEL = "embedded:smollm2-135m-instruct"
+
+
+def _classifier(path: Path, tokenizer, num_labels: int = 1) -> Path:
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         num_labels=num_labels, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForSequenceClassification(config)
+    with torch.no_grad():  # a wide init spread, so that a token read at the wrong position would show
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_rm_dir(tmp_path_factory, embedded_tokenizer):
+    return _classifier(tmp_path_factory.mktemp("tiny-rm"), embedded_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def scorer(tiny_rm_dir):
+    return RewardModelScorer(str(tiny_rm_dir), device="cpu", batch_tokens=96)
+
+
+def mcq(ex_id: str, preference: str, options: list[str], gold: int = 0, question: str = "What should I do?"):
+    return McqExample(id=ex_id, preference=preference, question=question, options=options, gold=gold)
+
+
+CONTEXTS = [rm_context("I am vegan.", "What should I cook tonight?"), rm_context(None, "Where should I travel?"),
+            rm_context("I dislike crowds and prefer quiet places far from the city.", "Plan a weekend.")]
+CANDIDATES = ["A lentil curry.", "Paris in August, with every museum and the busiest markets on the way.", "Hiking."]
+
+
+# --- the scorer ------------------------------------------------------------------------------------
+
+def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir):
+    """Length-sorted, right-padded batches (forced small here) == each text alone through transformers."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_rm_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_rm_dir)
+    contexts, candidates = CONTEXTS * 3, CANDIDATES[1:] + CANDIDATES[:1] + CANDIDATES * 2
+    batched = scorer.score(contexts, candidates)
+    with torch.no_grad():
+        alone = [model(**tokenizer(c + x + tokenizer.eos_token, return_tensors="pt")).logits[0, 0].item()
+                 for c, x in zip(contexts, candidates, strict=True)]
+    assert batched == pytest.approx(alone, abs=1e-5)
+    assert len(set(round(s, 4) for s in batched)) > 3  # the texts really score differently
+    assert scorer.score(contexts[:1], candidates[:1]) == pytest.approx(batched[:1], abs=1e-5)
+
+
+def test_a_long_text_loses_the_start_of_its_context_and_keeps_the_candidate(scorer, embedded_tokenizer):
+    context = rm_context("first-words " + "filler " * 400 + "last-words", "Which dish?")
+    candidate = "A mild vegetable soup with bread."
+    old, scorer.max_length = scorer.max_length, 40
+    try:
+        ids, cut = scorer.encode(context, candidate)
+        short_ids, short_cut = scorer.encode(rm_context("I like soup.", "Which dish?"), candidate)
+        [scored] = scorer.score_detailed([context], [candidate])
+    finally:
+        scorer.max_length = old
+    text = embedded_tokenizer.decode(ids)
+    assert cut and len(ids) == 40 and scored.truncated and scored.tokens == 40
+    assert text.endswith(candidate + embedded_tokenizer.eos_token)
+    assert "Question: Which dish?\nAnswer:" in text and "first-words" not in text
+    assert not short_cut and len(short_ids) < 40
+
+
+def test_a_checkpoint_of_the_wrong_kind_is_refused_before_it_loads(tiny_llama_dir, tiny_rm_dir, tmp_path,
+                                                                   embedded_tokenizer):
+    with pytest.raises(InputError, match=r"config\.json: field 'architectures': \['LlamaForCausalLM'\]"):
+        check_reward_model(str(tiny_llama_dir))
+    with pytest.raises(InputError, match="field 'num_labels'"):
+        check_reward_model(str(_classifier(tmp_path / "three", embedded_tokenizer, num_labels=3)))
+    with pytest.raises(InputError, match="field 'architectures'.*causal language model"):
+        RewardModelJudge().check_model(MODEL)
+    with pytest.raises(InputError, match=r"config\.json: field 'architectures'.*rm evaluator"):
+        Verifier().check_model(str(tiny_rm_dir))
+    Verifier().check_model(str(tiny_llama_dir))  # a causal LM is what a verifier reads
+
+
+@pytest.mark.parametrize(("evaluator", "model"), [("rm", "causal"), ("verifier", "rm")])
+def test_the_command_line_reports_a_wrong_kind_in_one_line(evaluator, model, tiny_llama_dir, tiny_rm_dir, tmp_path):
+    path = {"causal": tiny_llama_dir, "rm": tiny_rm_dir}[model]
+    result = CliRunner().invoke(app, ["-q", "evaluate", "--evaluator", evaluator, "--model", str(path), "--data",
+                                      str(PREFEVAL), "--out", str(tmp_path / "run"), "--max-examples", "2"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert f"{path}/config.json" in result.output and "architectures" in result.output
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+# --- the rm evaluator ----------------------------------------------------------------------------
+
+def _context(tmp_path: Path, model: str | None = None) -> JudgeContext:
+    return JudgeContext(data=tmp_path, split="test", system="judge", out=tmp_path, model=model)
+
+
+def test_rm_picks_the_option_with_the_highest_reward(scorer, tiny_rm_dir, tmp_path):
+    examples = [mcq(f"q{i}", "I am vegan.", CANDIDATES + [f"Option {i}"], gold=i % 4) for i in range(3)]
+    judgments = RewardModelJudge(RMConfig(batch_tokens=64)).judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
+    for ex, j in zip(examples, judgments, strict=True):
+        direct = scorer.score([rm_context(ex.preference, ex.question)] * len(ex.options), ex.options)
+        assert j.details["raw_scores"] == pytest.approx(direct, abs=1e-5)
+        assert j.choice == str(max(range(4), key=direct.__getitem__))
+        assert sum(j.details["scores"]) == pytest.approx(10)  # a softmax over the options, on 0..10
+        assert j.cost.calls == 4 and j.cost.prompt_tokens > 0
+
+
+def test_rm_without_the_person_reads_the_blind_context(scorer, tiny_rm_dir, tmp_path):
+    examples = [mcq("q0", "I am vegan.", CANDIDATES), mcq("q1", "I hate travel.", CANDIDATES[::-1])]
+    blind = blind_examples(examples)
+    assert not any(has_person(ex) for ex in blind) and all(has_person(ex) for ex in examples)
+    assert all(it.person is None for it in items_of(blind, RMConfig()))
+    judged = RewardModelJudge().judge(blind, None, _context(tmp_path, str(tiny_rm_dir)))
+    for ex, j in zip(examples, judged, strict=True):
+        assert j.details["raw_scores"] == pytest.approx(
+            scorer.score([rm_context(None, ex.question)] * 3, ex.options), abs=1e-5)
+        assert j.details["raw_scores"] != pytest.approx(
+            scorer.score([rm_context(ex.preference, ex.question)] * 3, ex.options), abs=1e-5)
+
+
+def test_rm_on_a_scalar_task_calibrates_onto_the_dataset_scale(tiny_rm_dir, tmp_path):
+    profile = [ProfileReview(plot_id="p0", plot="A quiet drama.", review="Slow.", score=2)]
+    examples = [ScalarExample(id=f"s{i}", reviewer_id="r", profile=profile, query_plot_id=f"q{i}",
+                              query_plot=f"Plot number {i} " + "with twists " * i, score=1 + i % 5, score_max=5)
+                for i in range(8)]
+    raw = RewardModelJudge(RMConfig(calibration="none")).judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
+    judge = RewardModelJudge()
+    calibrated = judge.judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
+    assert [j.details["raw_score"] for j in calibrated] == [j.score for j in raw]
+    assert all(1 <= j.score <= 5 for j in calibrated)
+    from persetrain.tasks import get_task
+
+    assert judge.metrics(get_task("scalar"), examples, calibrated)["calibration"]["method"] == "quantile"
+
+
+def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["-q", "evaluate", "--evaluator", "rm", "--model", str(tiny_rm_dir), "--data",
+                                      str(PREFEVAL), "--out", str(out), "--max-examples", "8"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    [system] = metrics["systems"].values()
+    assert metrics["n_examples"] == 8 and system["n"] == 8 and system["cost"]["calls"] == 32
+    [written] = (out / "judgments").glob("*.jsonl")  # inside the run directory though the name is a path
+    judgments = [json.loads(line) for line in written.read_text().splitlines()]
+    assert len(judgments) == 8 and all(len(j["details"]["raw_scores"]) == 4 for j in judgments)
+
+
+# --- the verifier ------------------------------------------------------------------------------------
+
+def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
+    _, examples = load_dataset(PREFEVAL)
+    examples = examples[:2]
+    engine = load_engine(MODEL)
+    try:
+        judgments = Verifier().judge(examples, engine, _context(tmp_path))
+        blind = Verifier().judge(blind_examples(examples), engine, _context(tmp_path))
+        ex = examples[0]
+        direct = engine.choice_probs(
+            [VERIFIER.render(person_label="User preference", person=ex.preference, request=ex.question, candidate=o)
+             for o in ex.options], list(VERIFIER_CHOICES))
+        direct_blind = engine.choice_probs([VERIFIER_BLIND.render(request=ex.question, candidate=o)
+                                            for o in ex.options], list(VERIFIER_CHOICES))
+    finally:
+        engine.close()
+    assert judgments[0].details["raw_scores"] == pytest.approx([p.probs["yes"] for p in direct], abs=1e-4)
+    assert blind[0].details["raw_scores"] == pytest.approx([p.probs["yes"] for p in direct_blind], abs=1e-4)
+    for j in judgments:
+        assert j.details["scores"] == pytest.approx([10 * p for p in j.details["raw_scores"]])
+        assert j.choice is not None and j.cost.calls == 4
+
+
+# --- the person probes ---------------------------------------------------------------------------------
+
+def test_swap_is_a_seeded_derangement_that_avoids_the_same_preference():
+    prefs = ["vegan", "vegan", "vegan", "no flights", "quiet", "quiet"]
+    examples = [mcq(f"q{i}", p, ["a", "b"]) for i, p in enumerate(prefs)]
+    swapped = swapped_examples(examples, seed=3)
+    assert [s.preference for s in swapped] != prefs
+    assert all(s.preference != ex.preference for s, ex in zip(swapped, examples, strict=True))
+    assert sorted(s.preference for s in swapped) == sorted(prefs)  # everyone's person is used once
+    assert [s.model_dump(exclude={"preference"}) for s in swapped] == [e.model_dump(exclude={"preference"})
+                                                                        for e in examples]
+    assert swapped == swapped_examples(examples, seed=3) and swapped != swapped_examples(examples, seed=4)
+    same = derangement(["x"] * 5, seed=0)  # nothing different to hand out: still nobody keeps their own
+    assert sorted(same) == list(range(5)) and all(d != i for i, d in enumerate(same))
+    with pytest.raises(ValueError, match="at least two"):
+        swapped_examples(examples[:1])
+
+
+def test_a_removed_preference_is_shown_as_not_stated():
+    [blind] = blind_examples([mcq("q", "I am vegan.", ["a", "b"])])
+    shown = letter_request(blind.preference, "q", ["a", "b"]).messages[-1].content
+    assert blind.preference == "" and NOT_STATED in shown
+
+
+# --- odd-one-out -----------------------------------------------------------------------------------------
+
+def test_odd_one_out_picks_the_option_unlike_the_others(tmp_path):
+    options = ["Visit the famous steakhouse downtown for a great steak dinner.",
+               "Try the famous steakhouse near the river for a steak dinner.",
+               "A quiet vegan bistro with seasonal vegetables and lentils.",
+               "Book the famous steakhouse for a steak dinner with wine."]
+    odd = oddness(options)
+    assert min(odd) >= 0 and max(odd) <= 1 and odd.index(max(odd)) == 2
+    [j] = OddOneOut().judge([mcq("q", "I am vegan.", options, gold=2)], None, _context(tmp_path))
+    [blind] = OddOneOut().judge(blind_examples([mcq("q", "I am vegan.", options, gold=2)]), None, _context(tmp_path))
+    assert j.choice == "2" and j.details == blind.details  # it never reads the preference
+
+
+def test_meta_eval_reports_accuracy_blind_and_swapped(tiny_rm_dir, tmp_path):
+    out = tmp_path / "meta"
+    result = CliRunner().invoke(app, ["-q", "meta-eval", "--data", str(PREFEVAL), "--out", str(out),
+                                      "--max-examples", "6", "--system", f"rm=rm:{tiny_rm_dir}",
+                                      "--system", "odd-one-out", "--probe", "blind", "--probe", "swap"])
+    assert result.exit_code == 0, result.output
+    systems = json.loads((out / "metrics.json").read_text())["systems"]
+    for probe in ("blind", "swap"):
+        assert (out / "judgments" / probe / "rm.jsonl").is_file()
+        assert 0 <= systems["rm"][probe]["accuracy"] <= 1
+        odd = systems["odd-one-out"]
+        assert odd[probe]["accuracy"] == odd["agreement"]["accuracy"] and odd[probe]["accuracy_change"] == 0
+    blind_rm = [json.loads(x) for x in (out / "judgments" / "blind" / "rm.jsonl").read_text().splitlines()]
+    assert all("person-blind" in j["explanation"] for j in blind_rm)
+    assert "blind: accuracy" in (out / "report.md").read_text()
