@@ -107,7 +107,7 @@ def test_judge_scores_are_calibrated_onto_the_dataset_scale():
     assert calibrate(same, ten_point, "quantile") == (same, None)
     nothing_parsed = [j.model_copy(update={"parsed": False}) for j in found[:-1]] + found[-1:]
     _, record = calibrate(nothing_parsed, examples, "quantile")  # one fold has nothing to fit on
-    assert record["fallback_folds"] >= 1
+    assert record["linear_folds"] >= 1
     with pytest.raises(ValueError, match="unknown calibration"):
         calibrate(found, examples, "isotonic")
 

@@ -175,6 +175,7 @@ def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
     elif method == "quantile":
         mapped, record = cross_fitted_quantile(pred, [ex.score for ex in examples], [ex.id for ex in examples],
                                                fallback=linear)
+        record["linear_folds"] = record.pop("fallback_folds")  # PerSE's fallback is the linear map
     else:
         raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
     record["scale"] = [1, top]
