@@ -263,3 +263,39 @@ def test_meta_eval_reports_accuracy_blind_and_swapped(tiny_rm_dir, tmp_path):
     blind_rm = [json.loads(x) for x in (out / "judgments" / "blind" / "rm.jsonl").read_text().splitlines()]
     assert all("person-blind" in j["explanation"] for j in blind_rm)
     assert "blind: accuracy" in (out / "report.md").read_text()
+
+
+# --- a trained judge as PREF's and AuPEL's scorer ------------------------------------------------------
+
+def test_pref_stage3_and_aupel_comparisons_take_a_trained_scorer(scorer, tiny_rm_dir, tiny_llama_dir, tmp_path):
+    from persetrain.evaluators.aupel import AuPEL, AuPELConfig
+    from persetrain.evaluators.pref import PREF, PREFConfig
+    from persetrain.evaluators.rm import sigmoid
+    from persetrain.evaluators.scorers import check_scorer
+    from persetrain.prompts.preference import texts_person
+    from persetrain.schema import ReferenceExample
+
+    examples = [mcq("q0", "I am vegan.", CANDIDATES), mcq("q1", "I avoid crowds.", CANDIDATES[::-1], gold=2)]
+    engine = load_engine(str(tiny_llama_dir))
+    try:
+        pref = PREF(PREFConfig(variant="base", scorer=f"rm:{tiny_rm_dir}")).judge(examples, engine, _context(tmp_path))
+    finally:
+        engine.close()
+    rm = RewardModelJudge().judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
+    for p, r in zip(pref, rm, strict=True):
+        assert p.details["scores"] == pytest.approx(r.details["scores"], abs=1e-4) and p.choice == r.choice
+
+    record = ReferenceExample(id="r1", user_id="u", input="Review the cafe.", profile=["i loved the bakery."],
+                              outputs={"gold": "great coffee, lovely pastries.", "non": "A cafe."})
+    config = AuPELConfig(scorer=f"rm:{tiny_rm_dir}", dimensions=("personalization", "quality"), n_boot=20, draws=20)
+    games = AuPEL(config).judge([record], None, _context(tmp_path))
+    by_dim = {g.details["dimension"]: g for g in games}
+    person = texts_person(record.profile, config.sample_words)
+    personal = scorer.score([rm_context(person, record.input, "User profile")] * 2, list(record.outputs.values()))
+    quality = scorer.score([rm_context(None, "")] * 2, list(record.outputs.values()))
+    assert by_dim["personalization"].details["p_first"] == pytest.approx([sigmoid(personal[0] - personal[1])] * 2)
+    assert by_dim["quality"].details["p_first"] == pytest.approx([sigmoid(quality[0] - quality[1])] * 2)
+    with pytest.raises(InputError, match="architectures"):
+        check_scorer(f"verifier:{tiny_rm_dir}")
+    with pytest.raises(ValueError, match="use rm:PATH"):
+        check_scorer(str(tiny_rm_dir))
