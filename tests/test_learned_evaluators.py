@@ -189,25 +189,28 @@ def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_p
 # --- the verifier ------------------------------------------------------------------------------------
 
 def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
+    """The verifier asks exactly the VERIFIER question (VERIFIER_BLIND without the person): asked again by hand,
+    every request is a hit in the engine's cache, which keys on the whole request."""
     _, examples = load_dataset(PREFEVAL)
     examples = examples[:2]
-    engine = load_engine(MODEL)
+    engine = load_engine(MODEL, cache_path=tmp_path / "cache.sqlite")
     try:
         judgments = Verifier().judge(examples, engine, _context(tmp_path))
         blind = Verifier().judge(blind_examples(examples), engine, _context(tmp_path))
-        ex = examples[0]
-        direct = engine.choice_probs(
-            [VERIFIER.render(person_label="User preference", person=ex.preference, request=ex.question, candidate=o)
-             for o in ex.options], list(VERIFIER_CHOICES))
-        direct_blind = engine.choice_probs([VERIFIER_BLIND.render(request=ex.question, candidate=o)
-                                            for o in ex.options], list(VERIFIER_CHOICES))
+        hits = engine.cache_hits
+        direct = [engine.choice_probs([VERIFIER.render(person_label="User preference", person=ex.preference,
+                                                       request=ex.question, candidate=o) for o in ex.options],
+                                      list(VERIFIER_CHOICES)) for ex in examples]
+        direct_blind = [engine.choice_probs([VERIFIER_BLIND.render(request=ex.question, candidate=o)
+                                             for o in ex.options], list(VERIFIER_CHOICES)) for ex in examples]
+        assert engine.cache_hits - hits == 16
     finally:
         engine.close()
-    assert judgments[0].details["raw_scores"] == pytest.approx([p.probs["yes"] for p in direct], abs=1e-4)
-    assert blind[0].details["raw_scores"] == pytest.approx([p.probs["yes"] for p in direct_blind], abs=1e-4)
-    for j in judgments:
+    for j, b, d, db in zip(judgments, blind, direct, direct_blind, strict=True):
+        assert j.details["raw_scores"] == [p.probs["yes"] for p in d]
+        assert b.details["raw_scores"] == [p.probs["yes"] for p in db] != j.details["raw_scores"]
         assert j.details["scores"] == pytest.approx([10 * p for p in j.details["raw_scores"]])
-        assert j.choice is not None and j.cost.calls == 4
+        assert min(j.details["raw_scores"]) > 0 and max(j.details["raw_scores"]) < 1 and j.cost.calls == 4
 
 
 # --- the person probes ---------------------------------------------------------------------------------
