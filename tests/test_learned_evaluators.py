@@ -8,6 +8,7 @@ its batched scores are checked against the plain transformers forward of each te
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,32 @@ def test_rm_on_a_scalar_task_calibrates_onto_the_dataset_scale(tiny_rm_dir, tmp_
     from persetrain.tasks import get_task
 
     assert judge.metrics(get_task("scalar"), examples, calibrated)["calibration"]["method"] == "quantile"
+
+
+def test_rm_on_pairs_and_reference_outputs_and_profile_baselines_without_a_profile(scorer, tiny_rm_dir, tmp_path):
+    from persetrain.evaluators.baselines import reviewer_average, reviewer_majority
+    from persetrain.schema import PairwiseExample, PairwiseProfileItem, ReferenceExample
+
+    seen = PairwiseProfileItem(premise="A heist.", plot_a="They win.", plot_b="They lose.", aspect="Ending",
+                               preferred="B")
+    pairs = [PairwiseExample(id=f"d{i}", annotator_id="u", aspect="Ending", profile=[seen], premise="A voyage.",
+                             plot_a=CANDIDATES[i], plot_b=CANDIDATES[i + 1], preferred="A") for i in range(2)]
+    record = ReferenceExample(id="r", user_id="u", input="Review the cafe.", profile=["old text"] * 5,
+                              outputs={"gold": "great coffee.", "non": "A cafe."})
+    judge = RewardModelJudge()
+    for j in judge.judge(pairs, None, _context(tmp_path, str(tiny_rm_dir))):
+        a, b = j.details["raw_scores"]
+        assert j.choice == ("A" if a > b else "B") and j.probs["A"] == pytest.approx(1 / (1 + math.exp(b - a)))
+    outputs = judge.judge([record], None, _context(tmp_path, str(tiny_rm_dir)))
+    person = items_of([record], RMConfig())[0].person
+    assert person.count("Example") == 3  # the latest profile_items texts
+    assert [j.target for j in outputs] == ["gold", "non"]
+    assert [j.score for j in outputs] == pytest.approx(
+        scorer.score([rm_context(person, record.input, "User profile")] * 2, list(record.outputs.values())), abs=1e-5)
+    scalar = ScalarExample(id="s", reviewer_id="r", query_plot_id="q", query_plot="x", score=3,
+                           profile=[ProfileReview(plot_id="p", plot="y", review="z", score=4)])
+    assert not reviewer_average(blind_examples([scalar]))[0].parsed
+    assert not reviewer_majority(blind_examples(pairs))[0].parsed
 
 
 def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_path):
