@@ -88,6 +88,29 @@ def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir
     assert scorer.score(contexts[:1], candidates[:1]) == pytest.approx(batched[:1], abs=1e-5)
 
 
+def test_an_encoder_reward_model_scores_at_cls_and_keeps_its_trailing_sep(tmp_path):
+    """A BERT-style backbone (the packaged MiniLM's tokenizer, no EOS): padding never changes a score, and a cut
+    text still ends with the candidate and [SEP]."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from persetrain.metrics.text_similarity import minilm_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "bert-rm")
+    tokenizer.save_pretrained(tmp_path / "bert-rm")
+    encoder = RewardModelScorer(str(tmp_path / "bert-rm"), device="cpu", batch_tokens=64)
+    batched = encoder.score(CONTEXTS, CANDIDATES)
+    assert batched == pytest.approx([encoder.score([c], [x])[0] for c, x in zip(CONTEXTS, CANDIDATES, strict=True)],
+                                    abs=1e-5)
+    encoder.max_length = 12
+    ids, cut = encoder.encode(CONTEXTS[2], "hiking in the hills")
+    assert cut and len(ids) == 12 and tokenizer.decode(ids).endswith("answer : hiking in the hills [SEP]")
+    assert ids[0] == tokenizer.cls_token_id
+
+
 def test_a_long_text_loses_the_start_of_its_context_and_keeps_the_candidate(scorer, embedded_tokenizer):
     context = rm_context("first-words " + "filler " * 400 + "last-words", "Which dish?")
     candidate = "A mild vegetable soup with bread."
