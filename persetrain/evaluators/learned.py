@@ -65,7 +65,8 @@ class Item:
 class LearnedJudgeConfig(EvaluatorConfig):
     #: Earlier texts of a reference-task user shown as the person (``prepare preference --profile-items``).
     profile_items: int = 3
-    #: Words kept of each profile item (``prepare preference --profile-words``; Per-DOC plots: 100).
+    #: Words kept of each profile item (``prepare preference --profile-words``); a Per-DOC annotator's earlier
+    #: plots keep 100, as PerSE's pairwise judge shows them.
     profile_words: int = PROFILE_WORDS
     #: Scalar tasks: how a raw score lands on the dataset's scale. ``quantile``: fit on the labels by 2-fold
     #: cross-fitting (no example's own label shapes its score); ``linear``: the judge's 0..1 score mapped
@@ -159,14 +160,14 @@ class LearnedJudge(Evaluator):
         note = "".join(f"; {n}" for n in dict.fromkeys(notes) if n)
         blind = "" if items[0].person is not None else " (person-blind prompt)"
         if isinstance(ex, McqExample | PairwiseExample):
-            share = self.share(raw)
             if isinstance(ex, McqExample):
                 ten = self.option_scores(raw)
                 best = strict_argmax(ten)
                 choice, probs, details = None if best is None else str(best), None, {"scores": ten, "raw_scores": raw}
             else:
+                p_a = self.share(raw)[0]
                 choice = "A" if raw[0] > raw[1] else "B" if raw[1] > raw[0] else None
-                probs, details = {"A": share[0], "B": share[1]}, {"raw_scores": raw}
+                probs, details = {"A": p_a, "B": 1 - p_a}, {"raw_scores": raw}
             listed = ", ".join(f"{item.target}: {score:.3f}" for item, score in zip(items, raw, strict=True))
             return [Judgment(example_id=ex.id, evaluator=system, choice=choice, probs=probs, details=details,
                              cost=sum(costs, Cost()), explanation=f"raw scores {listed}{blind}{note}")]
