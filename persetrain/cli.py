@@ -458,15 +458,16 @@ def meta_eval(
                                                           "(repeatable).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE for every system whose evaluator "
                                                                   "has that option (repeatable).")] = None,
-    probe: Annotated[list[str] | None, typer.Option(help="Robustness probe: flip, manipulation (repeatable; "
-                                                         "default both).")] = None,
+    probe: Annotated[list[str] | None, typer.Option(help="Probe: flip, manipulation, blind (person removed), swap "
+                                                         "(someone else's person); repeatable; default all.")] = None,
     split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
     max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
     backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
     base_url: BaseUrlOpt = None,
 ) -> None:
-    """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation."""
+    """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation, and
+    accuracy with the person removed (blind) or swapped."""
     from persetrain.evaluation import apply_options
     from persetrain.evaluators.base import SystemSpec
     from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate

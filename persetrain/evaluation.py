@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import platform
 import random
 import subprocess
@@ -147,7 +148,8 @@ class SystemRun:
 
 
 def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tuple[SystemSpec, Evaluator]]:
-    """Every system's evaluator, checked before any model is loaded: names unique, task supported."""
+    """Every system's evaluator, checked before any model is loaded: names unique, task supported, model of
+    a kind the evaluator reads."""
     names = [s.name for s in systems]
     if not systems:
         raise ValueError("nothing to evaluate: give --evaluator E --model M, --system NAME=EVALUATOR:MODEL "
@@ -160,17 +162,25 @@ def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tupl
         if task.name not in evaluator.tasks:
             raise ValueError(f"evaluator {spec.evaluator!r} cannot judge {task.name} tasks; evaluators that can: "
                              f"{', '.join(evaluators_for(task.name))}")
+        if spec.model:
+            evaluator.check_model(spec.model)
         built.append((spec, evaluator))
     return built
+
+
+def judgments_file(folder: Path, system: str) -> Path:
+    """Where a system's judgments go: a system named after a model directory ("/runs/rm") must not
+    write outside the run directory, so path separators become underscores ("runs_rm.jsonl")."""
+    return folder / f"{system.replace(os.sep, '/').replace('/', '_').lstrip('_')}.jsonl"
 
 
 def judge_system(spec: SystemSpec, evaluator: Evaluator, examples: Sequence, config: EvaluationConfig,
                  cache_path: Path) -> dict[str, SystemRun]:
     """Run one system; its judgments grouped into the systems they belong to (``NAME``, ``NAME-suffix``)."""
     context = JudgeContext(data=Path(config.data), split=config.split, system=spec.name, out=Path(config.out),
-                           seed=config.seed)
+                           seed=config.seed, model=spec.model)
     engine = None
-    if evaluator.needs_model:
+    if evaluator.needs_model and evaluator.uses_engine:
         from persetrain.engine import load_engine
 
         options = {"base_url": config.base_url} if config.backend == "openai" else {}
@@ -235,7 +245,7 @@ def evaluate(config: EvaluationConfig, examples: Sequence | None = None) -> dict
     runs: dict[str, SystemRun] = {}
     for spec, evaluator in evaluators:
         for name, run in judge_system(spec, evaluator, examples, config, out / "engine-cache.sqlite").items():
-            write_jsonl(out / "judgments" / f"{name}.jsonl", run.judgments)
+            write_jsonl(judgments_file(out / "judgments", name), run.judgments)
             runs[name] = run
     metrics = {"kind": task.name, "n_examples": len(examples),
                "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()}}

@@ -1,3 +1,16 @@
 """Every evaluator module, imported so that its ``@register`` runs (see ``evaluators/base.py``)."""
 
-from persetrain.evaluators import aupel, baselines, expert, judges, lexical, mcq_letter, parl, perse, pref  # noqa: F401
+from persetrain.evaluators import (  # noqa: F401
+    aupel,
+    baselines,
+    expert,
+    judges,
+    lexical,
+    mcq_letter,
+    odd_one_out,
+    parl,
+    perse,
+    pref,
+    rm,
+    verifier,
+)

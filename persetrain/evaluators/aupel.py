@@ -11,7 +11,8 @@ The vote of one repeat is read from ``choice_probs`` over "A" / "B". With ``vote
 the more probable label, so all repeats of one order agree (the deterministic protocol); with
 ``vote = "sample"`` each repeat draws its vote from the two probabilities with a seeded generator,
 which is what sampling the judge's one-letter answer at temperature 1 would give, without calling
-the model again for every repeat.
+the model again for every repeat. With ``scorer`` (``rm:PATH`` or ``verifier:MODEL``) a trained judge
+scores each output on its own instead, and P(first) is its share of the two scores.
 
 Each (test case, pair, dimension) is one judgment (``target`` = first system, ``choice`` =
 win / tie / loss, ``details`` = opponent, dimension, votes and probabilities) and one Elo game.
@@ -30,15 +31,20 @@ from typing import Literal
 
 import numpy as np
 
-from persetrain.engine import Engine
+from persetrain.engine import Cost, Engine
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.evaluators.expert import check_reference_examples
+from persetrain.evaluators.learned import Item
+from persetrain.evaluators.scorers import TrainedScorer, check_scorer, grouped_scores
 from persetrain.io import atomic_write
 from persetrain.metrics.elo import LOSS, TIE, WIN, bootstrap_elo, consistency_sensitivity
 from persetrain.prompts.aupel import CHOICES, DIMENSIONS, comparison_request
+from persetrain.prompts.preference import PERSON_LABELS, texts_person
 from persetrain.schema import Judgment, ReferenceExample
 
 OUTCOME_SCORE = {"win": WIN, "tie": TIE, "loss": LOSS}
+#: One comparison: a record, its two systems (first, second) and the dimension.
+Case = tuple[ReferenceExample, str, str, str]
 
 
 @dataclass
@@ -61,6 +67,11 @@ class AuPELConfig(EvaluatorConfig):
     draws: int = 5000
     #: Significance level of the binomial test behind consistency and sensitivity.
     alpha: float = 0.05
+    #: A trained judge in place of the model's A/B answer: ``rm:PATH`` or ``verifier:MODEL``. It scores each output
+    #: on its own - personalization with the user's samples as the person and the input as the request, relevance
+    #: with the input only, quality with neither - and P(first) is its share of the two scores (for a reward
+    #: model, sigmoid(r_first - r_second)); the order of the two cannot matter.
+    scorer: str | None = None
 
 
 def _cut(text: str, words: int) -> str:
@@ -90,10 +101,33 @@ def check_config(config: AuPELConfig) -> None:
         raise ValueError(f"unknown dimension(s) {unknown}; AuPEL judges {', '.join(DIMENSIONS)}")
 
 
+def comparisons(engine: Engine, cases: Sequence[Case], c: AuPELConfig, system: str) -> tuple[list[list[float]],
+                                                                                           list[Cost]]:
+    """P(first system chosen) as listed and swapped, and the cost, of every case: the model's A/B answer."""
+    requests = []
+    for ex, a, b, dim in cases:
+        out_a, out_b = _cut(ex.outputs[a], c.max_output_words), _cut(ex.outputs[b], c.max_output_words)
+        for first, second in ((out_a, out_b), (out_b, out_a)):  # as listed, then swapped
+            requests.append(comparison_request(dim, first, second, ex.input, ex.profile, c.max_samples,
+                                               c.sample_words))
+    probs = engine.choice_probs(requests, list(CHOICES), description=f"{system}: comparisons")
+    forward, swapped = probs[0::2], probs[1::2]
+    return ([[f.probs[CHOICES[0]], s.probs[CHOICES[1]]] for f, s in zip(forward, swapped, strict=True)],
+            [f.cost + s.cost for f, s in zip(forward, swapped, strict=True)])
+
+
 @register("aupel")
 class AuPEL(Evaluator):
     tasks = ("reference",)
     Config = AuPELConfig
+
+    def __init__(self, config: AuPELConfig | None = None):
+        super().__init__(config)
+        self._scorer = None  # the trained judge (config.scorer), loaded on first use
+
+    def check_model(self, model: str) -> None:
+        if self.config.scorer:
+            check_scorer(self.config.scorer)
 
     def judge(self, examples: Sequence[ReferenceExample], engine: Engine | None,
               context: JudgeContext) -> list[Judgment]:
@@ -105,18 +139,13 @@ class AuPEL(Evaluator):
                              f"{context.data} holds outputs of {len(systems)} ({', '.join(systems)})")
         cases = [(ex, a, b, dim) for ex in examples for a, b in itertools.combinations(systems, 2)
                  for dim in c.dimensions]
-        requests = []
-        for ex, a, b, dim in cases:
-            out_a, out_b = _cut(ex.outputs[a], c.max_output_words), _cut(ex.outputs[b], c.max_output_words)
-            for first, second in ((out_a, out_b), (out_b, out_a)):  # as listed, then swapped
-                requests.append(comparison_request(dim, first, second, ex.input, ex.profile, c.max_samples,
-                                                   c.sample_words))
-        probs = engine.choice_probs(requests, list(CHOICES), description=f"{context.system}: comparisons")
+        if c.scorer:
+            p_firsts, costs = self._trained_comparisons(cases, context)
+        else:
+            p_firsts, costs = comparisons(engine, cases, c, context.system)
         rng = np.random.default_rng(c.seed)
         judgments = []
-        for n, (ex, a, b, dim) in enumerate(cases):
-            forward, swapped = probs[2 * n], probs[2 * n + 1]
-            p_first = [forward.probs[CHOICES[0]], swapped.probs[CHOICES[1]]]  # P(system a chosen), per order
+        for (ex, a, b, dim), p_first, cost in zip(cases, p_firsts, costs, strict=True):
             votes = []
             for p in p_first:
                 for _ in range(c.repeats // 2):
@@ -128,9 +157,24 @@ class AuPEL(Evaluator):
                 explanation=(f"{dim}: {a} vs {b}: P({a}) = {p_first[0]:.3f} shown first, {p_first[1]:.3f} shown "
                              f"second; votes {votes.count('first')}-{votes.count('second')} -> {outcome}"),
                 details={"dimension": dim, "opponent": b, "votes": votes, "p_first": p_first},
-                cost=forward.cost + swapped.cost,
+                cost=cost,
             ))
         return judgments
+
+    def _trained_comparisons(self, cases: Sequence[Case], context: JudgeContext) -> tuple[list[list[float]],
+                                                                                       list[Cost]]:
+        """P(first system chosen), the same in both orders, from the configured trained judge (``scorer``)."""
+        if self._scorer is None:
+            self._scorer = TrainedScorer(self.config.scorer)
+        c, groups = self.config, []
+        for ex, a, b, dim in cases:
+            person = (texts_person(ex.profile[:c.max_samples], c.sample_words)
+                      if dim == "personalization" and ex.profile else None)
+            request = "" if dim == "quality" else ex.input
+            groups.append([Item(ex.id, system, person, PERSON_LABELS["profile"], request,
+                                _cut(ex.outputs[system], c.max_output_words)) for system in (a, b)])
+        raw, costs = grouped_scores(self._scorer, groups, context)
+        return [[self._scorer.judge.share(r)[0]] * 2 for r in raw], costs
 
     def metrics(self, task, examples: Sequence, judgments: list[Judgment]) -> dict:
         return aupel_metrics(judgments, self.config)

@@ -49,6 +49,8 @@ class JudgeContext:
     system: str
     out: Path
     seed: int = 0
+    #: The system's model spec, for evaluators that load their model themselves (``uses_engine = False``).
+    model: str | None = None
 
 
 class Evaluator(ABC):
@@ -61,6 +63,9 @@ class Evaluator(ABC):
     Config: ClassVar[type[EvaluatorConfig]] = EvaluatorConfig
     #: False for evaluators that compute without a language model (Reviewer Avg., MF, BLEU, ...).
     needs_model: ClassVar[bool] = True
+    #: False for evaluators whose model the engine cannot run (a reward model is a sequence classifier,
+    #: not a language model): they get no engine and load ``JudgeContext.model`` themselves.
+    uses_engine: ClassVar[bool] = True
 
     def __init__(self, config: EvaluatorConfig | None = None):
         self.config = config if config is not None else self.Config()
@@ -72,6 +77,9 @@ class Evaluator(ABC):
         Output that cannot be read after bounded retries becomes ``Judgment(parsed=False)``: kept and
         counted by the metrics, never dropped.
         """
+
+    def check_model(self, model: str) -> None:  # noqa: B027 - optional hook, most evaluators take any model
+        """Refuse a model of the wrong kind before anything loads (a reward model given to a yes/no verifier)."""
 
     def metrics(self, task: TaskKind, examples: Sequence, judgments: list[Judgment]) -> dict:
         """The task's metrics of one system; override to add numbers only this method has (e.g. Elo)."""

@@ -29,6 +29,8 @@ from persetrain.schema import Judgment, PairwiseExample, ScalarExample
 
 REVIEWER_AVG = "reviewer_avg"
 MATRIX_FACTORIZATION = "matrix_factorization"
+#: A profile-only baseline's answer when the blind probe (``persetrain.person``) removed the profile.
+NO_PROFILE = "no profile: nothing to predict from"
 
 Triple = tuple[str, str, float]
 
@@ -37,6 +39,9 @@ def reviewer_average(examples: Iterable[ScalarExample]) -> list[Judgment]:
     """Predict the mean of the reviewer's profile scores (for K = 1, the one past score)."""
     judgments = []
     for ex in examples:
+        if not ex.profile:  # the blind probe removed it: nothing to average
+            judgments.append(Judgment(example_id=ex.id, evaluator=REVIEWER_AVG, parsed=False, explanation=NO_PROFILE))
+            continue
         scores = [p.score for p in ex.profile]
         listed = ", ".join(str(s) for s in scores)
         judgments.append(Judgment(
@@ -57,6 +62,9 @@ def reviewer_majority(examples: Iterable[PairwiseExample]) -> list[Judgment]:
     """
     judgments = []
     for ex in examples:
+        if not ex.profile:
+            judgments.append(Judgment(example_id=ex.id, evaluator=REVIEWER_AVG, parsed=False, explanation=NO_PROFILE))
+            continue
         items = [p for p in ex.profile if p.aspect == ex.aspect] or ex.profile
         labels = [p.preferred for p in items]
         counts = Counter(labels)

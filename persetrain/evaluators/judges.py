@@ -27,6 +27,7 @@ from typing import Literal
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.metrics.mcq import strict_argmax
+from persetrain.person import stated
 from persetrain.prompts import render
 from persetrain.prompts.judges import GEMBA_RANGE, LLM_JUDGE_RANGE
 from persetrain.prompts.pref import SCORE_MAX
@@ -57,14 +58,14 @@ def items_of(examples: Sequence, engine: Engine | None, max_tokens: int, needs_r
     items = []
     for ex in examples:
         if isinstance(ex, McqExample):
-            items += [Item(ex.id, str(k), {"input": ex.question, "preference": ex.preference,
-                                           "history": ex.preference,
+            items += [Item(ex.id, str(k), {"input": ex.question, "preference": stated(ex.preference),
+                                           "history": stated(ex.preference),
                                            "response": truncate(option, max_tokens, engine)})
                       for k, option in enumerate(ex.options)]
         elif isinstance(ex, ReferenceExample):
             if needs_reference and not ex.reference.strip():
                 raise ValueError(f"example {ex.id!r} has no reference; this judge compares outputs with one")
-            history = "\n\n".join(truncate(s, max_tokens, engine) for s in ex.profile)
+            history = stated("\n\n".join(truncate(s, max_tokens, engine) for s in ex.profile))
             items += [Item(ex.id, system, {"input": ex.input, "reference": truncate(ex.reference, max_tokens, engine),
                                            "history": history, "response": truncate(text, max_tokens, engine)})
                       for system, text in ex.outputs.items()]

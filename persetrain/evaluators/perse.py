@@ -17,7 +17,6 @@ swapped; the two answers are averaged so that a position bias cancels.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from typing import Literal
 from persetrain.engine import ChatRequest, Engine, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.metrics import similarity_summary
-from persetrain.metrics.calibration import apply_calibration, fit_quantile_calibration, linear_calibration
+from persetrain.metrics.calibration import apply_calibration, cross_fitted_quantile, linear_calibration
 from persetrain.prompts.perse import (
     PAIRWISE_CHOICES,
     PAIRWISE_PROFILE_WORDS,
@@ -174,18 +173,9 @@ def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
     if method == "linear":
         mapped, record = apply_calibration(linear, pred), {"method": "linear", "map": linear.to_dict()}
     elif method == "quantile":
-        mapped = [None] * len(pred)
-        folds = [int(hashlib.sha256(ex.id.encode()).hexdigest(), 16) % 2 for ex in examples]
-        record = {"method": "quantile", "folds": 2, "linear_folds": 0}
-        for fold in (0, 1):
-            fit_on = [i for i, f in enumerate(folds) if f != fold and pred[i] is not None]
-            apply_to = [i for i, f in enumerate(folds) if f == fold]
-            if fit_on:
-                fitted = fit_quantile_calibration([pred[i] for i in fit_on], [examples[i].score for i in fit_on])
-            else:  # nothing parsed to fit on: the label-free map, and the record says so
-                fitted, record["linear_folds"] = linear, record["linear_folds"] + 1
-            for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
-                mapped[i] = value
+        mapped, record = cross_fitted_quantile(pred, [ex.score for ex in examples], [ex.id for ex in examples],
+                                               fallback=linear)
+        record["linear_folds"] = record.pop("fallback_folds")  # PerSE's fallback is the linear map
     else:
         raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
     record["scale"] = [1, top]

@@ -17,7 +17,9 @@ list and averages each candidate's scores over the rotations, so that every cand
 in every position (balanced position calibration, Wang et al. 2023, "Large Language Models are not
 Fair Evaluators"): a judge's preference for a position then adds the same to every candidate.
 Output that cannot be read is retried ``max_retries`` times with sampling; what still fails is kept
-as an unparsed judgment (or, for stages 1-2, recorded in ``details``).
+as an unparsed judgment (or, for stages 1-2, recorded in ``details``). ``scorer`` hands stage 3 to a
+trained judge (``rm:PATH`` or ``verifier:MODEL``, ``evaluators.scorers``) that reads the preference and
+the guideline of stages 1-2 as the person.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class PREFConfig(EvaluatorConfig):
     #: Score every candidate once in every position (one stage-3 pass per cyclic rotation of the list,
     #: scores averaged per candidate); off is the paper's single order, at 1/n of stage 3's cost.
     balance_positions: bool = True
+    #: A trained judge for stage 3 in place of the model's own 0..10 score: ``rm:PATH`` (a reward model) or
+    #: ``verifier:MODEL`` (p(yes)). It reads the preference followed by the stage 1-2 guideline as the person,
+    #: one candidate at a time (so no rotations are needed); ``variant=base`` leaves it the plain trained judge.
+    scorer: str | None = None
 
 
 def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
@@ -172,11 +178,24 @@ class PREF(Evaluator):
     tasks = ("mcq",)
     Config = PREFConfig
 
+    def __init__(self, config: PREFConfig | None = None):
+        super().__init__(config)
+        self._scorer = None  # the trained stage-3 judge (config.scorer), loaded on first use
+
+    def check_model(self, model: str) -> None:
+        if self.config.scorer:
+            from persetrain.evaluators.scorers import check_scorer  # imported here: the learned judges import pref
+
+            check_scorer(self.config.scorer)
+
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: PREFConfig = self.config
         rubrics = self.rubrics(examples, engine, context.system)
         shown, requests = stage3_inputs(examples, rubrics)
-        if config.scoring == "choice_probs":
+        if config.scorer:
+            flat_scores, flat_costs = self._trained_stage3(examples, rubrics, context)
+            flat_raws = [""] * len(examples)
+        elif config.scoring == "choice_probs":
             flat_scores, flat_raws, flat_costs = score_by_probs(engine, shown, requests, context.system)
         else:
             flat_scores, flat_raws, flat_costs = score_by_text(engine, shown, requests, config, context.system)
@@ -246,11 +265,29 @@ class PREF(Evaluator):
         rubrics = []
         for ex, f, w, n, c in zip(examples, factors, weights, notes, costs, strict=True):
             guideline = None if config.variant == "base" else factor_lines(f or {}, w)
-            shifts = list(range(len(ex.options))) if config.balance_positions else [0]
+            shifts = list(range(len(ex.options))) if config.balance_positions and not config.scorer else [0]
             requests = [score_request(ex.question, ex.preference, rotate(ex.options, shift), guideline,
                                       weighted=w is not None, id=ex.id) for shift in shifts]
             rubrics.append(Rubric(f, w, guideline, shifts, requests, n, c))
         return rubrics
+
+    def _trained_stage3(self, examples: Sequence[McqExample], rubrics: Sequence[Rubric],
+                        context: JudgeContext) -> tuple[list[list[float]], list[Cost]]:
+        """Stage 3 by the configured trained judge (``scorer``), loaded once per evaluator."""
+        # Imported here: the learned judges import this module (refuse_single_answer).
+        from persetrain.evaluators.learned import Item
+        from persetrain.evaluators.scorers import TrainedScorer, grouped_scores
+        from persetrain.prompts.preference import PERSON_LABELS
+
+        if self._scorer is None:
+            self._scorer = TrainedScorer(self.config.scorer)
+        groups = []
+        for ex, rubric in zip(examples, rubrics, strict=True):
+            person = ex.preference + (f"\nGuideline:\n{rubric.guideline}" if rubric.guideline else "")
+            groups.append([Item(ex.id, str(k), person if ex.preference.strip() else None, PERSON_LABELS["preference"],
+                                ex.question, option) for k, option in enumerate(ex.options)])
+        raw, costs = grouped_scores(self._scorer, groups, context)
+        return [self._scorer.judge.option_scores(r) for r in raw], costs
 
     # ------------------------------------------------------------------ stage 1: coverage
     def _coverage(self, engine, examples, costs, notes, system) -> list[dict[str, str] | None]:

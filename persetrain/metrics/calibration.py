@@ -17,6 +17,7 @@ Missing predictions (``None``) pass through as ``None`` so the correlation can s
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -114,3 +115,29 @@ def apply_calibration(calibration: Calibration, pred: Sequence[float | None]) ->
     for i, value in zip(present, mapped.tolist(), strict=True):
         out[i] = value
     return out
+
+
+def cross_fitted_quantile(pred: Sequence[float | None], gold: Sequence[float], keys: Sequence[str],
+                          fallback: Calibration | None = None, folds: int = 2) -> tuple[list[float | None], dict]:
+    """The quantile map without leaking labels into their own predictions: k-fold cross-fitting.
+
+    Each item goes to a fold by a hash of its ``key`` (an example id), and is mapped by a quantile
+    calibration fit on the other folds only. A fold whose others hold no prediction is mapped by
+    ``fallback`` (left as is without one); the record counts such folds.
+    """
+    if not len(pred) == len(gold) == len(keys):
+        raise ValueError(f"pred, gold and keys differ in length: {len(pred)}, {len(gold)}, {len(keys)}")
+    mapped: list[float | None] = list(pred)
+    fold_of = [int(hashlib.sha256(k.encode()).hexdigest(), 16) % folds for k in keys]
+    record = {"method": "quantile", "folds": folds, "fallback_folds": 0}
+    for fold in range(folds):
+        fit_on = [i for i, f in enumerate(fold_of) if f != fold and _present(pred[i])]
+        apply_to = [i for i, f in enumerate(fold_of) if f == fold]
+        if not fit_on:
+            record["fallback_folds"] += 1
+            if fallback is None:
+                continue
+        fitted = fit_quantile_calibration([pred[i] for i in fit_on], [gold[i] for i in fit_on]) if fit_on else fallback
+        for i, value in zip(apply_to, apply_calibration(fitted, [pred[i] for i in apply_to]), strict=True):
+            mapped[i] = value
+    return mapped, record

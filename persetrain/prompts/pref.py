@@ -16,6 +16,7 @@ score per candidate. ``mcq-letter`` shows the options as A-D and reads the lette
 from __future__ import annotations
 
 from persetrain.engine.types import ChatRequest
+from persetrain.person import stated
 from persetrain.prompts import PromptTemplate, register
 
 SCORE_MIN, SCORE_MAX = 0, 10
@@ -114,12 +115,13 @@ def coverage_request(question: str, id: str | None = None) -> ChatRequest:
 
 
 def alignment_request(question: str, factors: dict[str, str], preference: str, id: str | None = None) -> ChatRequest:
-    return ALIGNMENT.render(id=id, question=question, factors=factor_lines(factors), preference=preference)
+    return ALIGNMENT.render(id=id, question=question, factors=factor_lines(factors), preference=stated(preference))
 
 
 def score_request(question: str, preference: str, options: list[str], factors: str | None,
                   weighted: bool, id: str | None = None) -> ChatRequest:
     """Stage 3; ``factors=None`` is the ``base`` ablation (no guideline at all)."""
+    preference = stated(preference)
     if factors is None:
         return SCORE_BASE.render(id=id, question=question, preference=preference, candidates=candidate_list(options))
     return SCORE.render(id=id, question=question, preference=preference, candidates=candidate_list(options),
@@ -133,7 +135,7 @@ def score_prefix(index: int, option: str) -> str:
 
 def letter_request(preference: str, question: str, options: list[str], id: str | None = None) -> ChatRequest:
     listed = "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
-    return LETTER.render(id=id, preference=preference, question=question, options=listed)
+    return LETTER.render(id=id, preference=stated(preference), question=question, options=listed)
 
 
 def coverage_schema() -> dict:
