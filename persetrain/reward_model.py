@@ -6,9 +6,10 @@ which reads the score at the last non-pad token, or an encoder such as MiniLM, w
 ``[CLS]``. ``RewardModelScorer`` is the one place that runs it, so the ``rm`` evaluator and the methods
 that take a trained scorer (PREF's stage 3, AuPEL's comparisons) read a checkpoint the same way.
 
-The text is built as TRL's standard (non-conversational) format builds it at training time:
-``prompt + completion + eos_token`` (the EOS only when the tokenizer has one), tokenized with the
-tokenizer's own special tokens. A text longer than ``max_length`` loses tokens from the left of the
+The ids are built as ``persetrain rm`` builds them at training time (``persetrain.reward_inputs``): for a
+decoder the context's ids, then the candidate's and EOS - what TRL's standard format gives for
+``prompt + completion + eos_token`` -, for an encoder its sentence-pair form ``[CLS] context [SEP]
+candidate [SEP]`` with segment ids. A text longer than ``max_length`` loses tokens from the left of the
 *context* (the oldest part of a profile, then of the request): the candidate is what is scored, so it
 is kept whole as long as it fits at all. Rows are sorted by length and padded on the right into
 batches of at most ``batch_tokens`` padded tokens; under ``torch.no_grad`` a row's score does not
@@ -27,6 +28,7 @@ import torch
 from persetrain.console import progress
 from persetrain.io import InputError
 from persetrain.models import _from_pretrained, best_device, best_dtype, resolve
+from persetrain.reward_inputs import encode, is_encoder
 
 SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 
@@ -97,9 +99,6 @@ class RewardModelScorer:
         self.spec = spec
         self.device = torch.device(device) if device is not None else best_device()
         self.tokenizer = _from_pretrained(AutoTokenizer, spec)
-        if not self.tokenizer.is_fast:
-            raise InputError(spec, "needs a fast tokenizer (tokenizer.json): truncation keeps the candidate by "
-                                   "character offsets", field="tokenizer")
         if self.tokenizer.pad_token is None:  # as TRL's RewardTrainer sets it for training
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = _from_pretrained(AutoModelForSequenceClassification, spec,
@@ -111,23 +110,18 @@ class RewardModelScorer:
         self.batch_tokens = batch_tokens
 
     def encode(self, context: str, candidate: str) -> tuple[list[int], bool]:
-        """The token ids the model reads for one text (TRL's ``prompt + completion + eos``), cut to
-        ``max_length`` from the left of the context; and whether anything was cut."""
-        eos = self.tokenizer.eos_token or ""
-        text = context + candidate + ("" if not eos or candidate.endswith(eos) else eos)
-        encoded = self.tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
-        ids = encoded["input_ids"]
-        if len(ids) <= self.max_length:
-            return ids, False
-        special, offsets = encoded["special_tokens_mask"], encoded["offset_mapping"]
-        lead = next((i for i, s in enumerate(special) if not s), len(ids))
-        first_candidate = next((i for i in range(lead, len(ids)) if not special[i] and offsets[i][1] > len(context)),
-                               len(ids))
-        head, context_ids, tail = ids[:lead], ids[lead:first_candidate], ids[first_candidate:]
-        room = self.max_length - len(head) - len(tail)
-        if room >= 0:
-            return head + context_ids[len(context_ids) - room:] + tail, True
-        return head + tail[:self.max_length - len(head)], True  # the candidate alone is too long: keep its start
+        """The token ids the model reads for one text, cut to ``max_length``; and whether anything was cut."""
+        ids, _, cut = self._encode(context, candidate)
+        return ids, cut
+
+    def _encode(self, context: str, candidate: str) -> tuple[list[int], list[int], bool]:
+        """Ids, segment ids and the cut flag, built as training builds them (``persetrain.reward_inputs``):
+        the context loses its oldest tokens first; a candidate longer than the limit keeps its start."""
+        whole = encode(self.tokenizer, context, [candidate])
+        if len(whole.row(0)) <= self.max_length:
+            return whole.row(0), whole.segments(0), False
+        fitted = encode(self.tokenizer, context, [candidate], self.max_length)
+        return fitted.row(0)[: self.max_length], fitted.segments(0)[: self.max_length], True
 
     @torch.no_grad()
     def score_detailed(self, contexts: Sequence[str], candidates: Sequence[str],
@@ -135,7 +129,7 @@ class RewardModelScorer:
         """One ``Scored`` per (context, candidate) pair, in the given order."""
         if len(contexts) != len(candidates):
             raise ValueError(f"{len(contexts)} contexts for {len(candidates)} candidates")
-        rows = [self.encode(c, x) for c, x in zip(contexts, candidates, strict=True)]
+        rows = [self._encode(c, x) for c, x in zip(contexts, candidates, strict=True)]
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
         scores: list[float] = [0.0] * len(rows)
         with progress() as bar:
@@ -144,21 +138,25 @@ class RewardModelScorer:
             while start < len(order):
                 width = len(rows[order[start]][0])  # the longest row of the batch (rows sorted longest first)
                 batch = order[start:start + max(1, self.batch_tokens // max(width, 1))]
-                for i, value in zip(batch, self._forward([rows[i][0] for i in batch]), strict=True):
+                for i, value in zip(batch, self._forward([rows[i][0] for i in batch], [rows[i][1] for i in batch]),
+                                    strict=True):
                     scores[i] = value
                 start += len(batch)
                 bar.advance(task, len(batch))
-        return [Scored(score, len(ids), cut) for score, (ids, cut) in zip(scores, rows, strict=True)]
+        return [Scored(score, len(ids), cut) for score, (ids, _, cut) in zip(scores, rows, strict=True)]
 
     def score(self, contexts: Sequence[str], candidates: Sequence[str],
               description: str = "reward model") -> list[float]:
         """The reward of each ``context + candidate``."""
         return [s.score for s in self.score_detailed(contexts, candidates, description)]
 
-    def _forward(self, rows: list[list[int]]) -> list[float]:
+    def _forward(self, rows: list[list[int]], segments: list[list[int]]) -> list[float]:
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
-        logits = self.model(input_ids=ids, attention_mask=mask).logits
+        extra = {}
+        if is_encoder(self.tokenizer):  # the sentence-pair form it was trained on: segment 1 is the candidate
+            extra["token_type_ids"] = torch.tensor([s + [0] * (width - len(s)) for s in segments], device=self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask, **extra).logits
         return logits[:, 0].float().tolist()

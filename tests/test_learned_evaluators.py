@@ -107,8 +107,12 @@ def test_an_encoder_reward_model_scores_at_cls_and_keeps_its_trailing_sep(tmp_pa
                                     abs=1e-5)
     encoder.max_length = 12
     ids, cut = encoder.encode(CONTEXTS[2], "hiking in the hills")
-    assert cut and len(ids) == 12 and tokenizer.decode(ids).endswith("answer : hiking in the hills [SEP]")
+    assert cut and len(ids) == 12 and tokenizer.decode(ids).endswith("answer : [SEP] hiking in the hills [SEP]")
     assert ids[0] == tokenizer.cls_token_id
+    pair = tokenizer(CONTEXTS[0], CANDIDATES[0], return_tensors="pt")  # the form training reads (reward_inputs)
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "bert-rm").eval()
+    with torch.no_grad():
+        assert batched[0] == pytest.approx(model(**pair).logits.item(), abs=1e-5)
 
 
 def test_a_long_text_loses_the_start_of_its_context_and_keeps_the_candidate(scorer, embedded_tokenizer):
