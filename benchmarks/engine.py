@@ -27,14 +27,42 @@ from persetrain.engine import ChatRequest, load_engine
 from persetrain.models import DEFAULT_MODEL
 
 WORDS = [
-    "river", "lantern", "quiet", "harbor", "winter", "garden", "letter", "mountain", "stranger",
-    "promise", "silver", "morning", "library", "journey", "shadow", "village", "ocean", "secret",
-    "window", "thunder", "candle", "meadow", "bridge", "ember", "captain", "orchard", "whisper",
-    "compass", "festival", "glacier",
+    "river",
+    "lantern",
+    "quiet",
+    "harbor",
+    "winter",
+    "garden",
+    "letter",
+    "mountain",
+    "stranger",
+    "promise",
+    "silver",
+    "morning",
+    "library",
+    "journey",
+    "shadow",
+    "village",
+    "ocean",
+    "secret",
+    "window",
+    "thunder",
+    "candle",
+    "meadow",
+    "bridge",
+    "ember",
+    "captain",
+    "orchard",
+    "whisper",
+    "compass",
+    "festival",
+    "glacier",
 ]
-SYSTEM = ("You are a careful judge. You read an item, a user's own response to it, and one rubric "
-          "rule derived from that user's history. Decide whether the response satisfies the rule. "
-          "Answer with a single word: yes or no.")
+SYSTEM = (
+    "You are a careful judge. You read an item, a user's own response to it, and one rubric "
+    "rule derived from that user's history. Decide whether the response satisfies the rule. "
+    "Answer with a single word: yes or no."
+)
 
 
 def _text(rng: random.Random, n_words: int) -> str:
@@ -85,9 +113,15 @@ def naive_choice_probs(backend, requests: list[ChatRequest], choices: list[str])
     out = []
     for request in requests:
         ids = torch.tensor([backend.encode(backend.render(request))])
-        gen = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
-                                     do_sample=False, output_scores=True, return_dict_in_generate=True,
-                                     pad_token_id=tok.pad_token_id)
+        gen = backend.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=1,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.pad_token_id,
+        )
         logp = torch.log_softmax(gen.scores[0][0].float(), dim=-1)[choice_ids]
         probs = torch.softmax(logp, dim=-1).tolist()
         out.append(dict(zip(choices, probs, strict=True)))
@@ -111,14 +145,15 @@ def main() -> None:
 
     matmul = measure_matmul_gflops()
     forward = measure_forward_gflops(model)
-    console.print(f"fp32 matmul: {matmul:.1f} GFLOP/s; full forward: {forward:.1f} GFLOP/s "
-                  f"({forward / matmul:.0%})")
+    console.print(f"fp32 matmul: {matmul:.1f} GFLOP/s; full forward: {forward:.1f} GFLOP/s ({forward / matmul:.0%})")
 
     requests = parl_workload(backend.tokenizer, args.prefixes, args.tails)
     rows = backend._choice_rows(requests, choices).rows
     total_tokens = sum(len(r.tokens) for r in rows)
-    computed = sum(group.prefix_len + sum(len(rows[k].tokens) - group.prefix_len for k in group.members)
-                   for group in backend._prefix_groups(rows))
+    computed = sum(
+        group.prefix_len + sum(len(rows[k].tokens) - group.prefix_len for k in group.members)
+        for group in backend._prefix_groups(rows)
+    )
     ideal = total_tokens / computed
 
     timings = {}
@@ -134,8 +169,10 @@ def main() -> None:
 
     diff = max(abs(f.probs[c] - n[c]) for f, n in zip(fast, naive, strict=True) for c in choices)
     diff_batched = max(abs(f.probs[c] - p.probs[c]) for f, p in zip(fast, plain, strict=True) for c in choices)
-    console.print(f"{len(requests)} requests, {total_tokens} request tokens, {computed} computed with "
-                  f"prefix reuse (ideal speed-up {ideal:.2f}x)")
+    console.print(
+        f"{len(requests)} requests, {total_tokens} request tokens, {computed} computed with "
+        f"prefix reuse (ideal speed-up {ideal:.2f}x)"
+    )
     for name, seconds in timings.items():
         console.print(f"  {name:8s} {seconds:7.1f} s  {total_tokens / seconds:7.1f} request tokens/s")
     figures = {

@@ -73,8 +73,9 @@ def _evaluate(data: Path, out: Path, evaluator: str, n: int, options: dict) -> t
     from persetrain.evaluators.base import SystemSpec
 
     shutil.rmtree(out, ignore_errors=True)
-    config = EvaluationConfig(data=str(data), out=str(out), max_examples=n,
-                              systems=[SystemSpec(evaluator, evaluator, MODEL, dict(options))])
+    config = EvaluationConfig(
+        data=str(data), out=str(out), max_examples=n, systems=[SystemSpec(evaluator, evaluator, MODEL, dict(options))]
+    )
     start = time.perf_counter()
     metrics = evaluate(config)
     seconds = time.perf_counter() - start
@@ -97,15 +98,25 @@ def _decisions(judgment: dict) -> dict[tuple, object]:
 def expert_section(args) -> dict:
     data = sample_reference_data(args.out)
     # Short reviews (1-4 sentences): a few one-sentence aspects cover them.
-    options = {"max_aspects": 2, "max_evidence": 1, "extract_tokens": 160, "answer_tokens": 40, "reason_chars": 100,
-               "max_retries": 1}
+    options = {
+        "max_aspects": 2,
+        "max_evidence": 1,
+        "extract_tokens": 160,
+        "answer_tokens": 40,
+        "reason_chars": 100,
+        "max_retries": 1,
+    }
     runs = {}
     for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
-        metrics, judgments, seconds = _evaluate(data, args.out / folder, "expert", args.expert_examples,
-                                                {**options, "mode": mode})
+        metrics, judgments, seconds = _evaluate(
+            data, args.out / folder, "expert", args.expert_examples, {**options, "mode": mode}
+        )
         # Judging seconds only (the runner's ``cost.seconds``): model loading is the same for both paths.
-        runs[mode] = {"metrics": metrics["systems"]["expert"], "judgments": judgments,
-                      "seconds_per_instance": metrics["systems"]["expert"]["cost"]["seconds"] / len(judgments)}
+        runs[mode] = {
+            "metrics": metrics["systems"]["expert"],
+            "judgments": judgments,
+            "seconds_per_instance": metrics["systems"]["expert"]["cost"]["seconds"] / len(judgments),
+        }
     agree = compared = 0
     for fast, slow in zip(runs["choice_probs"]["judgments"], runs["text"]["judgments"], strict=True):
         if not (fast["parsed"] and slow["parsed"]):
@@ -123,8 +134,9 @@ def expert_section(args) -> dict:
         "expert_calls_per_instance_text": float(np.mean(text_calls)),
         "expert_seconds_per_instance": runs["choice_probs"]["seconds_per_instance"],
         "expert_seconds_per_instance_text": runs["text"]["seconds_per_instance"],
-        "expert_choice_probs_speedup": (runs["text"]["seconds_per_instance"]
-                                        / runs["choice_probs"]["seconds_per_instance"]),
+        "expert_choice_probs_speedup": (
+            runs["text"]["seconds_per_instance"] / runs["choice_probs"]["seconds_per_instance"]
+        ),
         "expert_decision_agreement": agree / compared if compared else None,
         "expert_decisions_compared": compared,
         "expert_f_by_generator": f,
@@ -138,17 +150,21 @@ def expert_section(args) -> dict:
 def aupel_section(args) -> dict:
     data = sample_reference_data(args.out)
     # The paper's protocol: 40 repeats, half swapped; each repeat's vote drawn from choice_probs.
-    metrics, judgments, seconds = _evaluate(data, args.out / "aupel", "aupel", args.aupel_examples,
-                                            {"repeats": 40, "vote": "sample"})
+    metrics, judgments, seconds = _evaluate(
+        data, args.out / "aupel", "aupel", args.aupel_examples, {"repeats": 40, "vote": "sample"}
+    )
     m = metrics["systems"]["aupel"]
     personalization = m["elo"]["personalization"]
     ranking = sorted(personalization, key=lambda s: -personalization[s]["median"])
     gold = personalization["gold"]["median"]
-    return {"aupel_gold_rank": 1 + sum(v["median"] > gold for v in personalization.values()),
-            "aupel_gold_above_all": all(gold > v["median"] for s, v in personalization.items() if s != "gold"),
-            "aupel_personalization_elo": {s: round(personalization[s]["median"], 1) for s in ranking},
-            "aupel_overall_elo": {s: round(v["median"], 1) for s, v in m["elo"]["overall"].items()},
-            "aupel_seconds": seconds, "aupel_examples": args.aupel_examples}
+    return {
+        "aupel_gold_rank": 1 + sum(v["median"] > gold for v in personalization.values()),
+        "aupel_gold_above_all": all(gold > v["median"] for s, v in personalization.items() if s != "gold"),
+        "aupel_personalization_elo": {s: round(personalization[s]["median"], 1) for s in ranking},
+        "aupel_overall_elo": {s: round(v["median"], 1) for s, v in m["elo"]["overall"].items()},
+        "aupel_seconds": seconds,
+        "aupel_examples": args.aupel_examples,
+    }
 
 
 PREFEVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
@@ -168,9 +184,13 @@ def pref_section(args) -> dict:
     from persetrain.evaluators.pref import PREF, PREFConfig, score_by_probs, score_by_text, stage3_inputs
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
-    systems = [SystemSpec("pref", "pref", MODEL), SystemSpec("pref_base", "pref", MODEL, {"variant": "base"}),
-               SystemSpec("pref_s1", "pref", MODEL, {"variant": "w/S1"}),
-               SystemSpec("mcq_letter", "mcq-letter", MODEL), SystemSpec("gemba", "gemba", MODEL)]
+    systems = [
+        SystemSpec("pref", "pref", MODEL),
+        SystemSpec("pref_base", "pref", MODEL, {"variant": "base"}),
+        SystemSpec("pref_s1", "pref", MODEL, {"variant": "w/S1"}),
+        SystemSpec("mcq_letter", "mcq-letter", MODEL),
+        SystemSpec("gemba", "gemba", MODEL),
+    ]
     out = args.out / "pref-meta"
     # A seeded sample of 24 questions (8 per topic on average) and, on a slow machine, every k-th of them,
     # so that a smaller run is a spread subset of the larger one and reuses its engine cache.
@@ -179,21 +199,26 @@ def pref_section(args) -> dict:
     examples = sample[:: max(1, len(sample) // args.pref_examples)][: args.pref_examples]
     result = meta_evaluate(config, examples)["systems"]
     figures = {
-        "pref_accuracy": result["pref"]["agreement"]["accuracy"], "pref_mse": result["pref"]["agreement"]["mse"],
+        "pref_accuracy": result["pref"]["agreement"]["accuracy"],
+        "pref_mse": result["pref"]["agreement"]["mse"],
         "pref_ndcg": result["pref"]["agreement"]["ndcg"],
         "pref_base_accuracy": result["pref_base"]["agreement"]["accuracy"],
         "pref_s1_accuracy": result["pref_s1"]["agreement"]["accuracy"],
         "zero_shot_accuracy": result["mcq_letter"]["agreement"]["accuracy"],
         "gemba_accuracy": result["gemba"]["agreement"]["accuracy"],
-        "pref_base_mse": result["pref_base"]["agreement"]["mse"], "pref_s1_mse": result["pref_s1"]["agreement"]["mse"],
-        "pref_questions": len(examples), "pref_question_ids": [ex.id for ex in examples],
+        "pref_base_mse": result["pref_base"]["agreement"]["mse"],
+        "pref_s1_mse": result["pref_s1"]["agreement"]["mse"],
+        "pref_questions": len(examples),
+        "pref_question_ids": [ex.id for ex in examples],
     }
     for name in ("pref", "mcq_letter", "gemba"):
         figures[f"flip_rate_{name}"] = result[name]["flip_rate"]
         figures[f"manipulation_delta_{name}"] = result[name]["manipulation"]["relative_score_change"]
         figures[f"manipulation_accuracy_change_{name}"] = result[name]["manipulation"]["accuracy_change"]
-    figures["pref_beats_base_and_zero_shot"] = (figures["pref_accuracy"] > figures["pref_base_accuracy"]
-                                                and figures["pref_accuracy"] > figures["zero_shot_accuracy"])
+    figures["pref_beats_base_and_zero_shot"] = (
+        figures["pref_accuracy"] > figures["pref_base_accuracy"]
+        and figures["pref_accuracy"] > figures["zero_shot_accuracy"]
+    )
 
     # Stage 3 alone, on the same rubrics, with no request cache: expected scores vs the sampled JSON list.
     examples = examples[: args.speed_examples]
@@ -206,8 +231,10 @@ def pref_section(args) -> dict:
     engine = load_engine(MODEL)
     times = {"choice_probs": [], "text": []}
     for _ in range(3):
-        for mode, run in (("choice_probs", lambda: score_by_probs(engine, shown, requests)),
-                          ("text", lambda: score_by_text(engine, shown, requests, PREFConfig()))):
+        for mode, run in (
+            ("choice_probs", lambda: score_by_probs(engine, shown, requests)),
+            ("text", lambda: score_by_text(engine, shown, requests, PREFConfig())),
+        ):
             engine.backend.prefix_cache.clear()
             start = time.perf_counter()
             run()
@@ -219,8 +246,12 @@ def pref_section(args) -> dict:
 
 
 #: Section name -> function(args) -> figures. Other evaluators' helpers add their sections here.
-SECTIONS: dict[str, Callable] = {"elo": elo_section, "expert": expert_section, "aupel": aupel_section,
-                                 "pref": pref_section}
+SECTIONS: dict[str, Callable] = {
+    "elo": elo_section,
+    "expert": expert_section,
+    "aupel": aupel_section,
+    "pref": pref_section,
+}
 
 
 def main() -> None:
@@ -228,8 +259,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/bench-evaluators"))
     parser.add_argument("--expert-examples", type=int, default=1)
     parser.add_argument("--aupel-examples", type=int, default=4)
-    parser.add_argument("--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF, "
-                                                                      "at most 24")
+    parser.add_argument(
+        "--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF, at most 24"
+    )
     parser.add_argument("--speed-examples", type=int, default=4, help="questions timed for the stage-3 speed-up")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     args = parser.parse_args()

@@ -50,15 +50,27 @@ MODEL = "embedded:smollm2-135m-instruct"
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", nargs="+", type=Path, default=GIVEN, help="PrefEval folders to train on.")
-    parser.add_argument("--eval", type=Path, default=None,
-                        help=f"PrefEval folder to evaluate on; default: {', '.join(VALIDATION_TOPICS)} of --train, "
-                             "held out of training.")
+    parser.add_argument(
+        "--eval",
+        type=Path,
+        default=None,
+        help=f"PrefEval folder to evaluate on; default: {', '.join(VALIDATION_TOPICS)} of --train, "
+        "held out of training.",
+    )
     parser.add_argument("--max-eval", type=int, default=300, help="Evaluation questions (seeded sample).")
-    parser.add_argument("--reference-questions", type=int, default=100,
-                        help="Questions of that sample for the untrained references (PREF, zero-shot).")
+    parser.add_argument(
+        "--reference-questions",
+        type=int,
+        default=100,
+        help="Questions of that sample for the untrained references (PREF, zero-shot).",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verifier-rows", type=int, default=600,
-                        help="Yes/no rows the verifier trains on (a seeded sample; the CPU budget).")
+    parser.add_argument(
+        "--verifier-rows",
+        type=int,
+        default=600,
+        help="Yes/no rows the verifier trains on (a seeded sample; the CPU budget).",
+    )
     parser.add_argument("--speed-questions", type=int, default=24)
     parser.add_argument("--out", type=Path, default=Path("runs/learned-judges"))
     return parser
@@ -75,8 +87,9 @@ def prepare_data(args) -> tuple[Path, Path]:
         holdout = []
         overlap = {f.stem for f in sources} & {f.stem for d in args.train for f in topic_files(d)}
         if overlap:
-            raise SystemExit(f"error: --eval shares topics with --train ({', '.join(sorted(overlap))}): "
-                             "whole topics must stay apart")
+            raise SystemExit(
+                f"error: --eval shares topics with --train ({', '.join(sorted(overlap))}): whole topics must stay apart"
+            )
     if not (data / "listwise").is_dir():
         prepare_preference(data, prefeval=args.train, holdout_topics=holdout, seed=args.seed)
     (eval_dir / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
@@ -106,26 +119,56 @@ def main() -> None:
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     common = ["--report_to", "none", "--save_strategy", "no"]
-    times["rm"] = times.get("rm") or train(rm, RM_RECIPE, ["--dataset_path", str(data / "listwise"), "--output_dir",
-                                                           str(args.out / "rm"), *common], args.out / "rm")
+    times["rm"] = times.get("rm") or train(
+        rm,
+        RM_RECIPE,
+        ["--dataset_path", str(data / "listwise"), "--output_dir", str(args.out / "rm"), *common],
+        args.out / "rm",
+    )
     times["verifier"] = times.get("verifier") or train(
-        sft, VERIFIER_RECIPE, ["--dataset_path", str(data / "verifier"), "--output_dir", str(args.out / "verifier"),
-                               "--max_train_samples", str(args.verifier_rows), *common],
-        args.out / "verifier" / "merged")
+        sft,
+        VERIFIER_RECIPE,
+        [
+            "--dataset_path",
+            str(data / "verifier"),
+            "--output_dir",
+            str(args.out / "verifier"),
+            "--max_train_samples",
+            str(args.verifier_rows),
+            *common,
+        ],
+        args.out / "verifier" / "merged",
+    )
     write_json(times_file, times)
 
-    systems = [SystemSpec("rm", "rm", str(args.out / "rm")),
-               SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
-               SystemSpec("odd-one-out", "odd-one-out")]
-    judged = meta_evaluate(MetaEvalConfig(data=str(eval_dir), out=str(args.out / "meta-eval"), systems=systems,
-                                          probes=["blind", "swap"], max_examples=args.max_eval, seed=args.seed))
-    _, sample = load_examples(EvaluationConfig(data=str(eval_dir), out="", systems=[], max_examples=args.max_eval,
-                                               seed=args.seed))
+    systems = [
+        SystemSpec("rm", "rm", str(args.out / "rm")),
+        SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
+        SystemSpec("odd-one-out", "odd-one-out"),
+    ]
+    judged = meta_evaluate(
+        MetaEvalConfig(
+            data=str(eval_dir),
+            out=str(args.out / "meta-eval"),
+            systems=systems,
+            probes=["blind", "swap"],
+            max_examples=args.max_eval,
+            seed=args.seed,
+        )
+    )
+    _, sample = load_examples(
+        EvaluationConfig(data=str(eval_dir), out="", systems=[], max_examples=args.max_eval, seed=args.seed)
+    )
     references = random_sample(sample, max(min(args.reference_questions, len(sample)), 0), args.seed)
-    untrained = evaluate(EvaluationConfig(
-        data=str(eval_dir), out=str(args.out / "references"), seed=args.seed,
-        systems=[SystemSpec("zero-shot", "mcq-letter", MODEL), SystemSpec("pref", "pref", MODEL)]),
-        examples=references)
+    untrained = evaluate(
+        EvaluationConfig(
+            data=str(eval_dir),
+            out=str(args.out / "references"),
+            seed=args.seed,
+            systems=[SystemSpec("zero-shot", "mcq-letter", MODEL), SystemSpec("pref", "pref", MODEL)],
+        ),
+        examples=references,
+    )
 
     n = judged["n_examples"]
     result = {

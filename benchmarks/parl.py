@@ -84,8 +84,9 @@ def _step_samples(seed: int = 0) -> list[RubricSample]:
     """One GRPO step: one user (10 history items), 5 negatives, a group of 5 rubric sets of 10 rules."""
     with tempfile.TemporaryDirectory() as tmp:
         sample = write_parl_sample(tmp, seed=seed)
-        examples = attach_baselines(read_task(sample.root / "amazon", "amazon"),
-                                    [sample.root / "amazon" / "baselines.jsonl"])
+        examples = attach_baselines(
+            read_task(sample.root / "amazon", "amazon"), [sample.root / "amazon" / "baselines.jsonl"]
+        )
     user = next(ex for ex in examples if len(ex.history) == HISTORY)
     others = [ex.output for ex in examples if ex.user_id != user.user_id][: NEGATIVES - len(user.baselines)]
     negatives = [*user.baselines.values(), *others]
@@ -93,10 +94,17 @@ def _step_samples(seed: int = 0) -> list[RubricSample]:
     samples = []
     for _ in range(GROUP):
         rules = rng.sample(RULE_POOL, RULES)
-        samples.append(RubricSample(
-            task="amazon", completion=json.dumps([{"rule": r} for r in rules]),
-            history_inputs=[h.input for h in user.history], history_outputs=[h.output for h in user.history],
-            target_input=user.input, ground_truth=user.output, negatives=negatives))
+        samples.append(
+            RubricSample(
+                task="amazon",
+                completion=json.dumps([{"rule": r} for r in rules]),
+                history_inputs=[h.input for h in user.history],
+                history_outputs=[h.output for h in user.history],
+                target_input=user.input,
+                ground_truth=user.output,
+                negatives=negatives,
+            )
+        )
     return samples
 
 
@@ -106,8 +114,11 @@ def _computed_tokens(backend, samples: list[RubricSample]) -> int:
     seen = set()
     for s in samples:
         rules = [r["rule"] for r in json.loads(s.completion)]
-        texts = [*zip(s.history_inputs, s.history_outputs, strict=True), (s.target_input, s.ground_truth),
-                 *((s.target_input, n) for n in s.negatives)]
+        texts = [
+            *zip(s.history_inputs, s.history_outputs, strict=True),
+            (s.target_input, s.ground_truth),
+            *((s.target_input, n) for n in s.negatives),
+        ]
         for rule in rules:
             for inp, text in texts:
                 if (rule, inp, text) in seen:
@@ -155,15 +166,20 @@ def reward_speed(args: argparse.Namespace) -> dict:
     with parts_path.open("w", encoding="utf-8") as f:
         for p in batched:
             f.write(json.dumps({k: v for k, v in p.as_dict().items() if k != "rules"}) + "\n")
-    console.print(f"reward of one step ({GROUP} sets x {RULES} rules, {HISTORY} history items, {NEGATIVES} "
-                  f"negatives): batched {batched_s:.2f} s, sequential {sequential_s:.2f} s; request tokens "
-                  f"{request_tokens}, computed {computed}; rewards {[round(p.reward, 4) for p in batched]}")
+    console.print(
+        f"reward of one step ({GROUP} sets x {RULES} rules, {HISTORY} history items, {NEGATIVES} "
+        f"negatives): batched {batched_s:.2f} s, sequential {sequential_s:.2f} s; request tokens "
+        f"{request_tokens}, computed {computed}; rewards {[round(p.reward, 4) for p in batched]}"
+    )
     return {
-        "reward_batched_s": round(batched_s, 3), "reward_sequential_s": round(sequential_s, 3),
+        "reward_batched_s": round(batched_s, 3),
+        "reward_sequential_s": round(sequential_s, 3),
         "reward_speedup_vs_sequential": round(sequential_s / batched_s, 2),
         "reward_ideal_speedup": round(request_tokens / computed, 2),
-        "reward_request_tokens": request_tokens, "reward_computed_tokens": computed,
-        "reward_max_abs_diff": diff, "rewards_identical": diff <= 1e-4,
+        "reward_request_tokens": request_tokens,
+        "reward_computed_tokens": computed,
+        "reward_max_abs_diff": diff,
+        "rewards_identical": diff <= 1e-4,
         "reward_parts_path": str(parts_path),
     }
 

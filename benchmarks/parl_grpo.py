@@ -55,11 +55,15 @@ RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 
 def _max_diff(model: str, examples, data: Path, config: PARLConfig, out: Path, seed: int) -> dict:
     engine = load_engine(model, cache_path=out / f"{out.name}-engine.sqlite")
-    judgments = PARLEvaluator(config).judge(examples, engine, JudgeContext(data=data, split="test", system=out.name,
-                                                                            out=out, seed=seed))
+    judgments = PARLEvaluator(config).judge(
+        examples, engine, JudgeContext(data=data, split="test", system=out.name, out=out, seed=seed)
+    )
     metrics = rubric_metrics(examples, judgments)
-    return {"max_diff": metrics.get("max_diff"), "user_coverage": metrics.get("user_coverage"),
-            "user_acc_gt": metrics.get("user_acc/gt")}
+    return {
+        "max_diff": metrics.get("max_diff"),
+        "user_coverage": metrics.get("user_coverage"),
+        "user_acc_gt": metrics.get("user_acc/gt"),
+    }
 
 
 def _valid_share_unaided(model: str, examples, config: PARLConfig, seed: int) -> float:
@@ -89,67 +93,139 @@ def grpo_run(args: argparse.Namespace) -> dict:
     def record(**values) -> None:  # after each stage, so that a run cut short keeps what it measured
         summary.update(values)
         (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
+
     config = PARLConfig(temperature=0.6, max_new_tokens=args.max_new_tokens)
     timings = {}
 
     t = time.perf_counter()
     policy = args.model
     try:
-        counts = write_warmstart_data(load_engine(args.model, cache_path=OUT / "warmstart-engine.sqlite"),
-                                      train[: args.warmstart_users], OUT / "warmstart_data", config, seed=args.seed)
+        counts = write_warmstart_data(
+            load_engine(args.model, cache_path=OUT / "warmstart-engine.sqlite"),
+            train[: args.warmstart_users],
+            OUT / "warmstart_data",
+            config,
+            seed=args.seed,
+        )
     except ValueError as err:  # no set passed validation: GRPO starts from the base model, as recorded
         console.print(f"warm start skipped: {err}")
         counts = {"valid": 0, "valid_share": 0.0}
     if counts["valid"]:
-        policy = str(run_sft([
-            "--model_name_or_path", args.model, "--dataset_path", str(OUT / "warmstart_data"),
-            # No LoRA dropout, as in the GRPO recipe: on this CPU dropout took a third of the forward pass.
-            "--output_dir", str(OUT / "warmstart"), "--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
-            "--lora_dropout", "0.0",
-            # One pass at GRPO's learning rate: 2 epochs at 1e-3 left a policy whose rollouts were all the
-            # same text (entropy 0.001, reward std 0 in every group: no GRPO gradient at all).
-            "--learning_rate", "2e-4", "--num_train_epochs", "1", "--per_device_train_batch_size", "1",
-            "--max_length", "2048", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
-            "--activation_checkpointing", "false", "--auto_resume", "false", "--disable_tqdm", "true"]).model_dir)
+        policy = str(
+            run_sft(
+                [
+                    "--model_name_or_path",
+                    args.model,
+                    "--dataset_path",
+                    str(OUT / "warmstart_data"),
+                    # No LoRA dropout, as in the GRPO recipe: on this CPU dropout took a third of the forward pass.
+                    "--output_dir",
+                    str(OUT / "warmstart"),
+                    "--use_peft",
+                    "true",
+                    "--lora_r",
+                    "16",
+                    "--lora_alpha",
+                    "32",
+                    "--lora_dropout",
+                    "0.0",
+                    # One pass at GRPO's learning rate: 2 epochs at 1e-3 left a policy whose rollouts were all the
+                    # same text (entropy 0.001, reward std 0 in every group: no GRPO gradient at all).
+                    "--learning_rate",
+                    "2e-4",
+                    "--num_train_epochs",
+                    "1",
+                    "--per_device_train_batch_size",
+                    "1",
+                    "--max_length",
+                    "2048",
+                    "--report_to",
+                    "none",
+                    "--save_strategy",
+                    "no",
+                    "--logging_steps",
+                    "1",
+                    "--activation_checkpointing",
+                    "false",
+                    "--auto_resume",
+                    "false",
+                    "--disable_tqdm",
+                    "true",
+                ]
+            ).model_dir
+        )
     timings["warmstart_s"] = time.perf_counter() - t
-    record(valid_share_warmstart_structured=round(counts["valid_share"], 3), warmstart_rows=counts["valid"],
-           **timings)
+    record(valid_share_warmstart_structured=round(counts["valid_share"], 3), warmstart_rows=counts["valid"], **timings)
 
     t = time.perf_counter()
     grpo_out = OUT / "grpo"
-    result = run_grpo(["--config", str(RECIPE), "--model_name_or_path", policy,
-                       "--dataset_path", str(data), "--output_dir", str(grpo_out), "--max_steps", str(args.steps),
-                       "--auto_resume", "false", "--save_strategy", "no", "--disable_tqdm", "true"])
+    result = run_grpo(
+        [
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            policy,
+            "--dataset_path",
+            str(data),
+            "--output_dir",
+            str(grpo_out),
+            "--max_steps",
+            str(args.steps),
+            "--auto_resume",
+            "false",
+            "--save_strategy",
+            "no",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     timings["grpo_s"] = time.perf_counter() - t
     steps = [json.loads(line) for line in (grpo_out / METRICS_FILE).read_text().splitlines()]
     steps = [r for r in steps if r.get("event") == "log" and "parl/valid_share" in r]
     first, last = _fifths([r["parl/valid_share"] for r in steps])
     reward_s = sum(r.get("time/reward_s", 0.0) for r in steps)
     step_s = sum(r.get("step_time", 0.0) for r in steps)
-    record(valid_share_first_fifth=first, valid_share_last_fifth=last, grpo_steps=result.global_step,
-           reward_share_of_step_time=round(reward_s / step_s, 3) if step_s else None, **timings)
+    record(
+        valid_share_first_fifth=first,
+        valid_share_last_fifth=last,
+        grpo_steps=result.global_step,
+        reward_share_of_step_time=round(reward_s / step_s, 3) if step_s else None,
+        **timings,
+    )
 
     t = time.perf_counter()
     untrained = _max_diff(args.model, test, data, config, OUT / "untrained", args.seed)
     base_unaided = _valid_share_unaided(args.model, test, config, args.seed)
     timings["untrained_eval_s"] = time.perf_counter() - t
-    record(max_diff_untrained=untrained["max_diff"], user_coverage_untrained=untrained["user_coverage"],
-           valid_share_base_unaided=round(base_unaided, 3), **timings)
+    record(
+        max_diff_untrained=untrained["max_diff"],
+        user_coverage_untrained=untrained["user_coverage"],
+        valid_share_base_unaided=round(base_unaided, 3),
+        **timings,
+    )
 
     t = time.perf_counter()
     trained = _max_diff(str(result.model_dir), test, data, config, OUT / "trained", args.seed)
     timings["trained_eval_s"] = time.perf_counter() - t
 
-    record(max_diff_trained=trained["max_diff"], user_coverage_trained=trained["user_coverage"],
-           grpo_reward_parts_path=str(grpo_out / REWARD_PARTS_FILE), **{k: round(v, 1) for k, v in timings.items()},
-           total_s=round(time.perf_counter() - start, 1))
+    record(
+        max_diff_trained=trained["max_diff"],
+        user_coverage_trained=trained["user_coverage"],
+        grpo_reward_parts_path=str(grpo_out / REWARD_PARTS_FILE),
+        **{k: round(v, 1) for k, v in timings.items()},
+        total_s=round(time.perf_counter() - start, 1),
+    )
     console.print(f"PARL GRPO on CPU: {summary}")
     return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=12, help="GRPO steps, the recipe's max_steps (23-66 s each on "
-                                                                  "this CPU: 12 took 10 minutes).")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=12,
+        help="GRPO steps, the recipe's max_steps (23-66 s each on this CPU: 12 took 10 minutes).",
+    )
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")

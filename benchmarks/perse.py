@@ -30,9 +30,11 @@ def judge_figures(run: Path, rerun: bool) -> dict:
         run_demo(run)
     metrics = json.loads(metrics_path.read_text())
     systems = metrics["systems"]
-    figures = {"kendall_by_system": {name: m["kendall"] for name, m in systems.items()},
-               "unparsed_by_system": {name: m["n_unparsed"] for name, m in systems.items()},
-               "n_examples": metrics["n_examples"]}
+    figures = {
+        "kendall_by_system": {name: m["kendall"] for name, m in systems.items()},
+        "unparsed_by_system": {name: m["n_unparsed"] for name, m in systems.items()},
+        "n_examples": metrics["n_examples"],
+    }
     # Each judge is credited with the better of its two scores (parsed text, expected score); an
     # undefined correlation (null: every output unparsed) does not count.
     for judge in ("trained", "untrained"):
@@ -43,8 +45,12 @@ def judge_figures(run: Path, rerun: bool) -> dict:
 
 
 def sft_figures(steps: int) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "sft.py"), "--steps", str(steps), "--no-trl-default"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "sft.py"), "--steps", str(steps), "--no-trl-default"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     print(out.stdout, end="")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -57,8 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     figures = judge_figures(args.run, args.rerun)
     sft = sft_figures(args.sft_steps)
-    figures.update({k: sft[k] for k in ("sft_tokens_per_s", "sft_flop_utilization", "packing_speedup",
-                                        "matmul_gflops")})
+    figures.update(
+        {k: sft[k] for k in ("sft_tokens_per_s", "sft_flop_utilization", "packing_speedup", "matmul_gflops")}
+    )
     figures["trained_minus_untrained"] = round(figures["kendall_trained"] - figures["kendall_untrained"], 4)
     figures["trained_beats_reviewer_avg"] = figures["kendall_trained"] > figures["kendall_reviewer_avg"]
     figures["target_met"] = figures["trained_minus_untrained"] >= 0.15 and figures["trained_beats_reviewer_avg"]

@@ -50,20 +50,40 @@ class StepTimer(TrainerCallback):
 
 def pairs_of(listwise: Dataset) -> Dataset:
     """TRL's standard preference rows: every (gold, distractor) pair of each question, in question order."""
-    rows = [{"prompt": q["prompt"], "chosen": q["options"][q["gold"]], "rejected": option}
-            for q in listwise for j, option in enumerate(q["options"]) if j != q["gold"]]
+    rows = [
+        {"prompt": q["prompt"], "chosen": q["options"][q["gold"]], "rejected": option}
+        for q in listwise
+        for j, option in enumerate(q["options"])
+        if j != q["gold"]
+    ]
     return Dataset.from_list(rows)
 
 
 def _timed_run(trainer_class, model: str, train: Dataset, batch: int, steps: int) -> StepTimer:
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = RMConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=batch, loss="bradley_terry",
-                        learning_rate=1e-6, logging_steps=steps, save_strategy="no", report_to=[],
-                        disable_tqdm=True, gradient_checkpointing=False, max_length=None, seed=0,
-                        dataloader_drop_last=True)
-        trainer = trainer_class(model=str(local_weights_dir(model)), args=args, train_dataset=train,
-                                        processing_class=load_tokenizer(model), callbacks=[timer])
+        args = RMConfig(
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=batch,
+            loss="bradley_terry",
+            learning_rate=1e-6,
+            logging_steps=steps,
+            save_strategy="no",
+            report_to=[],
+            disable_tqdm=True,
+            gradient_checkpointing=False,
+            max_length=None,
+            seed=0,
+            dataloader_drop_last=True,
+        )
+        trainer = trainer_class(
+            model=str(local_weights_dir(model)),
+            args=args,
+            train_dataset=train,
+            processing_class=load_tokenizer(model),
+            callbacks=[timer],
+        )
         timer.trainer = trainer
         trainer.train()
     return timer
@@ -80,10 +100,18 @@ def loss_difference(model: str, listwise: Dataset, questions: int = 4) -> float:
     net.config.pad_token_id = tokenizer.pad_token_id
     rows = list(listwise.select(range(questions)))
     encoded = [encode(tokenizer, q["prompt"], list(q["options"])) for q in rows]
-    batch = ListwiseCollator(tokenizer)([{"context_ids": e.context, "option_ids": e.candidates, "gold": q["gold"]}
-                                         for e, q in zip(encoded, rows, strict=True)])
-    pairs = [{"chosen_ids": e.row(q["gold"]), "rejected_ids": e.row(j)}
-             for e, q in zip(encoded, rows, strict=True) for j in range(len(q["options"])) if j != q["gold"]]
+    batch = ListwiseCollator(tokenizer)(
+        [
+            {"context_ids": e.context, "option_ids": e.candidates, "gold": q["gold"]}
+            for e, q in zip(encoded, rows, strict=True)
+        ]
+    )
+    pairs = [
+        {"chosen_ids": e.row(q["gold"]), "rejected_ids": e.row(j)}
+        for e, q in zip(encoded, rows, strict=True)
+        for j in range(len(q["options"]))
+        if j != q["gold"]
+    ]
     with torch.no_grad():
         ours = ranking_loss(option_rewards(net, batch), batch["gold"], batch["option_mask"], "bradley_terry")
         both = net(**DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)(pairs), use_cache=False)
@@ -92,23 +120,29 @@ def loss_difference(model: str, listwise: Dataset, questions: int = 4) -> float:
     return abs(ours.item() - trl_loss.item())
 
 
-def measure(listwise: Dataset, model: str = DEFAULT_MODEL, questions: int = 24, per_step: int = 4,
-            warmup: int = 2) -> dict:
+def measure(
+    listwise: Dataset, model: str = DEFAULT_MODEL, questions: int = 24, per_step: int = 4, warmup: int = 2
+) -> dict:
     """Seconds per question of both paths, their ratio, the loss difference and the listwise path's FLOP use."""
     listwise = listwise.select(range(min(questions, len(listwise))))
     steps = len(listwise) // per_step
     pairs_per_question = sum(len(q["options"]) - 1 for q in listwise) / len(listwise)
-    ours = _timed_run(ListwiseRewardTrainer, model, listwise.select_columns(["prompt", "options", "gold"]),
-                      per_step, steps)
+    ours = _timed_run(
+        ListwiseRewardTrainer, model, listwise.select_columns(["prompt", "options", "gold"]), per_step, steps
+    )
     trl = _timed_run(RewardTrainer, model, pairs_of(listwise), round(per_step * pairs_per_question), steps)
     ours_step, trl_step = statistics.median(ours.seconds[warmup:]), statistics.median(trl.seconds[warmup:])
     config = AutoConfig.from_pretrained(local_weights_dir(model))
-    matmul = measure_matmul_flops(config.hidden_size, config.intermediate_size,
-                                  config.num_key_value_heads * config.hidden_size // config.num_attention_heads,
-                                  tokens=256)
+    matmul = measure_matmul_flops(
+        config.hidden_size,
+        config.intermediate_size,
+        config.num_key_value_heads * config.hidden_size // config.num_attention_heads,
+        tokens=256,
+    )
     params = sum(p.numel() for p in _params(model))
-    tokens_per_second = statistics.median(t / s for t, s in zip(ours.tokens[warmup:], ours.seconds[warmup:],
-                                                                   strict=True))
+    tokens_per_second = statistics.median(
+        t / s for t, s in zip(ours.tokens[warmup:], ours.seconds[warmup:], strict=True)
+    )
     return {
         "listwise_seconds_per_question": ours_step / per_step,
         "trl_seconds_per_question": trl_step / per_step,

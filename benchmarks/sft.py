@@ -53,16 +53,58 @@ from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.sft import build_sft_trainer, make_parser
 
 WORDS = [
-    "the", "story", "plot", "film", "man", "woman", "city", "night", "war", "love", "family", "friend",
-    "house", "king", "queen", "father", "mother", "son", "daughter", "world", "time", "life", "death",
-    "dark", "light", "old", "young", "home", "secret", "power", "journey", "review", "scene", "end",
-    "good", "bad", "great", "long", "short", "best", "first", "last", "new", "little", "big",
+    "the",
+    "story",
+    "plot",
+    "film",
+    "man",
+    "woman",
+    "city",
+    "night",
+    "war",
+    "love",
+    "family",
+    "friend",
+    "house",
+    "king",
+    "queen",
+    "father",
+    "mother",
+    "son",
+    "daughter",
+    "world",
+    "time",
+    "life",
+    "death",
+    "dark",
+    "light",
+    "old",
+    "young",
+    "home",
+    "secret",
+    "power",
+    "journey",
+    "review",
+    "scene",
+    "end",
+    "good",
+    "bad",
+    "great",
+    "long",
+    "short",
+    "best",
+    "first",
+    "last",
+    "new",
+    "little",
+    "big",
 ]
 ROW_TOKENS = 1024
 
 
-def measure_matmul_flops(hidden: int = 576, intermediate: int = 1536, kv: int = 192, tokens: int = ROW_TOKENS,
-                         repeats: int = 7) -> float:
+def measure_matmul_flops(
+    hidden: int = 576, intermediate: int = 1536, kv: int = 192, tokens: int = ROW_TOKENS, repeats: int = 7
+) -> float:
     """fp32 ``torch.mm`` rate in FLOP/s at the shapes of one training step of the model.
 
     The shapes are a 1,024-token row through the attention and MLP projections (forward), plus the
@@ -71,8 +113,12 @@ def measure_matmul_flops(hidden: int = 576, intermediate: int = 1536, kv: int = 
     rate a step made only of these matmuls would reach.
     """
     shapes = [
-        (tokens, hidden, hidden), (tokens, hidden, kv), (tokens, hidden, intermediate),
-        (tokens, intermediate, hidden), (hidden, tokens, intermediate), (intermediate, tokens, hidden),
+        (tokens, hidden, hidden),
+        (tokens, hidden, kv),
+        (tokens, hidden, intermediate),
+        (tokens, intermediate, hidden),
+        (hidden, tokens, intermediate),
+        (intermediate, tokens, hidden),
     ]
     flops = seconds = 0.0
     for m, k, n in shapes:
@@ -103,11 +149,15 @@ def synthetic_prompt_completion(tokenizer, rows: int, seed: int = 0) -> Dataset:
     def text(n: int) -> str:
         return " ".join(rng.choice(words) for _ in range(n))
 
-    return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": text(int(rng.triangular(300, 850, 420)))}],
-         "completion": [{"role": "assistant", "content": text(rng.randint(40, 150))}]}
-        for _ in range(rows)
-    ])
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": text(int(rng.triangular(300, 850, 420)))}],
+                "completion": [{"role": "assistant", "content": text(rng.randint(40, 150))}],
+            }
+            for _ in range(rows)
+        ]
+    )
 
 
 @dataclass
@@ -133,14 +183,29 @@ class _StepTimer(TrainerCallback):
 
 #: name -> (recipe flags on top of the common ones, extra environment of the process)
 CONFIGS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "trl-default": (["--attn_implementation", "sdpa", "--activation_checkpointing", "true",
-                     "--completion_logits_only", "false"], {}),
+    "trl-default": (
+        ["--attn_implementation", "sdpa", "--activation_checkpointing", "true", "--completion_logits_only", "false"],
+        {},
+    ),
     "trl": (["--attn_implementation", "sdpa", "--completion_logits_only", "false"], {}),
     "persetrain": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"], {}),
-    "persetrain+malloc": (["--attn_implementation", "sdpa", "--completion_logits_only", "true"],
-                          {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}),
-    "padded": (["--attn_implementation", "sdpa", "--completion_logits_only", "true", "--packing", "false",
-                "--per_device_train_batch_size", "4"], {}),
+    "persetrain+malloc": (
+        ["--attn_implementation", "sdpa", "--completion_logits_only", "true"],
+        {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)},
+    ),
+    "padded": (
+        [
+            "--attn_implementation",
+            "sdpa",
+            "--completion_logits_only",
+            "true",
+            "--packing",
+            "false",
+            "--per_device_train_batch_size",
+            "4",
+        ],
+        {},
+    ),
 }
 
 
@@ -152,26 +217,63 @@ def measure_sft_throughput(data_dir: str, model: str, flags: list[str], steps: i
     """
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as out:
         argv = [
-            "--model_name_or_path", model, "--dataset_path", data_dir, "--output_dir", out,
-            "--max_steps", str(warmup_steps + steps), "--per_device_train_batch_size", "1", "--packing", "true",
-            "--max_length", str(ROW_TOKENS), "--learning_rate", "1e-4", "--bf16", "false", "--fp16", "false",
-            "--activation_checkpointing", "false", "--report_to", "none", "--save_strategy", "no",
-            "--logging_steps", "1", "--disable_tqdm", "true", "--seed", "0", *flags,
+            "--model_name_or_path",
+            model,
+            "--dataset_path",
+            data_dir,
+            "--output_dir",
+            out,
+            "--max_steps",
+            str(warmup_steps + steps),
+            "--per_device_train_batch_size",
+            "1",
+            "--packing",
+            "true",
+            "--max_length",
+            str(ROW_TOKENS),
+            "--learning_rate",
+            "1e-4",
+            "--bf16",
+            "false",
+            "--fp16",
+            "false",
+            "--activation_checkpointing",
+            "false",
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--logging_steps",
+            "1",
+            "--disable_tqdm",
+            "true",
+            "--seed",
+            "0",
+            *flags,
         ]
         timer = _StepTimer()
         trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
         params = sum(p.numel() for p in trainer.model.parameters())
         trainer.train()
     rates = [t / s for t, s in zip(timer.tokens[warmup_steps:], timer.seconds[warmup_steps:], strict=True)]
-    return {"tokens_per_s": max(rates), "step_tokens": statistics.median(timer.tokens[warmup_steps:]),
-            "params": params}
+    return {"tokens_per_s": max(rates), "step_tokens": statistics.median(timer.tokens[warmup_steps:]), "params": params}
 
 
 def _run_config(name: str, data_dir: Path, args: argparse.Namespace) -> dict:
     """One configuration in a fresh process with its own environment; returns its figures."""
     flags, env = CONFIGS[name]
-    command = [sys.executable, __file__, "--worker", json.dumps(flags), "--data", str(data_dir),
-               "--model", args.model, "--steps", str(args.steps)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        json.dumps(flags),
+        "--data",
+        str(data_dir),
+        "--model",
+        args.model,
+        "--steps",
+        str(args.steps),
+    ]
     load_before = os.getloadavg()[0]
     out = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
     if out.returncode != 0:
@@ -184,8 +286,11 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (best one kept)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every configuration, interleaved")
-    parser.add_argument("--no-trl-default", action="store_true",
-                        help="time only persetrain and padded (the figures benchmarks/perse.py reads)")
+    parser.add_argument(
+        "--no-trl-default",
+        action="store_true",
+        help="time only persetrain and padded (the figures benchmarks/perse.py reads)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # flags of one configuration, run in this process
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -199,8 +304,11 @@ def main() -> None:
     config = AutoConfig.from_pretrained(local_weights_dir(args.model))
 
     def matmul() -> float:
-        return measure_matmul_flops(hidden=config.hidden_size, intermediate=config.intermediate_size,
-                                    kv=config.num_key_value_heads * config.head_dim)
+        return measure_matmul_flops(
+            hidden=config.hidden_size,
+            intermediate=config.intermediate_size,
+            kv=config.num_key_value_heads * config.head_dim,
+        )
 
     names = ["persetrain", "padded"] if args.no_trl_default else list(CONFIGS)
     # The ceiling is measured before and after every round and the best kept: load from other jobs
@@ -221,15 +329,20 @@ def main() -> None:
     def utilization(name: str) -> float:
         return best[name]["tokens_per_s"] * 6 * params / ceiling
 
-    print(f"fp32 matmul (GFLOP/s): {', '.join(f'{r / 1e9:.0f}' for r in matmul_rates)}; ceiling "
-          f"{ceiling / 1e9:.0f}. {params / 1e6:.1f}M params, {torch.get_num_threads()} threads")
+    print(
+        f"fp32 matmul (GFLOP/s): {', '.join(f'{r / 1e9:.0f}' for r in matmul_rates)}; ceiling "
+        f"{ceiling / 1e9:.0f}. {params / 1e6:.1f}M params, {torch.get_num_threads()} threads"
+    )
     base = best.get("trl", best["persetrain"])["tokens_per_s"]
-    print(f"{'run':22s} {'tokens/s':>9s} {'vs trl':>7s} {'utilization':>11s} {'tokens/step':>11s} "
-          f"{'load (1 min)':>13s}")
+    print(
+        f"{'run':22s} {'tokens/s':>9s} {'vs trl':>7s} {'utilization':>11s} {'tokens/step':>11s} {'load (1 min)':>13s}"
+    )
     for name, run in best.items():
         before, after = run["load"]
-        print(f"{name:22s} {run['tokens_per_s']:9.1f} {run['tokens_per_s'] / base:7.3f} {utilization(name):11.1%} "
-              f"{run['step_tokens']:11.0f} {before:6.2f}->{after:.2f}")
+        print(
+            f"{name:22s} {run['tokens_per_s']:9.1f} {run['tokens_per_s'] / base:7.3f} {utilization(name):11.1%} "
+            f"{run['step_tokens']:11.0f} {before:6.2f}->{after:.2f}"
+        )
 
     def rate(name: str) -> float:
         return best[name]["tokens_per_s"]
@@ -241,20 +354,24 @@ def main() -> None:
         "padded_tokens_per_s": round(rate("padded"), 2),
     }
     if not args.no_trl_default:
-        figures.update({
-            "trl_default_tokens_per_s": round(rate("trl-default"), 2),
-            "trl_tokens_per_s": round(rate("trl"), 2),
-            "speedup_vs_trl_default": round(rate("persetrain") / rate("trl-default"), 3),
-            "completion_logits_speedup": round(rate("persetrain") / rate("trl"), 3),
-            "malloc_env_speedup": round(rate("persetrain+malloc") / rate("persetrain"), 3),
-        })
-    figures.update({
-        "matmul_gflops": round(ceiling / 1e9, 1),
-        "params": params,
-        "threads": torch.get_num_threads(),
-        "load_average_1min": {name: [round(x, 2) for x in run["load"]] for name, run in best.items()},
-        "seconds": round(time.perf_counter() - began, 1),
-    })
+        figures.update(
+            {
+                "trl_default_tokens_per_s": round(rate("trl-default"), 2),
+                "trl_tokens_per_s": round(rate("trl"), 2),
+                "speedup_vs_trl_default": round(rate("persetrain") / rate("trl-default"), 3),
+                "completion_logits_speedup": round(rate("persetrain") / rate("trl"), 3),
+                "malloc_env_speedup": round(rate("persetrain+malloc") / rate("persetrain"), 3),
+            }
+        )
+    figures.update(
+        {
+            "matmul_gflops": round(ceiling / 1e9, 1),
+            "params": params,
+            "threads": torch.get_num_threads(),
+            "load_average_1min": {name: [round(x, 2) for x in run["load"]] for name, run in best.items()},
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+    )
     print(json.dumps(figures))
 
 

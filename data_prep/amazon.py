@@ -21,7 +21,11 @@ from data_prep.tables import ColumnMap, Id, Integral, Text, merged_columns, pars
 from persetrain.console import warn
 
 REVIEW_COLUMNS: dict[str, str] = {
-    "reviewer_id": "reviewerID", "asin": "asin", "stars": "overall", "text": "reviewText", "summary": "summary",
+    "reviewer_id": "reviewerID",
+    "asin": "asin",
+    "stars": "overall",
+    "text": "reviewText",
+    "summary": "summary",
 }
 META_COLUMNS: dict[str, str] = {"asin": "asin", "title": "title", "description": "description"}
 

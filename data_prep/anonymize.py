@@ -37,13 +37,69 @@ FAMILY_NAMES = (
 ).split()
 POOL_SIZE = 24
 #: Capitalised words that start sentences rather than name anyone.
-_NOT_NAMES = frozenset({
-    "A", "An", "The", "This", "That", "These", "Those", "When", "While", "After", "Before", "Then",
-    "There", "Their", "They", "He", "She", "His", "Her", "Him", "It", "Its", "In", "On", "At", "As",
-    "Of", "For", "From", "With", "Without", "But", "And", "Or", "Nor", "So", "Yet", "If", "One", "Two",
-    "Three", "Meanwhile", "Later", "Soon", "Years", "Eventually", "Finally", "However", "Although",
-    "Though", "Once", "During", "Despite", "Unbeknownst", "Back", "Now", "Still", "Even", "Only",
-})
+_NOT_NAMES = frozenset(
+    {
+        "A",
+        "An",
+        "The",
+        "This",
+        "That",
+        "These",
+        "Those",
+        "When",
+        "While",
+        "After",
+        "Before",
+        "Then",
+        "There",
+        "Their",
+        "They",
+        "He",
+        "She",
+        "His",
+        "Her",
+        "Him",
+        "It",
+        "Its",
+        "In",
+        "On",
+        "At",
+        "As",
+        "Of",
+        "For",
+        "From",
+        "With",
+        "Without",
+        "But",
+        "And",
+        "Or",
+        "Nor",
+        "So",
+        "Yet",
+        "If",
+        "One",
+        "Two",
+        "Three",
+        "Meanwhile",
+        "Later",
+        "Soon",
+        "Years",
+        "Eventually",
+        "Finally",
+        "However",
+        "Although",
+        "Though",
+        "Once",
+        "During",
+        "Despite",
+        "Unbeknownst",
+        "Back",
+        "Now",
+        "Still",
+        "Even",
+        "Only",
+    }
+)
 _CANDIDATE = re.compile(r"[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 
 
@@ -86,13 +142,18 @@ def mapping_schema(text: str, seed: str = "0") -> dict | None:
     candidates = name_candidates(text)
     if not candidates:
         return None
-    item = {"type": "object", "properties": {"name": {"enum": candidates},
-                                             "new_name": {"enum": name_pool(text, seed)}},
-            "required": ["name", "new_name"], "additionalProperties": False}
-    return {"type": "object",
-            "properties": {"names": {"type": "array", "items": item, "minItems": 1,
-                                     "maxItems": min(6, len(candidates))}},
-            "required": ["names"], "additionalProperties": False}
+    item = {
+        "type": "object",
+        "properties": {"name": {"enum": candidates}, "new_name": {"enum": name_pool(text, seed)}},
+        "required": ["name", "new_name"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"names": {"type": "array", "items": item, "minItems": 1, "maxItems": min(6, len(candidates))}},
+        "required": ["names"],
+        "additionalProperties": False,
+    }
 
 
 _FAMILY = re.compile(r"[A-Z][\w'\-]*")
@@ -204,8 +265,12 @@ def anonymize_plots(
     """
     schemas = {pid: mapping_schema(text, seed=f"{seed}:{pid}") for pid, text in plots.items()}
     requests = {pid: ANONYMIZE.render(id=pid, plot=text) for pid, text in plots.items() if schemas[pid]}
-    params = {pid: GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                                    json_schema=schemas[pid]) for pid in requests}
+    params = {
+        pid: GenerationParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, json_schema=schemas[pid]
+        )
+        for pid in requests
+    }
 
     def check(pid: str, answer: str) -> dict | None:
         pairs = parse_mapping(answer)

@@ -130,17 +130,29 @@ def build_per_mpst(
         if (review.reviewer_id, review.plot_id) not in seen:
             seen.add((review.reviewer_id, review.plot_id))
             unique.append(review)
-    filters.append(FilterStep("duplicate reviews of one plot by one reviewer (first kept)",
-                              len(reviews) - len(unique), "reviews"))
+    filters.append(
+        FilterStep("duplicate reviews of one plot by one reviewer (first kept)", len(reviews) - len(unique), "reviews")
+    )
     known = [r for r in unique if r.plot_id in plots]
-    filters.append(FilterStep("reviews of plots without text (unknown id, or left out by anonymization or "
-                              "summarization)", len(unique) - len(known), "reviews"))
+    filters.append(
+        FilterStep(
+            "reviews of plots without text (unknown id, or left out by anonymization or summarization)",
+            len(unique) - len(known),
+            "reviews",
+        )
+    )
     by_reviewer: dict[str, list[Review]] = defaultdict(list)
     for review in known:
         by_reviewer[review.reviewer_id].append(review)
     few = {u for u, rs in by_reviewer.items() if len(rs) < min_reviews}
-    filters.append(FilterStep(f"reviewers with fewer than {min_reviews} reviews", len(few), "reviewers",
-                              f"{sum(len(by_reviewer[u]) for u in few)} reviews"))
+    filters.append(
+        FilterStep(
+            f"reviewers with fewer than {min_reviews} reviews",
+            len(few),
+            "reviewers",
+            f"{sum(len(by_reviewer[u]) for u in few)} reviews",
+        )
+    )
     examples: list[Example] = []
     too_long = 0
     for reviewer in track(sorted(set(by_reviewer) - few), description=f"Per-MPST K={k}"):
@@ -151,18 +163,34 @@ def build_per_mpst(
                 continue
             others = [r for r in mine if r.plot_id != query.plot_id]
             chosen = _rng(seed, reviewer, query.plot_id).sample(others, k)
-            examples.append(ScalarExample(
-                id=f"{reviewer}:{query.plot_id}", reviewer_id=reviewer,
-                profile=[ProfileReview(plot_id=r.plot_id, plot=plots[r.plot_id], review=r.text, score=r.score)
-                         for r in chosen],
-                query_plot_id=query.plot_id, query_plot=plots[query.plot_id], review=query.text, score=query.score,
-            ))
+            examples.append(
+                ScalarExample(
+                    id=f"{reviewer}:{query.plot_id}",
+                    reviewer_id=reviewer,
+                    profile=[
+                        ProfileReview(plot_id=r.plot_id, plot=plots[r.plot_id], review=r.text, score=r.score)
+                        for r in chosen
+                    ],
+                    query_plot_id=query.plot_id,
+                    query_plot=plots[query.plot_id],
+                    review=query.text,
+                    score=query.score,
+                )
+            )
     filters.append(FilterStep(f"queries longer than {max_query_words} words", too_long, "queries"))
     return BuiltDataset(
-        name=f"per_mpst_k{k}", title=f"Per-MPST (K={k})", task="scalar", splits=split_by_reviewer(examples, seed),
+        name=f"per_mpst_k{k}",
+        title=f"Per-MPST (K={k})",
+        task="scalar",
+        splits=split_by_reviewer(examples, seed),
         filters=filters,
-        params={"k": k, "seed": seed, "profile_words": profile_words, "min_reviews": min_reviews,
-                "max_query_words": max_query_words},
+        params={
+            "k": k,
+            "seed": seed,
+            "profile_words": profile_words,
+            "min_reviews": min_reviews,
+            "max_query_words": max_query_words,
+        },
     )
 
 
@@ -198,12 +226,19 @@ def build_per_doc(
         raise ValueError(f"question_aspects maps to unknown aspects {sorted(unknown)}; expected {PERDOC_ASPECTS}")
     filters: list[FilterStep] = []
     preferred = [a for a in annotations if a.answer in ("A", "B")]
-    filters.append(FilterStep("answers 'both' or 'neither' (no preference)", len(annotations) - len(preferred),
-                              "answers"))
+    filters.append(
+        FilterStep("answers 'both' or 'neither' (no preference)", len(annotations) - len(preferred), "answers")
+    )
     on_aspect = [(a, wording[_question_key(a.question)]) for a in preferred if _question_key(a.question) in wording]
     other_questions = Counter(a.question for a in preferred if _question_key(a.question) not in wording)
-    filters.append(FilterStep("answers to questions outside the five aspects", len(preferred) - len(on_aspect),
-                              "answers", "; ".join(f"{q!r}: {n}" for q, n in other_questions.most_common(5))))
+    filters.append(
+        FilterStep(
+            "answers to questions outside the five aspects",
+            len(preferred) - len(on_aspect),
+            "answers",
+            "; ".join(f"{q!r}: {n}" for q, n in other_questions.most_common(5)),
+        )
+    )
     answers: dict[str, dict[str, dict[str, Annotation]]] = defaultdict(lambda: defaultdict(dict))
     duplicates = 0
     for annotation, aspect in on_aspect:
@@ -212,11 +247,18 @@ def build_per_doc(
             duplicates += 1
         else:
             slot[aspect] = annotation
-    filters.append(FilterStep("repeated answers of one annotator to one aspect of one pair (first kept)",
-                              duplicates, "answers"))
+    filters.append(
+        FilterStep("repeated answers of one annotator to one aspect of one pair (first kept)", duplicates, "answers")
+    )
     few = {u for u, pairs in answers.items() if len(pairs) < min_annotations}
-    filters.append(FilterStep(f"annotators with fewer than {min_annotations} annotated plot pairs", len(few),
-                              "annotators", f"{sum(len(s) for u in few for s in answers[u].values())} answers"))
+    filters.append(
+        FilterStep(
+            f"annotators with fewer than {min_annotations} annotated plot pairs",
+            len(few),
+            "annotators",
+            f"{sum(len(s) for u in few for s in answers[u].values())} answers",
+        )
+    )
     examples: list[Example] = []
     for annotator in track(sorted(set(answers) - few), description="Per-DOC"):
         pairs = answers[annotator]
@@ -228,18 +270,41 @@ def build_per_doc(
                 others = sorted(p for p in pairs if p != pair_id)
                 candidates = [p for p in others if aspect in pairs[p]] or others
                 shown = pairs[_rng(seed, annotator, pair_id, aspect).choice(candidates)]
-                examples.append(PairwiseExample(
-                    id=f"{annotator}:{pair_id}:{aspect}", annotator_id=annotator, aspect=aspect,
-                    profile=[PairwiseProfileItem(premise=shown[asp].premise, plot_a=shown[asp].plot_a,
-                                                 plot_b=shown[asp].plot_b, aspect=asp, preferred=shown[asp].answer)
-                             for asp in PERDOC_ASPECTS if asp in shown],
-                    premise=query.premise, plot_a=query.plot_a, plot_b=query.plot_b, preferred=query.answer,
-                ))
+                examples.append(
+                    PairwiseExample(
+                        id=f"{annotator}:{pair_id}:{aspect}",
+                        annotator_id=annotator,
+                        aspect=aspect,
+                        profile=[
+                            PairwiseProfileItem(
+                                premise=shown[asp].premise,
+                                plot_a=shown[asp].plot_a,
+                                plot_b=shown[asp].plot_b,
+                                aspect=asp,
+                                preferred=shown[asp].answer,
+                            )
+                            for asp in PERDOC_ASPECTS
+                            if asp in shown
+                        ],
+                        premise=query.premise,
+                        plot_a=query.plot_a,
+                        plot_b=query.plot_b,
+                        preferred=query.answer,
+                    )
+                )
     return BuiltDataset(
-        name="per_doc", title="Per-DOC (K=1, five aspects)", task="pairwise",
-        splits=split_by_reviewer(examples, seed), filters=filters,
-        params={"k": 1, "seed": seed, "profile_words": profile_words, "min_annotations": min_annotations,
-                "aspects": list(PERDOC_ASPECTS)},
+        name="per_doc",
+        title="Per-DOC (K=1, five aspects)",
+        task="pairwise",
+        splits=split_by_reviewer(examples, seed),
+        filters=filters,
+        params={
+            "k": 1,
+            "seed": seed,
+            "profile_words": profile_words,
+            "min_annotations": min_annotations,
+            "aspects": list(PERDOC_ASPECTS),
+        },
     )
 
 
@@ -275,20 +340,29 @@ def build_amazon_books(
     """
     filters: list[FilterStep] = []
     result = k_core(reviews, core)
-    filters.append(FilterStep(f"reviews outside the {core}-core ({result.rounds} rounds until stable)",
-                              result.dropped_reviews, "reviews",
-                              f"{result.dropped_users} customers, {result.dropped_items} books"))
+    filters.append(
+        FilterStep(
+            f"reviews outside the {core}-core ({result.rounds} rounds until stable)",
+            result.dropped_reviews,
+            "reviews",
+            f"{result.dropped_users} customers, {result.dropped_items} books",
+        )
+    )
     seen: set[tuple[str, str]] = set()
     unique = []
     for review in result.reviews:
         if (review.reviewer_id, review.asin) not in seen:
             seen.add((review.reviewer_id, review.asin))
             unique.append(review)
-    filters.append(FilterStep("duplicate reviews of one book by one customer (first kept)",
-                              len(result.reviews) - len(unique), "reviews"))
+    filters.append(
+        FilterStep(
+            "duplicate reviews of one book by one customer (first kept)", len(result.reviews) - len(unique), "reviews"
+        )
+    )
     described = [r for r in unique if r.asin in books and book_text(books[r.asin])]
-    filters.append(FilterStep("reviews of books without a description in the metadata",
-                              len(unique) - len(described), "reviews"))
+    filters.append(
+        FilterStep("reviews of books without a description in the metadata", len(unique) - len(described), "reviews")
+    )
     by_customer: dict[str, list[AmazonReview]] = defaultdict(list)
     for review in described:
         by_customer[review.reviewer_id].append(review)
@@ -300,20 +374,31 @@ def build_amazon_books(
         for query in mine:
             others = [r for r in mine if r.asin != query.asin]
             chosen = _rng(seed, customer, query.asin).sample(others, k)
-            examples.append(ScalarExample(
-                id=f"{customer}:{query.asin}", reviewer_id=customer,
-                profile=[ProfileReview(plot_id=r.asin, plot=book_text(books[r.asin]), review=r.text, score=r.stars)
-                         for r in chosen],
-                query_plot_id=query.asin, query_plot=book_text(books[query.asin]), review=query.text,
-                score=query.stars, score_max=5,
-            ))
+            examples.append(
+                ScalarExample(
+                    id=f"{customer}:{query.asin}",
+                    reviewer_id=customer,
+                    profile=[
+                        ProfileReview(plot_id=r.asin, plot=book_text(books[r.asin]), review=r.text, score=r.stars)
+                        for r in chosen
+                    ],
+                    query_plot_id=query.asin,
+                    query_plot=book_text(books[query.asin]),
+                    review=query.text,
+                    score=query.stars,
+                    score_max=5,
+                )
+            )
     if limit is not None and limit < len(examples):
         filters.append(FilterStep(f"examples beyond a seeded sample of {limit}", len(examples) - limit, "examples"))
         examples = sorted(random.Random(f"{seed}:amazon-sample").sample(examples, limit), key=lambda e: e.id)
     splits: dict[str, list[Example]] = {"test": examples}
     check_reviewer_disjoint(splits)
     return BuiltDataset(
-        name="amazon_books", title=f"Amazon books (K={k}, zero-shot test)", task="scalar", splits=splits,
+        name="amazon_books",
+        title=f"Amazon books (K={k}, zero-shot test)",
+        task="scalar",
+        splits=splits,
         filters=filters,
         params={"k": k, "seed": seed, "profile_words": profile_words, "core": core, "limit": limit},
         notes=[AMAZON_SCALE_NOTE],
@@ -333,13 +418,17 @@ def to_row(example: Example, profile_words: int) -> dict:
     else:
         request = pairwise_request(example, profile_words)
         target = pairwise_completion(example.preferred)
-    return {**example.model_dump(mode="json"), "prompt": _messages(request),
-            "completion": [{"role": "assistant", "content": target}]}
+    return {
+        **example.model_dump(mode="json"),
+        "prompt": _messages(request),
+        "completion": [{"role": "assistant", "content": target}],
+    }
 
 
 def to_dataset_dict(built: BuiltDataset) -> DatasetDict:
-    rows = {split: [to_row(e, built.params["profile_words"]) for e in examples]
-            for split, examples in built.splits.items()}
+    rows = {
+        split: [to_row(e, built.params["profile_words"]) for e in examples] for split, examples in built.splits.items()
+    }
     filled = [split for split, r in rows.items() if r]
     if not filled:
         raise ValueError(f"{built.title}: no examples survived the filters; see {built.filters}")
@@ -359,36 +448,51 @@ def _count_table(built: BuiltDataset) -> str:
 
 _COLUMNS = {
     "scalar": "`id`, `reviewer_id`, `profile` (list of {plot_id, plot, review, score}), `query_plot_id`, "
-              "`query_plot`, `review`, `score`, `score_max` (the `persetrain.schema.ScalarExample` fields); "
-              "`prompt` (system + user messages) and `completion` (assistant message "
-              "`[Review] <review> [Score] <1-10>`) for TRL's SFTTrainer.",
+    "`query_plot`, `review`, `score`, `score_max` (the `persetrain.schema.ScalarExample` fields); "
+    "`prompt` (system + user messages) and `completion` (assistant message "
+    "`[Review] <review> [Score] <1-10>`) for TRL's SFTTrainer.",
     "pairwise": "`id`, `annotator_id`, `aspect`, `profile` (list of {premise, plot_a, plot_b, aspect, "
-                "preferred}), `premise`, `plot_a`, `plot_b`, `preferred` (the `persetrain.schema."
-                "PairwiseExample` fields); `prompt` (system + user messages) and `completion` (assistant "
-                "message `Plot A` or `Plot B`) for TRL's SFTTrainer.",
+    "preferred}), `premise`, `plot_a`, `plot_b`, `preferred` (the `persetrain.schema."
+    "PairwiseExample` fields); `prompt` (system + user messages) and `completion` (assistant "
+    "message `Plot A` or `Plot B`) for TRL's SFTTrainer.",
 }
 
 
 def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: bool) -> str:
     filters = "\n".join(
-        f"| {f.name} | {f.dropped} {f.unit}{f' ({f.detail})' if f.detail else ''} |" for f in built.filters)
+        f"| {f.name} | {f.dropped} {f.unit}{f' ({f.detail})' if f.detail else ''} |" for f in built.filters
+    )
     parts = [
-        f"---\npretty_name: \"{built.title}\"\ntags:\n- persetrain\n- perse\n- personalized-evaluation\n"
-        + ("- synthetic\n" if synthetic else "") + "---\n",
+        f'---\npretty_name: "{built.title}"\ntags:\n- persetrain\n- perse\n- personalized-evaluation\n'
+        + ("- synthetic\n" if synthetic else "")
+        + "---\n",
         f"# {built.title}\n",
         f"PerSE {built.task} instruction data built by `data_prep.builders` (persetrain).\n",
     ]
     if synthetic:
-        parts.append("> **Synthetic data.** Built from `data_prep.synthetic` output: plots, reviewers and "
-                     "scores are generated with planted preferences (see the source's `ground_truth.json`). "
-                     "Nothing here is a real review.\n")
+        parts.append(
+            "> **Synthetic data.** Built from `data_prep.synthetic` output: plots, reviewers and "
+            "scores are generated with planted preferences (see the source's `ground_truth.json`). "
+            "Nothing here is a real review.\n"
+        )
     parts += [
-        "## Sources\n", "\n".join(f"- {name}: `{path}`" for name, path in sources.items()) or "- (not recorded)", "",
-        "## Filters (in order)\n", "| filter | dropped |\n|---|---|\n" + filters, "",
-        "## Settings\n", "\n".join(f"- {key}: {value}" for key, value in built.params.items()), "",
-        "## Splits\n", "Reviewers are split 9:1 by `sha256(f\"{seed}:{reviewer_id}\") % 10 == 0` -> test; "
-        "no reviewer is in two splits.\n", _count_table(built), "",
-        "## Columns\n", _COLUMNS[built.task], "",
+        "## Sources\n",
+        "\n".join(f"- {name}: `{path}`" for name, path in sources.items()) or "- (not recorded)",
+        "",
+        "## Filters (in order)\n",
+        "| filter | dropped |\n|---|---|\n" + filters,
+        "",
+        "## Settings\n",
+        "\n".join(f"- {key}: {value}" for key, value in built.params.items()),
+        "",
+        "## Splits\n",
+        'Reviewers are split 9:1 by `sha256(f"{seed}:{reviewer_id}") % 10 == 0` -> test; '
+        "no reviewer is in two splits.\n",
+        _count_table(built),
+        "",
+        "## Columns\n",
+        _COLUMNS[built.task],
+        "",
     ]
     if built.notes:
         parts += ["## Notes\n", "\n".join(f"- {n}" for n in built.notes), ""]
@@ -396,7 +500,10 @@ def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: boo
 
 
 def save_dataset(
-    built: BuiltDataset, out_dir: str | Path, sources: Mapping[str, str] | None = None, synthetic: bool = False,
+    built: BuiltDataset,
+    out_dir: str | Path,
+    sources: Mapping[str, str] | None = None,
+    synthetic: bool = False,
 ) -> Path:
     """Write ``built`` as a DatasetDict with README.md (card) and build_info.json.
 
@@ -407,8 +514,10 @@ def save_dataset(
     empty = [split for split, examples in built.splits.items() if not examples]
     if empty:
         counts = ", ".join(f"{f.name}: {f.dropped} dropped" for f in built.filters) or "no filters"
-        raise ValueError(f"{built.name}: split(s) {empty} would be empty ({counts}); "
-                         "the raw data has too few reviewers or records after filtering")
+        raise ValueError(
+            f"{built.name}: split(s) {empty} would be empty ({counts}); "
+            "the raw data has too few reviewers or records after filtering"
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = out_dir.with_name(f".{out_dir.name}.tmp"), out_dir.with_name(f".{out_dir.name}.old")
     for stale in (tmp, old):
@@ -417,9 +526,17 @@ def save_dataset(
     to_dataset_dict(built).save_to_disk(str(tmp))
     sources = dict(sources or {})
     (tmp / "README.md").write_text(dataset_card(built, sources, synthetic), encoding="utf-8")
-    info = {"name": built.name, "title": built.title, "task": built.task, "params": built.params,
-            "filters": [asdict(f) for f in built.filters], "sources": sources, "synthetic": synthetic,
-            "splits": {s: len(e) for s, e in built.splits.items()}, "notes": built.notes}
+    info = {
+        "name": built.name,
+        "title": built.title,
+        "task": built.task,
+        "params": built.params,
+        "filters": [asdict(f) for f in built.filters],
+        "sources": sources,
+        "synthetic": synthetic,
+        "splits": {s: len(e) for s, e in built.splits.items()},
+        "notes": built.notes,
+    }
     (tmp / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     if out_dir.exists():
         out_dir.rename(old)
@@ -427,4 +544,3 @@ def save_dataset(
     if old.exists():
         shutil.rmtree(old)
     return out_dir
-

@@ -90,14 +90,17 @@ def probe_titles(
         if answer is None:
             return None
         variant, pid = keys[key]
-        return {"variant": variant, "plot_id": pid, "answer": answer,
-                "memorized": title_memorized(titles[pid], answer)}
+        return {"variant": variant, "plot_id": pid, "answer": answer, "memorized": title_memorized(titles[pid], answer)}
 
     result = run_step(engine, requests, params, check, out_path, "title probe", max_tries, batch_size)
     summary = {}
     for variant, texts in variants.items():
         done = [r for r in result.records.values() if r["variant"] == variant]
         memorized = sum(r["memorized"] for r in done)
-        summary[variant] = {"n": len(texts), "memorized": memorized, "unanswered": len(texts) - len(done),
-                            "share": memorized / len(done) if done else None}
+        summary[variant] = {
+            "n": len(texts),
+            "memorized": memorized,
+            "unanswered": len(texts) - len(done),
+            "share": memorized / len(done) if done else None,
+        }
     return ProbeResult(summary=summary, records=list(result.records.values()))

@@ -31,10 +31,22 @@ Answer = Literal["A", "B", "both", "neither"]
 
 # Spellings seen in survey exports, all meaning the same four answers.
 _ANSWERS: dict[str, Answer] = {
-    "a": "A", "plot a": "A", "story a": "A", "1": "A", "plot 1": "A",
-    "b": "B", "plot b": "B", "story b": "B", "2": "B", "plot 2": "B",
-    "both": "both", "both are good": "both", "both good": "both",
-    "neither": "neither", "neither is good": "neither", "none": "neither",
+    "a": "A",
+    "plot a": "A",
+    "story a": "A",
+    "1": "A",
+    "plot 1": "A",
+    "b": "B",
+    "plot b": "B",
+    "story b": "B",
+    "2": "B",
+    "plot 2": "B",
+    "both": "both",
+    "both are good": "both",
+    "both good": "both",
+    "neither": "neither",
+    "neither is good": "neither",
+    "none": "neither",
 }
 
 

@@ -59,10 +59,17 @@ def run_step(
         for attempt in range(max_tries):
             if not pending:
                 break
+
             def for_try(p: GenerationParams, attempt: int = attempt) -> GenerationParams:
-                return p if attempt == 0 else p.model_copy(update={
-                    "seed": p.seed + attempt, "temperature": max(p.temperature, retry_temperature)})
-            batches = [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
+                return (
+                    p
+                    if attempt == 0
+                    else p.model_copy(
+                        update={"seed": p.seed + attempt, "temperature": max(p.temperature, retry_temperature)}
+                    )
+                )
+
+            batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
             still: list[str] = []
             label = name if attempt == 0 else f"{name} (retry {attempt})"
             for batch in track(batches, description=label):

@@ -15,7 +15,10 @@ from data_prep.tables import ColumnMap, Id, Integral, Text, merged_columns, read
 
 PLOT_COLUMNS: dict[str, str] = {"id": "imdb_id", "title": "title", "synopsis": "plot_synopsis"}
 REVIEW_COLUMNS: dict[str, str] = {
-    "plot_id": "imdb_id", "reviewer_id": "reviewer_id", "text": "review", "score": "rating",
+    "plot_id": "imdb_id",
+    "reviewer_id": "reviewer_id",
+    "text": "review",
+    "score": "rating",
 }
 
 

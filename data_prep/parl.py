@@ -37,7 +37,8 @@ HISTORY_SIZE = 10
 LAMP4_PREFIX = "Generate a headline for the following article: "
 #: Files of each layout, relative to the task's folder.
 LAYOUT_FILES: dict[str, tuple[str, ...]] = {
-    "amazon": ("reviews.jsonl", "meta.jsonl"), "reddit": ("topic_writing.jsonl",),
+    "amazon": ("reviews.jsonl", "meta.jsonl"),
+    "reddit": ("topic_writing.jsonl",),
     "news": ("questions.json", "outputs.json"),
 }
 
@@ -55,30 +56,55 @@ def _text(path: Path, line: int | str, record: dict, field: str, required: bool 
     return str(value).strip()
 
 
-def _example(task: str, user: str, id: str, items: list[tuple[str, str]], path: Path, line: int | str,
-             field: str, min_history: int, history_size: int) -> RubricExample:
+def _example(
+    task: str,
+    user: str,
+    id: str,
+    items: list[tuple[str, str]],
+    path: Path,
+    line: int | str,
+    field: str,
+    min_history: int,
+    history_size: int,
+) -> RubricExample:
     """The example of one user from items oldest first (the last one is the target)."""
     history = items[:-1][-history_size:]
     if len(history) < min_history:
-        raise InputError(path, f"user {user!r} has {len(history)} earlier items; at least {min_history} are "
-                               "required (lower --min-history or drop the user)", record=line, field=field)
-    return parse_record(RubricExample, {
-        "id": id, "task": task, "user_id": user, "input": items[-1][0], "output": items[-1][1],
-        "history": [{"input": i, "output": o} for i, o in history]}, path, line)
+        raise InputError(
+            path,
+            f"user {user!r} has {len(history)} earlier items; at least {min_history} are "
+            "required (lower --min-history or drop the user)",
+            record=line,
+            field=field,
+        )
+    return parse_record(
+        RubricExample,
+        {
+            "id": id,
+            "task": task,
+            "user_id": user,
+            "input": items[-1][0],
+            "output": items[-1][1],
+            "history": [{"input": i, "output": o} for i, o in history],
+        },
+        path,
+        line,
+    )
 
 
 def amazon_input(item_title: str, description: str, rating: str, review_title: str) -> str:
-    return (f"Item title: {item_title}\nItem description: {description}\nRating: {rating}\n"
-            f"Review title: {review_title}")
+    return f"Item title: {item_title}\nItem description: {description}\nRating: {rating}\nReview title: {review_title}"
 
 
-def read_amazon(reviews_path: Path, meta_path: Path, min_history: int = 1,
-                history_size: int = HISTORY_SIZE) -> list[RubricExample]:
+def read_amazon(
+    reviews_path: Path, meta_path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE
+) -> list[RubricExample]:
     meta: dict[str, tuple[str, str]] = {}
     for line, rec in iter_jsonl(meta_path):
         asin = _text(meta_path, line, rec, "parent_asin")
-        meta.setdefault(asin, (_text(meta_path, line, rec, "title"), _text(meta_path, line, rec, "description",
-                                                                           required=False)))
+        meta.setdefault(
+            asin, (_text(meta_path, line, rec, "title"), _text(meta_path, line, rec, "description", required=False))
+        )
     by_user: dict[str, list[tuple[float, int, str, str]]] = defaultdict(list)
     for line, rec in iter_jsonl(reviews_path):
         user = _text(reviews_path, line, rec, "user_id")
@@ -97,8 +123,19 @@ def read_amazon(reviews_path: Path, meta_path: Path, min_history: int = 1,
     examples = []
     for user, items in by_user.items():
         items.sort()
-        examples.append(_example("amazon", user, f"amazon:{user}", [(i, o) for _, _, i, o in items], reviews_path,
-                                 items[-1][1], "user_id", min_history, history_size))
+        examples.append(
+            _example(
+                "amazon",
+                user,
+                f"amazon:{user}",
+                [(i, o) for _, _, i, o in items],
+                reviews_path,
+                items[-1][1],
+                "user_id",
+                min_history,
+                history_size,
+            )
+        )
     return examples
 
 
@@ -109,11 +146,16 @@ def read_longlamp(path: Path, min_history: int = 1, history_size: int = HISTORY_
         profile = rec.get("profile")
         if not isinstance(profile, list):
             raise InputError(path, "expected a list of {summary, content} items", record=line, field="profile")
-        items = [(_text(path, line, p, "summary"), _text(path, line, p, "content")) if isinstance(p, dict) else
-                 _bad_item(path, line, "profile") for p in profile]
+        items = [
+            (_text(path, line, p, "summary"), _text(path, line, p, "content"))
+            if isinstance(p, dict)
+            else _bad_item(path, line, "profile")
+            for p in profile
+        ]
         items.append((_text(path, line, rec, "input"), _text(path, line, rec, "output")))
-        examples.append(_example("reddit", user, f"reddit:{user}", items, path, line, "profile", min_history,
-                                 history_size))
+        examples.append(
+            _example("reddit", user, f"reddit:{user}", items, path, line, "profile", min_history, history_size)
+        )
     return examples
 
 
@@ -130,14 +172,15 @@ def _load_json(path: Path) -> object:
         raise InputError(path, f"not valid JSON ({err.msg})", record=err.lineno) from None
 
 
-def read_lamp4(questions_path: Path, outputs_path: Path, min_history: int = 1,
-               history_size: int = HISTORY_SIZE) -> list[RubricExample]:
+def read_lamp4(
+    questions_path: Path, outputs_path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE
+) -> list[RubricExample]:
     questions, outputs = _load_json(questions_path), _load_json(outputs_path)
     if not isinstance(questions, list):
         raise InputError(questions_path, "expected a JSON list of questions")
     golds = outputs.get("golds") if isinstance(outputs, dict) else None
     if not isinstance(golds, list):
-        raise InputError(outputs_path, "expected {\"golds\": [{\"id\", \"output\"}, ...]}", field="golds")
+        raise InputError(outputs_path, 'expected {"golds": [{"id", "output"}, ...]}', field="golds")
     gold = {str(g.get("id")): g.get("output") for g in golds if isinstance(g, dict)}
     examples = []
     for n, rec in enumerate(questions):
@@ -153,12 +196,17 @@ def read_lamp4(questions_path: Path, outputs_path: Path, min_history: int = 1,
             raise InputError(questions_path, "expected a list of {text, title} items", record=where, field="profile")
         if all(isinstance(p, dict) and "date" in p for p in profile):
             profile = sorted(profile, key=lambda p: str(p["date"]))
-        items = [(_text(questions_path, where, p, "text"), _text(questions_path, where, p, "title"))
-                 if isinstance(p, dict) else _bad_item(questions_path, where, "profile") for p in profile]
+        items = [
+            (_text(questions_path, where, p, "text"), _text(questions_path, where, p, "title"))
+            if isinstance(p, dict)
+            else _bad_item(questions_path, where, "profile")
+            for p in profile
+        ]
         items.append((article, gold[qid].strip()))
         user = str(rec.get("user_id") or qid)
-        examples.append(_example("news", user, f"news:{qid}", items, questions_path, where, "profile",
-                                 min_history, history_size))
+        examples.append(
+            _example("news", user, f"news:{qid}", items, questions_path, where, "profile", min_history, history_size)
+        )
     return examples
 
 
@@ -189,14 +237,22 @@ def attach_baselines(examples: Sequence[RubricExample], files: Sequence[Path]) -
             merged[id].update(outputs)
     generators = sorted({g for outputs in merged.values() for g in outputs})
     if not generators:
-        raise InputError(files[0] if files else Path("."), "no negatives given: PARL needs the outputs of at least "
-                         "one generator per example (run `persetrain generate-baselines`)")
+        raise InputError(
+            files[0] if files else Path("."),
+            "no negatives given: PARL needs the outputs of at least "
+            "one generator per example (run `persetrain generate-baselines`)",
+        )
     out = []
     for ex in examples:
         missing = [g for g in generators if g not in merged.get(ex.id, {})]
         if missing:
-            raise InputError(files[0], f"example {ex.id!r} has no negative from {missing} (generators: {generators}); "
-                             "rerun `persetrain generate-baselines` to complete it", record=ex.id, field="generator")
+            raise InputError(
+                files[0],
+                f"example {ex.id!r} has no negative from {missing} (generators: {generators}); "
+                "rerun `persetrain generate-baselines` to complete it",
+                record=ex.id,
+                field="generator",
+            )
         out.append(ex.model_copy(update={"baselines": {g: merged[ex.id][g] for g in generators}}))
     return out
 
@@ -213,9 +269,12 @@ def grpo_row(ex: RubricExample) -> dict:
     return {
         **ex.model_dump(mode="json"),
         "prompt": induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history]),
-        "history_inputs": [h.input for h in ex.history], "history_outputs": [h.output for h in ex.history],
-        "target_input": ex.input, "ground_truth": ex.output,
-        "negatives": [ex.baselines[n] for n in names], "negative_names": names,
+        "history_inputs": [h.input for h in ex.history],
+        "history_outputs": [h.output for h in ex.history],
+        "target_input": ex.input,
+        "ground_truth": ex.output,
+        "negatives": [ex.baselines[n] for n in names],
+        "negative_names": names,
     }
 
 
@@ -226,14 +285,25 @@ def verl_row(ex: RubricExample, split: str, index: int) -> dict:
         "prompt": induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history]),
         "ability": "personalized_rubrics",
         "reward_model": {"style": "rule", "ground_truth": ex.output},
-        "extra_info": {"split": split, "index": index, "id": ex.id, "user_id": ex.user_id, "metadata": ex.input,
-                       "profile": [h.model_dump() for h in ex.history],
-                       "baseline": dict(ex.baselines)},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "id": ex.id,
+            "user_id": ex.user_id,
+            "metadata": ex.input,
+            "profile": [h.model_dump() for h in ex.history],
+            "baseline": dict(ex.baselines),
+        },
     }
 
 
-def build_parl(examples: Sequence[RubricExample], out_dir: Path, seed: int = 0, sources: dict | None = None,
-               synthetic: bool = False) -> dict[str, int]:
+def build_parl(
+    examples: Sequence[RubricExample],
+    out_dir: Path,
+    seed: int = 0,
+    sources: dict | None = None,
+    synthetic: bool = False,
+) -> dict[str, int]:
     """Write the dataset (train / test by user) and its verl parquet files; return the split sizes."""
     import pandas as pd
     from datasets import Dataset, DatasetDict
@@ -243,21 +313,31 @@ def build_parl(examples: Sequence[RubricExample], out_dir: Path, seed: int = 0, 
         splits[split_of(ex.user_id, seed)].append(ex)
     for name, rows in splits.items():
         if not rows:
-            raise InputError(out_dir, f"split {name!r} would be empty ({len(examples)} users in all); more users "
-                                      "are needed")
+            raise InputError(
+                out_dir, f"split {name!r} would be empty ({len(examples)} users in all); more users are needed"
+            )
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     DatasetDict({s: Dataset.from_list([grpo_row(ex) for ex in rows]) for s, rows in splits.items()}).save_to_disk(
-        str(tmp))
+        str(tmp)
+    )
     (tmp / "verl").mkdir()
     for s, rows in splits.items():
         pd.DataFrame([verl_row(ex, s, i) for i, ex in enumerate(rows)]).to_parquet(tmp / "verl" / f"{s}.parquet")
     sizes = {s: len(rows) for s, rows in splits.items()}
-    write_json(tmp / "build_info.json", {
-        "task": "rubric", "parl_task": sorted({ex.task for ex in examples}), "synthetic": synthetic, "seed": seed,
-        "splits": sizes, "generators": sorted({g for ex in examples for g in ex.baselines}),
-        "history_size": max(len(ex.history) for ex in examples), "sources": sources or {},
-        "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
-    })
+    write_json(
+        tmp / "build_info.json",
+        {
+            "task": "rubric",
+            "parl_task": sorted({ex.task for ex in examples}),
+            "synthetic": synthetic,
+            "seed": seed,
+            "splits": sizes,
+            "generators": sorted({g for ex in examples for g in ex.baselines}),
+            "history_size": max(len(ex.history) for ex in examples),
+            "sources": sources or {},
+            "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
+        },
+    )
     if out_dir.exists():
         import shutil
 
@@ -266,8 +346,15 @@ def build_parl(examples: Sequence[RubricExample], out_dir: Path, seed: int = 0, 
     return sizes
 
 
-def prepare_parl(raw_dir: Path, out_dir: Path, tasks: Sequence[str] = TASKS, baselines: Sequence[Path] = (),
-                 seed: int = 0, min_history: int = 1, history_size: int = HISTORY_SIZE) -> dict[str, dict[str, int]]:
+def prepare_parl(
+    raw_dir: Path,
+    out_dir: Path,
+    tasks: Sequence[str] = TASKS,
+    baselines: Sequence[Path] = (),
+    seed: int = 0,
+    min_history: int = 1,
+    history_size: int = HISTORY_SIZE,
+) -> dict[str, dict[str, int]]:
     """Read every task in ``raw_dir/<task>/``, attach negatives, write ``out_dir/parl_<task>``.
 
     Negatives come from ``baselines`` files, or by default from ``raw_dir/<task>/baselines.jsonl``
@@ -287,6 +374,5 @@ def prepare_parl(raw_dir: Path, out_dir: Path, tasks: Sequence[str] = TASKS, bas
                 raise InputError(f, "missing negatives file (write it with `persetrain generate-baselines`)")
         examples = attach_baselines(examples, files)
         sources = {"raw": str(folder), "baselines": [str(f) for f in files]}
-        written[task] = build_parl(examples, out_dir / f"parl_{task}", seed=seed, sources=sources,
-                                   synthetic=synthetic)
+        written[task] = build_parl(examples, out_dir / f"parl_{task}", seed=seed, sources=sources, synthetic=synthetic)
     return written

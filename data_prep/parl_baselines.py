@@ -63,23 +63,40 @@ def retrieve(example: RubricExample, k: int = RAG_K) -> list[tuple[str, str]]:
     return [items[j] for j in order[:k]]
 
 
-def generate_baselines(examples: Sequence[RubricExample], generators: Sequence[GeneratorSpec], out_dir: Path,
-                       make_engine: Callable[[str], object], seed: int = 0, batch_size: int = 16,
-                       max_new_tokens: int | None = None) -> dict[str, Path]:
+def generate_baselines(
+    examples: Sequence[RubricExample],
+    generators: Sequence[GeneratorSpec],
+    out_dir: Path,
+    make_engine: Callable[[str], object],
+    seed: int = 0,
+    batch_size: int = 16,
+    max_new_tokens: int | None = None,
+) -> dict[str, Path]:
     """Write every generator's output for every example; return the file of each generator."""
     written = {}
     for spec in generators:
         engine = make_engine(spec.model)
-        requests = {ex.id: generation_request(ex.task, ex.input, retrieve(ex) if spec.kind == "rag" else (),
-                                              id=ex.id) for ex in examples}
-        params = {ex.id: GenerationParams(max_new_tokens=max_new_tokens or GENERATE_TOKENS[ex.task], seed=seed)
-                  for ex in examples}
+        requests = {
+            ex.id: generation_request(ex.task, ex.input, retrieve(ex) if spec.kind == "rag" else (), id=ex.id)
+            for ex in examples
+        }
+        params = {
+            ex.id: GenerationParams(max_new_tokens=max_new_tokens or GENERATE_TOKENS[ex.task], seed=seed)
+            for ex in examples
+        }
 
         def check(key: str, text: str, name: str = spec.name) -> dict | None:
             text = text.strip()
             return {"generator": name, "output": text} if text else None
 
-        result = run_step(engine, requests, params, check, out_dir / f"{spec.name}.jsonl",
-                          name=f"baseline {spec.name}", batch_size=batch_size)
+        result = run_step(
+            engine,
+            requests,
+            params,
+            check,
+            out_dir / f"{spec.name}.jsonl",
+            name=f"baseline {spec.name}",
+            batch_size=batch_size,
+        )
         written[spec.name] = result.path
     return written

@@ -47,41 +47,59 @@ TRAITS_PER_USER = 3
 
 _SYLLABLES = ("ka", "lo", "mi", "ren", "ta", "vel", "or", "sa", "di", "bren", "mar", "tho", "li", "ne", "zo", "ru")
 _SIGNOFFS = ("cheers, {name}", "- {name} out", "that's all from {name}", "peace, {name}", "over and out, {name}")
-_QUESTIONS = ("what more could you ask for?", "who even needs more?", "isn't that the whole point?",
-              "why settle for less?", "what's not to like?")
+_QUESTIONS = (
+    "what more could you ask for?",
+    "who even needs more?",
+    "isn't that the whole point?",
+    "why settle for less?",
+    "what's not to like?",
+)
 _TOPICS = ("my cat", "my morning coffee", "the garden", "my long commute", "my grandkids", "the camper van")
 _OPENERS = ("Okay so,", "Quick thoughts:", "Well, friends,", "Real talk:", "Alright then,")
 _PET_WORDS = ("Finally", "Wow", "Breaking", "Again", "Big")
 
 # Amazon-like products: (noun, category, two features).
-_PRODUCTS = (("kettle", "Kitchen", "boils fast", "has a long cord"), ("desk lamp", "Home", "is bright", "folds flat"),
-             ("backpack", "Travel", "holds a laptop", "has many pockets"),
-             ("water bottle", "Sports", "keeps drinks cold", "does not leak"),
-             ("blender", "Kitchen", "crushes ice", "is easy to clean"), ("pillow", "Home", "stays cool", "is firm"),
-             ("headphones", "Electronics", "block noise", "charge quickly"),
-             ("rain jacket", "Clothing", "keeps the rain out", "packs small"),
-             ("frying pan", "Kitchen", "heats evenly", "is nonstick"),
-             ("notebook", "Office", "lies flat", "has thick paper"),
-             ("phone stand", "Electronics", "holds any phone", "feels solid"),
-             ("yoga mat", "Sports", "grips well", "rolls up tight"))
+_PRODUCTS = (
+    ("kettle", "Kitchen", "boils fast", "has a long cord"),
+    ("desk lamp", "Home", "is bright", "folds flat"),
+    ("backpack", "Travel", "holds a laptop", "has many pockets"),
+    ("water bottle", "Sports", "keeps drinks cold", "does not leak"),
+    ("blender", "Kitchen", "crushes ice", "is easy to clean"),
+    ("pillow", "Home", "stays cool", "is firm"),
+    ("headphones", "Electronics", "block noise", "charge quickly"),
+    ("rain jacket", "Clothing", "keeps the rain out", "packs small"),
+    ("frying pan", "Kitchen", "heats evenly", "is nonstick"),
+    ("notebook", "Office", "lies flat", "has thick paper"),
+    ("phone stand", "Electronics", "holds any phone", "feels solid"),
+    ("yoga mat", "Sports", "grips well", "rolls up tight"),
+)
 _ADJECTIVES = ("Classic", "Compact", "Deluxe", "Everyday", "Pro", "Ultra", "Simple", "Modern")
 # Reddit-like posts: (subreddit topic, a question asked, a detail).
-_POSTS = (("sourdough baking", "why my loaf stays flat", "I feed the starter twice a day"),
-          ("learning guitar", "how to practice chords faster", "I practice after work for an hour"),
-          ("running a first marathon", "how to pace the last miles", "my long runs are at ten miles now"),
-          ("moving to a new city", "how to meet people", "I work from home most days"),
-          ("fixing an old bike", "which chain to buy", "the gears slip on hills"),
-          ("growing tomatoes", "why the leaves turn yellow", "I water them every morning"),
-          ("saving for a trip", "how to budget for food", "the trip is in six months"),
-          ("painting a bedroom", "which roller to use", "the walls are old plaster"),
-          ("adopting a dog", "how to crate train", "the dog is two years old"),
-          ("learning to code", "which language to start with", "I have weekends free"))
+_POSTS = (
+    ("sourdough baking", "why my loaf stays flat", "I feed the starter twice a day"),
+    ("learning guitar", "how to practice chords faster", "I practice after work for an hour"),
+    ("running a first marathon", "how to pace the last miles", "my long runs are at ten miles now"),
+    ("moving to a new city", "how to meet people", "I work from home most days"),
+    ("fixing an old bike", "which chain to buy", "the gears slip on hills"),
+    ("growing tomatoes", "why the leaves turn yellow", "I water them every morning"),
+    ("saving for a trip", "how to budget for food", "the trip is in six months"),
+    ("painting a bedroom", "which roller to use", "the walls are old plaster"),
+    ("adopting a dog", "how to crate train", "the dog is two years old"),
+    ("learning to code", "which language to start with", "I have weekends free"),
+)
 # News: (event, subject, a count).
-_EVENTS = (("council approves", "new bike lanes", 12), ("residents protest", "plan to close the library", 300),
-           ("school opens", "solar-powered gym", 2), ("storm damages", "harbour boats", 40),
-           ("farmers report", "record apple harvest", 5), ("museum unveils", "restored train engine", 1),
-           ("hospital adds", "night clinic", 3), ("market returns", "after two-year break", 60),
-           ("team wins", "regional chess title", 4), ("bridge closes", "for urgent repairs", 8))
+_EVENTS = (
+    ("council approves", "new bike lanes", 12),
+    ("residents protest", "plan to close the library", 300),
+    ("school opens", "solar-powered gym", 2),
+    ("storm damages", "harbour boats", 40),
+    ("farmers report", "record apple harvest", 5),
+    ("museum unveils", "restored train engine", 1),
+    ("hospital adds", "night clinic", 3),
+    ("market returns", "after two-year break", 60),
+    ("team wins", "regional chess title", 4),
+    ("bridge closes", "for urgent repairs", 8),
+)
 
 
 def _name(rng: random.Random) -> str:
@@ -102,9 +120,15 @@ class User:
 def _user(rng: random.Random, task: str, index: int) -> User:
     kind = "headline" if task == "news" else "prose"
     name = _name(rng)
-    return User(id=f"{task}-user-{index:03d}", traits=tuple(rng.sample(TRAITS[kind], TRAITS_PER_USER)),
-                signoff=rng.choice(_SIGNOFFS).format(name=name), question=rng.choice(_QUESTIONS),
-                topic=rng.choice(_TOPICS), opener=rng.choice(_OPENERS), pet_word=rng.choice(_PET_WORDS))
+    return User(
+        id=f"{task}-user-{index:03d}",
+        traits=tuple(rng.sample(TRAITS[kind], TRAITS_PER_USER)),
+        signoff=rng.choice(_SIGNOFFS).format(name=name),
+        question=rng.choice(_QUESTIONS),
+        topic=rng.choice(_TOPICS),
+        opener=rng.choice(_OPENERS),
+        pet_word=rng.choice(_PET_WORDS),
+    )
 
 
 # ------------------------------------------------------------------------------- prose styling
@@ -112,8 +136,12 @@ def _prose(long: list[str], short: list[str], user: User, traits: tuple[str, ...
     """Join content sentences (long or short versions) and apply the given signatures."""
     sentences = list(short if "short_sentences" in traits else long)
     if "topic_word" in traits:
-        sentences.insert(1, f"As always, {user.topic} plays a part" if "short_sentences" in traits
-                         else f"As always, {user.topic} plays a part in this, since it shapes most of my days")
+        sentences.insert(
+            1,
+            f"As always, {user.topic} plays a part"
+            if "short_sentences" in traits
+            else f"As always, {user.topic} plays a part in this, since it shapes most of my days",
+        )
     end = "!" if "exclaim" in traits else "."
     text = " ".join(s + end for s in sentences)
     if "question" in traits:  # with ``exclaim`` it ends "?!": every sentence still ends with "!"
@@ -128,9 +156,11 @@ def _prose(long: list[str], short: list[str], user: User, traits: tuple[str, ...
 def _review(user: User, product: tuple, rating: int, traits: tuple[str, ...]) -> tuple[str, str]:
     noun, _, f1, f2 = product
     verdict = {5: "I love it", 4: "I like it a lot", 3: "It is okay", 2: "I am a bit disappointed", 1: "I regret it"}
-    long = [f"This {noun} {f1}, which is exactly what I was hoping for when I ordered it last month",
-            f"It also {f2}, although I would still have liked a slightly lower price for the quality",
-            f"{verdict[rating]} after using it every day for a few weeks in a row"]
+    long = [
+        f"This {noun} {f1}, which is exactly what I was hoping for when I ordered it last month",
+        f"It also {f2}, although I would still have liked a slightly lower price for the quality",
+        f"{verdict[rating]} after using it every day for a few weeks in a row",
+    ]
     short = [f"This {noun} {f1}", f"It also {f2}", f"{verdict[rating]}"]
     title = f"{verdict[rating]} this {noun}"
     return _prose(long, short, user, traits), (title.lower() if "lowercase" in traits else title)
@@ -138,9 +168,11 @@ def _review(user: User, product: tuple, rating: int, traits: tuple[str, ...]) ->
 
 def _post(user: User, post: tuple, traits: tuple[str, ...]) -> str:
     topic, asked, detail = post
-    long = [f"I have been getting into {topic} lately and I keep running into the same problem every week",
-            f"The context is that {detail}, so my routine is fairly steady by now",
-            f"Does anyone here know {asked}, because the guides I found did not really help"]
+    long = [
+        f"I have been getting into {topic} lately and I keep running into the same problem every week",
+        f"The context is that {detail}, so my routine is fairly steady by now",
+        f"Does anyone here know {asked}, because the guides I found did not really help",
+    ]
     short = [f"I started {topic}", f"Some context: {detail}", f"I need to know {asked}"]
     return _prose(long, short, user, traits)
 
@@ -168,9 +200,11 @@ def _headline(user: User, event: tuple, place: str, traits: tuple[str, ...]) -> 
 
 def _article(event: tuple, place: str) -> str:
     action, subject, count = event
-    return (f"{place} {action} {subject}, officials said on Tuesday. The decision follows months of meetings, "
-            f"and {count} local groups took part in the process. Supporters say the change will help families, "
-            f"while critics worry about the cost. Work is expected to start next spring.")
+    return (
+        f"{place} {action} {subject}, officials said on Tuesday. The decision follows months of meetings, "
+        f"and {count} local groups took part in the process. Supporters say the change will help families, "
+        f"while critics worry about the cost. Work is expected to start next spring."
+    )
 
 
 # ----------------------------------------------------------------------------------- writing
@@ -182,12 +216,15 @@ class ParlSample:
 
 
 def _negatives(user: User, target_id: str, render) -> list[dict]:
-    return [{"id": target_id, "generator": "synthetic-non", "output": render(())},
-            {"id": target_id, "generator": "synthetic-rag", "output": render(user.traits[:1])}]
+    return [
+        {"id": target_id, "generator": "synthetic-non", "output": render(())},
+        {"id": target_id, "generator": "synthetic-rag", "output": render(user.traits[:1])},
+    ]
 
 
-def write_parl_sample(out_dir: str | Path, seed: int = 0, n_users: int = 32,
-                      items_per_user: tuple[int, int] = (6, 12)) -> ParlSample:
+def write_parl_sample(
+    out_dir: str | Path, seed: int = 0, n_users: int = 32, items_per_user: tuple[int, int] = (6, 12)
+) -> ParlSample:
     """Write the synthetic PARL raw files under ``out_dir`` (``amazon/``, ``reddit/``, ``news/``).
 
     The same arguments always write the same bytes; each task draws from its own random stream.
@@ -205,18 +242,33 @@ def write_parl_sample(out_dir: str | Path, seed: int = 0, n_users: int = 32,
         for j in range(n):
             product = rng.choice(_PRODUCTS)
             asin = f"B{rng.randrange(10**8):08d}"
-            meta[asin] = {"parent_asin": asin, "title": f"{rng.choice(_ADJECTIVES)} {product[0].title()}",
-                          "main_category": product[1],
-                          "description": [f"A {product[0]} that {product[2]} and {product[3]}."]}
+            meta[asin] = {
+                "parent_asin": asin,
+                "title": f"{rng.choice(_ADJECTIVES)} {product[0].title()}",
+                "main_category": product[1],
+                "description": [f"A {product[0]} that {product[2]} and {product[3]}."],
+            }
             rating = rng.choice((3, 4, 4, 5, 5, 2))
             text, title = _review(user, product, rating, user.traits)
-            reviews.append({"rating": float(rating), "title": title, "text": text, "parent_asin": asin,
-                            "user_id": user.id, "timestamp": 1_600_000_000_000 + j * 86_400_000 + u})
+            reviews.append(
+                {
+                    "rating": float(rating),
+                    "title": title,
+                    "text": text,
+                    "parent_asin": asin,
+                    "user_id": user.id,
+                    "timestamp": 1_600_000_000_000 + j * 86_400_000 + u,
+                }
+            )
             if j == n - 1:
-                baselines += _negatives(user, f"amazon:{user.id}",
-                                        lambda t, p=product, r=rating, user=user: _review(user, p, r, t)[0])
-    files["amazon"] = [root / "amazon" / "reviews.jsonl", root / "amazon" / "meta.jsonl",
-                       root / "amazon" / "baselines.jsonl"]
+                baselines += _negatives(
+                    user, f"amazon:{user.id}", lambda t, p=product, r=rating, user=user: _review(user, p, r, t)[0]
+                )
+    files["amazon"] = [
+        root / "amazon" / "reviews.jsonl",
+        root / "amazon" / "meta.jsonl",
+        root / "amazon" / "baselines.jsonl",
+    ]
     write_jsonl(files["amazon"][0], reviews)
     write_jsonl(files["amazon"][1], list(meta.values()))
     write_jsonl(files["amazon"][2], baselines)
@@ -227,11 +279,19 @@ def write_parl_sample(out_dir: str | Path, seed: int = 0, n_users: int = 32,
         user = _user(rng, "reddit", u)
         truth["users"][user.id] = list(user.traits)
         posts = [rng.choice(_POSTS) for _ in range(rng.randint(*items_per_user))]
-        profile = [{"id": f"{user.id}-{j}", "summary": f"Asking about {p[0]}: {p[1]}",
-                    "content": _post(user, p, user.traits)} for j, p in enumerate(posts[:-1])]
+        profile = [
+            {"id": f"{user.id}-{j}", "summary": f"Asking about {p[0]}: {p[1]}", "content": _post(user, p, user.traits)}
+            for j, p in enumerate(posts[:-1])
+        ]
         target = posts[-1]
-        records.append({"name": user.id, "input": f"Asking about {target[0]}: {target[1]}",
-                        "output": _post(user, target, user.traits), "profile": profile})
+        records.append(
+            {
+                "name": user.id,
+                "input": f"Asking about {target[0]}: {target[1]}",
+                "output": _post(user, target, user.traits),
+                "profile": profile,
+            }
+        )
         baselines += _negatives(user, f"reddit:{user.id}", lambda t, p=target, user=user: _post(user, p, t))
     files["reddit"] = [root / "reddit" / "topic_writing.jsonl", root / "reddit" / "baselines.jsonl"]
     write_jsonl(files["reddit"][0], records)
@@ -242,15 +302,24 @@ def write_parl_sample(out_dir: str | Path, seed: int = 0, n_users: int = 32,
     for u in range(n_users):
         user = _user(rng, "news", u)
         truth["users"][user.id] = list(user.traits)
-        items = [(rng.choice(_EVENTS), _name(rng).capitalize() + rng.choice(("ton", "ville", "ford")))
-                 for _ in range(rng.randint(*items_per_user))]
-        profile = [{"id": f"{user.id}-{j}", "text": _article(e, place), "title": _headline(user, e, place, user.traits)}
-                   for j, (e, place) in enumerate(items[:-1])]
+        items = [
+            (rng.choice(_EVENTS), _name(rng).capitalize() + rng.choice(("ton", "ville", "ford")))
+            for _ in range(rng.randint(*items_per_user))
+        ]
+        profile = [
+            {"id": f"{user.id}-{j}", "text": _article(e, place), "title": _headline(user, e, place, user.traits)}
+            for j, (e, place) in enumerate(items[:-1])
+        ]
         event, place = items[-1]
         qid = f"news-{u:03d}"
-        questions.append({"id": qid, "user_id": user.id,
-                          "input": f"Generate a headline for the following article: {_article(event, place)}",
-                          "profile": profile})
+        questions.append(
+            {
+                "id": qid,
+                "user_id": user.id,
+                "input": f"Generate a headline for the following article: {_article(event, place)}",
+                "profile": profile,
+            }
+        )
         golds.append({"id": qid, "output": _headline(user, event, place, user.traits)})
         baselines += _negatives(user, f"news:{qid}", lambda t, e=event, p=place, user=user: _headline(user, e, p, t))
     files["news"] = [root / "news" / name for name in ("questions.json", "outputs.json", "baselines.jsonl")]

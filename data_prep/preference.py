@@ -53,20 +53,36 @@ def _messages(request: ChatRequest) -> list[dict[str, str]]:
 
 def listwise_row(group: Group) -> dict:
     """The group as an ``McqExample`` (``preference`` holds the person, ``question`` the request) plus contexts."""
-    return {"id": group.id, "source": group.source, "topic": group.topic, "person_label": group.person_label,
-            "preference": group.person, "question": group.request, "options": list(group.options),
-            "gold": group.gold, "explanation": group.explanation,
-            "prompt": rm_context(group.person, group.request, group.person_label),
-            "prompt_blind": rm_context(None, group.request)}
+    return {
+        "id": group.id,
+        "source": group.source,
+        "topic": group.topic,
+        "person_label": group.person_label,
+        "preference": group.person,
+        "question": group.request,
+        "options": list(group.options),
+        "gold": group.gold,
+        "explanation": group.explanation,
+        "prompt": rm_context(group.person, group.request, group.person_label),
+        "prompt_blind": rm_context(None, group.request),
+    }
 
 
 def pair_rows(group: Group) -> list[dict]:
     """One row per option other than the preferred one: ``chosen`` is always ``options[gold]``."""
-    base = {"group_id": group.id, "source": group.source, "topic": group.topic,
-            "prompt": rm_context(group.person, group.request, group.person_label),
-            "prompt_blind": rm_context(None, group.request), "chosen": group.options[group.gold]}
-    return [{"id": f"{group.id}:{k}", **base, "rejected": option}
-            for k, option in enumerate(group.options) if k != group.gold]
+    base = {
+        "group_id": group.id,
+        "source": group.source,
+        "topic": group.topic,
+        "prompt": rm_context(group.person, group.request, group.person_label),
+        "prompt_blind": rm_context(None, group.request),
+        "chosen": group.options[group.gold],
+    }
+    return [
+        {"id": f"{group.id}:{k}", **base, "rejected": option}
+        for k, option in enumerate(group.options)
+        if k != group.gold
+    ]
 
 
 def verifier_rows(group: Group) -> list[dict]:
@@ -74,12 +90,22 @@ def verifier_rows(group: Group) -> list[dict]:
     rows = []
     for k, option in enumerate(group.options):
         label = VERIFIER_CHOICES[0] if k == group.gold else VERIFIER_CHOICES[1]
-        prompt = VERIFIER.render(person_label=group.person_label, person=group.person, request=group.request,
-                                 candidate=option)
+        prompt = VERIFIER.render(
+            person_label=group.person_label, person=group.person, request=group.request, candidate=option
+        )
         blind = VERIFIER_BLIND.render(request=group.request, candidate=option)
-        rows.append({"id": f"{group.id}:{k}", "group_id": group.id, "source": group.source, "topic": group.topic,
-                     "label": label, "prompt": _messages(prompt), "prompt_blind": _messages(blind),
-                     "completion": [{"role": "assistant", "content": label}]})
+        rows.append(
+            {
+                "id": f"{group.id}:{k}",
+                "group_id": group.id,
+                "source": group.source,
+                "topic": group.topic,
+                "label": label,
+                "prompt": _messages(prompt),
+                "prompt_blind": _messages(blind),
+                "completion": [{"role": "assistant", "content": label}],
+            }
+        )
     return rows
 
 
@@ -100,8 +126,12 @@ def _check_unique(reads: Sequence[SourceRead]) -> None:
         where = read.source.get("path") or ", ".join(read.source.get("paths", []))
         for group in read.groups:
             if group.id in owner:
-                raise InputError(where, f"group {group.id!r} also comes from {owner[group.id]}; give each source once",
-                                 record=group.id, field="id")
+                raise InputError(
+                    where,
+                    f"group {group.id!r} also comes from {owner[group.id]}; give each source once",
+                    record=group.id,
+                    field="id",
+                )
             owner[group.id] = where
 
 
@@ -109,8 +139,12 @@ def _dataset_dict(rows: dict[str, list[dict]]) -> DatasetDict:
     """One schema for every split (an empty validation split included), taken from the train rows."""
     features = Dataset.from_list(rows[TRAIN]).features
     # ``from_list([])`` would drop the columns; an empty split still needs them.
-    return DatasetDict({split: Dataset.from_dict({k: [row[k] for row in r] for k in features}, features=features)
-                        for split, r in rows.items()})
+    return DatasetDict(
+        {
+            split: Dataset.from_dict({k: [row[k] for row in r] for k in features}, features=features)
+            for split, r in rows.items()
+        }
+    )
 
 
 def _replace(tmp: Path, final: Path) -> None:
@@ -124,8 +158,9 @@ def _replace(tmp: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
-def write_views(rows: dict[str, dict[str, list[dict]]], out: Path, reads: Sequence[SourceRead],
-                settings: dict) -> dict[str, Path]:
+def write_views(
+    rows: dict[str, dict[str, list[dict]]], out: Path, reads: Sequence[SourceRead], settings: dict
+) -> dict[str, Path]:
     """Write every view with its ``README.md`` and ``build_info.json`` to a temporary folder, then rename."""
     sources = [read.source for read in reads]
     dropped = sum((read.dropped for read in reads), Counter())
@@ -183,8 +218,13 @@ def prepare_preference(
     rows = view_rows([group for read in reads for group in read.groups])
     if not rows["listwise"][TRAIN]:
         raise InputError(out, "the train split would be empty: every group of the sources fell in validation")
-    settings = {"seed": seed, "holdout_topics": list(holdout_topics), "profile_items": profile_items,
-                "profile_words": profile_words, "max_pairs_per_person": max_pairs_per_person}
+    settings = {
+        "seed": seed,
+        "holdout_topics": list(holdout_topics),
+        "profile_items": profile_items,
+        "profile_words": profile_words,
+        "max_pairs_per_person": max_pairs_per_person,
+    }
     written = write_views(rows, Path(out), reads, settings)
     for view, path in written.items():
         sizes = {split: len(r) for split, r in rows[view].items()}

@@ -19,26 +19,26 @@ VIEWS: dict[str, dict[str, str]] = {
         "title": "listwise: one row per question",
         "format": "persetrain mcq records (`persetrain evaluate --data` reads them) plus reward-model contexts",
         "columns": "`id`, `source`, `topic`, `person_label`, `preference` (the person: a stated preference or a "
-                   "profile), `question` (the request), `options` (list[str], shuffled), `gold` (index of the "
-                   "preferred option), `explanation`, `prompt` (= `rm_context(preference, question, person_label)`), "
-                   "`prompt_blind` (= `rm_context(None, question)`).",
+        "profile), `question` (the request), `options` (list[str], shuffled), `gold` (index of the "
+        "preferred option), `explanation`, `prompt` (= `rm_context(preference, question, person_label)`), "
+        "`prompt_blind` (= `rm_context(None, question)`).",
     },
     "pairs": {
         "task": "preference_pairs",
         "title": "pairs: one row per (preferred, other) option pair",
         "format": "TRL RewardTrainer, standard (non-conversational) preference format with an explicit prompt",
         "columns": "`id` (`<group_id>:<index of the rejected option>`), `group_id` (the listwise row), `source`, "
-                   "`topic`, `prompt` (the reward model's context, ends with `Answer: `), `prompt_blind` (the "
-                   "context without the person), `chosen` (the preferred option), `rejected` (another option).",
+        "`topic`, `prompt` (the reward model's context, ends with `Answer: `), `prompt_blind` (the "
+        "context without the person), `chosen` (the preferred option), `rejected` (another option).",
     },
     "verifier": {
         "task": "verifier_sft",
         "title": "verifier: one yes/no row per option",
         "format": "TRL SFTTrainer, conversational prompt-completion format (`persetrain sft` reads it)",
         "columns": "`id` (`<group_id>:<option index>`), `group_id`, `source`, `topic`, `label` (`yes` for the "
-                   "preferred option, else `no`), `prompt` (system + user messages of the VERIFIER template), "
-                   "`prompt_blind` (the VERIFIER_BLIND messages), `completion` "
-                   "(`[{\"role\": \"assistant\", \"content\": label}]`).",
+        "preferred option, else `no`), `prompt` (system + user messages of the VERIFIER template), "
+        "`prompt_blind` (the VERIFIER_BLIND messages), `completion` "
+        '(`[{"role": "assistant", "content": label}]`).',
     },
 }
 
@@ -47,41 +47,61 @@ SPLIT_RULE = (
     "other topic is in train (default: none held out, so every PrefEval topic is in train and PrefEval adds "
     "nothing to validation). PerSE and reference sources keep their own person-disjoint train/test split "
     "(test -> validation); a source with one split is split by person, validation when "
-    "`int(sha256(f\"{seed}:{person_id}\"), 16) % 4 == 0`. The three views share the split of their group, so "
+    '`int(sha256(f"{seed}:{person_id}"), 16) % 4 == 0`. The three views share the split of their group, so '
     "no question, reviewer pair or user input is in two splits of any of them."
 )
 
 
 def _counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
     """Rows per ``source/topic`` per split."""
-    return {split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
-            for split, split_rows in rows.items()}
+    return {
+        split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
+        for split, split_rows in rows.items()
+    }
 
 
 def _balance(view: str, rows: Mapping[str, Sequence[dict]]) -> dict[str, dict]:
     if view == "listwise":
-        return {split: {"gold_position": dict(sorted(Counter(str(r["gold"]) for r in split_rows).items()))}
-                for split, split_rows in rows.items()}
+        return {
+            split: {"gold_position": dict(sorted(Counter(str(r["gold"]) for r in split_rows).items()))}
+            for split, split_rows in rows.items()
+        }
     if view == "verifier":
         out = {}
         for split, split_rows in rows.items():
             labels = Counter(r["label"] for r in split_rows)
-            out[split] = {"yes": labels["yes"], "no": labels["no"],
-                          "yes_share": round(labels["yes"] / len(split_rows), 4) if split_rows else None}
+            out[split] = {
+                "yes": labels["yes"],
+                "no": labels["no"],
+                "yes_share": round(labels["yes"] / len(split_rows), 4) if split_rows else None,
+            }
         return out
     return {split: {"pairs": len(split_rows)} for split, split_rows in rows.items()}
 
 
-def build_info(view: str, rows: Mapping[str, Sequence[dict]], sources: Sequence[dict], dropped: Mapping[str, int],
-               settings: Mapping[str, object]) -> dict:
+def build_info(
+    view: str,
+    rows: Mapping[str, Sequence[dict]],
+    sources: Sequence[dict],
+    dropped: Mapping[str, int],
+    settings: Mapping[str, object],
+) -> dict:
     """What ``build_info.json`` holds: the task kind (``persetrain.data`` reads it), sources, counts, settings."""
     prefeval = any(s["kind"] == "prefeval" for s in sources)
     return {
-        "name": view, "title": f"Preference data ({VIEWS[view]['title']})", "task": VIEWS[view]["task"],
-        "format": VIEWS[view]["format"], "license": "cc-by-nc-4.0" if prefeval else None,
-        "synthetic": any(s.get("synthetic") for s in sources), "sources": list(sources), "params": dict(settings),
-        "splits": {split: len(r) for split, r in rows.items()}, "counts": _counts(rows),
-        "class_balance": _balance(view, rows), "dropped": dict(dropped), "split_rule": SPLIT_RULE,
+        "name": view,
+        "title": f"Preference data ({VIEWS[view]['title']})",
+        "task": VIEWS[view]["task"],
+        "format": VIEWS[view]["format"],
+        "license": "cc-by-nc-4.0" if prefeval else None,
+        "synthetic": any(s.get("synthetic") for s in sources),
+        "sources": list(sources),
+        "params": dict(settings),
+        "splits": {split: len(r) for split, r in rows.items()},
+        "counts": _counts(rows),
+        "class_balance": _balance(view, rows),
+        "dropped": dict(dropped),
+        "split_rule": SPLIT_RULE,
     }
 
 
@@ -89,11 +109,16 @@ def _source_lines(sources: Sequence[dict]) -> list[str]:
     lines = []
     for s in sources:
         if s["kind"] == "prefeval":
-            lines.append(f"- PrefEval ({s['citation']}), folders {', '.join(f'`{p}`' for p in s['paths'])}. "
-                         f"License: **{s['license']}** (attribution, non-commercial use only).")
+            lines.append(
+                f"- PrefEval ({s['citation']}), folders {', '.join(f'`{p}`' for p in s['paths'])}. "
+                f"License: **{s['license']}** (attribution, non-commercial use only)."
+            )
         else:
-            lines.append(f"- {s['kind']}: `{s['path']}`" + (" (**synthetic** data)" if s.get("synthetic") else "")
-                         + f"; license {s['license']}.")
+            lines.append(
+                f"- {s['kind']}: `{s['path']}`"
+                + (" (**synthetic** data)" if s.get("synthetic") else "")
+                + f"; license {s['license']}."
+            )
     return lines
 
 
@@ -104,19 +129,31 @@ def readme(info: dict) -> str:
     table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
     table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
     table.append("| **all** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
-    header = f"---\npretty_name: \"{info['title']}\"\n" + (f"license: {info['license']}\n" if info["license"] else "")
+    header = f'---\npretty_name: "{info["title"]}"\n' + (f"license: {info['license']}\n" if info["license"] else "")
     header += "tags:\n- persetrain\n- preference\n- personalized-evaluation\n"
     header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
     view = VIEWS[info["name"]]
     parts = [
-        header, f"# {info['title']}\n",
+        header,
+        f"# {info['title']}\n",
         f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
         "(`data_prep/preference.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
-        "## Sources\n", "\n".join(_source_lines(info["sources"])), "",
-        "## Splits\n", info["split_rule"] + "\n", "\n".join(table), "",
-        "## Class balance\n", "\n".join(f"- {split}: {value}" for split, value in info["class_balance"].items()), "",
-        "## Columns\n", view["columns"], "",
-        "## Settings\n", "\n".join(f"- {key}: {value}" for key, value in info["params"].items()), "",
+        "## Sources\n",
+        "\n".join(_source_lines(info["sources"])),
+        "",
+        "## Splits\n",
+        info["split_rule"] + "\n",
+        "\n".join(table),
+        "",
+        "## Class balance\n",
+        "\n".join(f"- {split}: {value}" for split, value in info["class_balance"].items()),
+        "",
+        "## Columns\n",
+        view["columns"],
+        "",
+        "## Settings\n",
+        "\n".join(f"- {key}: {value}" for key, value in info["params"].items()),
+        "",
     ]
     if info["dropped"]:
         parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]

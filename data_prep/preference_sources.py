@@ -68,8 +68,10 @@ class SourceRead:
 
 # ------------------------------------------------------------------------------------------ PrefEval
 PREFEVAL_LICENSE = "CC BY-NC 4.0"
-PREFEVAL_CITATION = ("Zhao et al., Do LLMs Recognize Your Preferences? Evaluating Personalized Preference "
-                     "Following in LLMs, ICLR 2025 (github.com/amazon-science/PrefEval)")
+PREFEVAL_CITATION = (
+    "Zhao et al., Do LLMs Recognize Your Preferences? Evaluating Personalized Preference "
+    "Following in LLMs, ICLR 2025 (github.com/amazon-science/PrefEval)"
+)
 
 
 def _topics(folders: Sequence[Path]) -> dict[str, Path]:
@@ -80,8 +82,9 @@ def _topics(folders: Sequence[Path]) -> dict[str, Path]:
             raise InputError(folder, "no PrefEval topic files: expected mcq_options/*.json, *.json or one .json file")
         for path in files:
             if path.stem in topics:
-                raise InputError(path, f"topic {path.stem!r} is also in {topics[path.stem]}; give each topic once",
-                                 field="topic")
+                raise InputError(
+                    path, f"topic {path.stem!r} is also in {topics[path.stem]}; give each topic once", field="topic"
+                )
             topics[path.stem] = path
     return topics
 
@@ -89,12 +92,20 @@ def _topics(folders: Sequence[Path]) -> dict[str, Path]:
 def _check_options(example: McqExample, path: Path, index: int) -> None:
     field = "classification_task_options"
     if len(example.options) < 2:
-        raise InputError(path, f"has only {len(example.options)} option; a preference pair needs at least 2",
-                         record=index, field=field)
+        raise InputError(
+            path,
+            f"has only {len(example.options)} option; a preference pair needs at least 2",
+            record=index,
+            field=field,
+        )
     gold = example.options[example.gold].strip()
     if sum(option.strip() == gold for option in example.options) > 1:
-        raise InputError(path, "a distractor is the same text as the preference-following (first) option, "
-                               "so no pair can tell them apart", record=index, field=field)
+        raise InputError(
+            path,
+            "a distractor is the same text as the preference-following (first) option, so no pair can tell them apart",
+            record=index,
+            field=field,
+        )
 
 
 def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) -> SourceRead:
@@ -103,22 +114,40 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
     where = ", ".join(str(f) for f in folders)
     unknown = sorted(set(holdout) - set(topics))
     if unknown:
-        raise InputError(where, f"unknown holdout topic(s) {', '.join(unknown)}; the topics are "
-                                f"{', '.join(sorted(topics))}", field="holdout_topics")
+        raise InputError(
+            where,
+            f"unknown holdout topic(s) {', '.join(unknown)}; the topics are {', '.join(sorted(topics))}",
+            field="holdout_topics",
+        )
     if set(topics) <= set(holdout):
         raise InputError(where, "every topic is held out: the train split would be empty", field="holdout_topics")
     groups = []
     for topic, path in topics.items():
         for index, ex in enumerate(read_topic(path, seed)):
             _check_options(ex, path, index)
-            groups.append(Group(id=ex.id, source="prefeval", topic=topic,
-                                split=VALIDATION if topic in holdout else TRAIN, person=ex.preference,
-                                person_label=PERSON_LABELS["preference"], request=ex.question,
-                                options=tuple(ex.options), gold=ex.gold, explanation=ex.explanation))
+            groups.append(
+                Group(
+                    id=ex.id,
+                    source="prefeval",
+                    topic=topic,
+                    split=VALIDATION if topic in holdout else TRAIN,
+                    person=ex.preference,
+                    person_label=PERSON_LABELS["preference"],
+                    request=ex.question,
+                    options=tuple(ex.options),
+                    gold=ex.gold,
+                    explanation=ex.explanation,
+                )
+            )
     if not groups:
         raise InputError(where, "no preference pairs: the topic files hold no questions")
-    source = {"kind": "prefeval", "paths": [str(f) for f in folders], "topics": {t: str(p) for t, p in topics.items()},
-              "license": PREFEVAL_LICENSE, "citation": PREFEVAL_CITATION}
+    source = {
+        "kind": "prefeval",
+        "paths": [str(f) for f in folders],
+        "topics": {t: str(p) for t, p in topics.items()},
+        "license": PREFEVAL_LICENSE,
+        "citation": PREFEVAL_CITATION,
+    }
     return SourceRead(groups, source, Counter())
 
 
@@ -149,8 +178,9 @@ def _read(path: Path, kinds: tuple[str, ...], flag: str, seed: int):
     for name in splits:
         task, examples = load_dataset(path, name, seed)
         if task.name not in kinds:
-            raise InputError(path, f"is a {task.name!r} dataset; {flag} takes a {' or '.join(kinds)} dataset",
-                             field="task")
+            raise InputError(
+                path, f"is a {task.name!r} dataset; {flag} takes a {' or '.join(kinds)} dataset", field="task"
+            )
         yield from ((name, splits, ex) for ex in examples)
 
 
@@ -162,28 +192,34 @@ def _synthetic(path: Path) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- PerSE
-def perse_groups(path: Path, seed: int, profile_items: int, profile_words: int,
-                 max_pairs_per_person: int | None = None) -> SourceRead:
+def perse_groups(
+    path: Path, seed: int, profile_items: int, profile_words: int, max_pairs_per_person: int | None = None
+) -> SourceRead:
     """Per reviewer, every two plots with different scores (at most ``max_pairs_per_person``, seeded)."""
     reviews: dict[str, dict[str, ProfileReview]] = defaultdict(dict)
     split: dict[str, str] = {}
     score_max: dict[str, int] = {}
     for source_split, splits, ex in _read(path, ("scalar",), "--perse", seed):
-        reviews[ex.reviewer_id][ex.query_plot_id] = ProfileReview(plot_id=ex.query_plot_id, plot=ex.query_plot,
-                                                                   review=ex.review, score=ex.score)
+        reviews[ex.reviewer_id][ex.query_plot_id] = ProfileReview(
+            plot_id=ex.query_plot_id, plot=ex.query_plot, review=ex.review, score=ex.score
+        )
         split[ex.reviewer_id] = _split(ex.reviewer_id, source_split, splits, seed)
         score_max[ex.reviewer_id] = ex.score_max
     topic, dropped, groups = path.name, Counter(), []
     for reviewer in track(sorted(reviews), description="PerSE pairs"):
         mine = reviews[reviewer]
-        pairs = [(a, b) for a, b in combinations(sorted(mine), 2)
-                 if mine[a].score != mine[b].score and mine[a].plot.strip() != mine[b].plot.strip()]
+        pairs = [
+            (a, b)
+            for a, b in combinations(sorted(mine), 2)
+            if mine[a].score != mine[b].score and mine[a].plot.strip() != mine[b].plot.strip()
+        ]
         if not pairs:
             dropped["reviewers whose texts all have one score (no pair)"] += 1
             continue
         if max_pairs_per_person is not None and len(pairs) > max_pairs_per_person:
-            dropped[f"pairs beyond {max_pairs_per_person} per reviewer (seeded sample)"] += \
+            dropped[f"pairs beyond {max_pairs_per_person} per reviewer (seeded sample)"] += (
                 len(pairs) - max_pairs_per_person
+            )
             pairs = sorted(random.Random(f"{seed}:{reviewer}").sample(pairs, max_pairs_per_person))
         for a, b in pairs:
             others = [mine[p] for p in sorted(mine) if p not in (a, b)]
@@ -194,15 +230,31 @@ def perse_groups(path: Path, seed: int, profile_items: int, profile_words: int,
             profile = random.Random(f"{seed}:{group_id}").sample(others, min(profile_items, len(others)))
             high, low = (a, b) if mine[a].score > mine[b].score else (b, a)
             options, gold = shuffle_options([mine[high].plot, mine[low].plot], f"{seed}-{group_id}")
-            groups.append(Group(id=group_id, source="perse", topic=topic, split=split[reviewer],
-                                person=reviews_person(profile, score_max[reviewer], profile_words),
-                                person_label=PERSON_LABELS["profile"], request=PLOT_REQUEST, options=tuple(options),
-                                gold=gold))
+            groups.append(
+                Group(
+                    id=group_id,
+                    source="perse",
+                    topic=topic,
+                    split=split[reviewer],
+                    person=reviews_person(profile, score_max[reviewer], profile_words),
+                    person_label=PERSON_LABELS["profile"],
+                    request=PLOT_REQUEST,
+                    options=tuple(options),
+                    gold=gold,
+                )
+            )
     if not groups:
-        raise InputError(path, "no preference pairs: no reviewer scored two of their texts differently "
-                               "(with a third text left for the profile)", field="score")
-    return SourceRead(groups, {"kind": "perse", "path": str(path), "synthetic": _synthetic(path),
-                               "license": "as the source dataset's"}, dropped)
+        raise InputError(
+            path,
+            "no preference pairs: no reviewer scored two of their texts differently "
+            "(with a third text left for the profile)",
+            field="score",
+        )
+    return SourceRead(
+        groups,
+        {"kind": "perse", "path": str(path), "synthetic": _synthetic(path), "license": "as the source dataset's"},
+        dropped,
+    )
 
 
 # ----------------------------------------------------------------------------------------- reference
@@ -211,8 +263,12 @@ def _own_and_others(path: Path, ex) -> tuple[str, str, list[str], str, dict[str,
     if hasattr(ex, "reference"):
         own = ex.reference or ex.outputs.get(GOLD, "")
         if not own.strip():
-            raise InputError(path, f"no text of the user's own: empty reference and no {GOLD!r} output",
-                             record=ex.id, field="reference")
+            raise InputError(
+                path,
+                f"no text of the user's own: empty reference and no {GOLD!r} output",
+                record=ex.id,
+                field="reference",
+            )
         topic = ex.id.split(":", 1)[0] if ":" in ex.id else "reference"
         return topic, ex.user_id, ex.profile, own, {k: v for k, v in ex.outputs.items() if k != GOLD}
     return ex.task, ex.user_id, [h.output for h in ex.history], ex.output, dict(ex.baselines)
@@ -228,11 +284,23 @@ def reference_groups(path: Path, seed: int, profile_items: int, profile_words: i
         if not rivals:
             continue
         options, gold = shuffle_options([own, *rivals], f"{seed}-{ex.id}")
-        groups.append(Group(id=ex.id, source="reference", topic=topic, split=_split(user, source_split, splits, seed),
-                            person=texts_person(earlier[-profile_items:], profile_words),
-                            person_label=PERSON_LABELS["profile"], request=ex.input, options=tuple(options),
-                            gold=gold))
+        groups.append(
+            Group(
+                id=ex.id,
+                source="reference",
+                topic=topic,
+                split=_split(user, source_split, splits, seed),
+                person=texts_person(earlier[-profile_items:], profile_words),
+                person_label=PERSON_LABELS["profile"],
+                request=ex.input,
+                options=tuple(options),
+                gold=gold,
+            )
+        )
     if not groups:
         raise InputError(path, "no preference pairs: every generator's text equals the user's own", field="outputs")
-    return SourceRead(groups, {"kind": "reference", "path": str(path), "synthetic": _synthetic(path),
-                               "license": "as the source dataset's"}, dropped)
+    return SourceRead(
+        groups,
+        {"kind": "reference", "path": str(path), "synthetic": _synthetic(path), "license": "as the source dataset's"},
+        dropped,
+    )

@@ -97,8 +97,17 @@ def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
                 raise InputError(path, f"option {k} is empty", record=index, field="classification_task_options")
         example_id = f"{topic}-{index}"
         options, gold = shuffle_options(item.classification_task_options, f"{seed}-{example_id}")
-        examples.append(McqExample(id=example_id, preference=item.preference, question=item.question,
-                                   options=options, gold=gold, topic=topic, explanation=item.explanation))
+        examples.append(
+            McqExample(
+                id=example_id,
+                preference=item.preference,
+                question=item.question,
+                options=options,
+                gold=gold,
+                topic=topic,
+                explanation=item.explanation,
+            )
+        )
     return examples
 
 

@@ -77,24 +77,44 @@ def _is_synthetic(raw_dir: Path) -> bool:
 
 
 def _mpst_texts(
-    plots: Sequence[mpst.Plot], reviews: list[mpst.Review], engine: Engine | None, plot_text: PlotText,
-    work: Path, seed: int, probe: bool, batch_size: int, result: PrepareResult, llm_tokens: LLMTokens,
+    plots: Sequence[mpst.Plot],
+    reviews: list[mpst.Review],
+    engine: Engine | None,
+    plot_text: PlotText,
+    work: Path,
+    seed: int,
+    probe: bool,
+    batch_size: int,
+    result: PrepareResult,
+    llm_tokens: LLMTokens,
 ) -> tuple[dict[str, str], list[mpst.Review]]:
     """The text shown for each plot, and the reviews (with names replaced when plots were anonymized)."""
     raw = {p.id: p.synopsis for p in plots}
     if engine is None:
         return raw, reviews
-    anonymized = anonymize_plots(engine, raw, work / "anonymized.jsonl", seed=seed, batch_size=batch_size,
-                                 max_new_tokens=llm_tokens.anonymize)
+    anonymized = anonymize_plots(
+        engine, raw, work / "anonymized.jsonl", seed=seed, batch_size=batch_size, max_new_tokens=llm_tokens.anonymize
+    )
     anon_text = {pid: r["text"] for pid, r in anonymized.records.items()}
-    summarized = summarize_plots(engine, anon_text, work / "summaries.jsonl", seed=seed, batch_size=batch_size,
-                                 max_new_tokens=llm_tokens.summarize)
+    summarized = summarize_plots(
+        engine,
+        anon_text,
+        work / "summaries.jsonl",
+        seed=seed,
+        batch_size=batch_size,
+        max_new_tokens=llm_tokens.summarize,
+    )
     summary_text = {pid: r["summary"] for pid, r in summarized.records.items()}
     result.left_out = {"anonymize": anonymized.failed, "summarize": summarized.failed}
     if probe:
-        probed = probe_titles(engine, {"raw": raw, "anonymized": anon_text, "summarized": summary_text},
-                              {p.id: p.title for p in plots}, work / "contamination.jsonl", seed=seed,
-                              batch_size=batch_size)
+        probed = probe_titles(
+            engine,
+            {"raw": raw, "anonymized": anon_text, "summarized": summary_text},
+            {p.id: p.title for p in plots},
+            work / "contamination.jsonl",
+            seed=seed,
+            batch_size=batch_size,
+        )
         result.contamination = probed.summary
         write_json(work / "contamination.json", probed.summary)
     if plot_text == "raw":
@@ -106,8 +126,10 @@ def _mpst_texts(
 def rename_in_reviews(reviews: Sequence[mpst.Review], mappings: dict[str, dict[str, str]]) -> list[mpst.Review]:
     """Apply each plot's name mapping to its reviews: a review naming a character the plot no longer
     has would undo the anonymization (and tell the judge which film it is)."""
-    return [r.model_copy(update={"text": apply_mapping(r.text, mappings[r.plot_id])}) if r.plot_id in mappings
-            else r for r in reviews]
+    return [
+        r.model_copy(update={"text": apply_mapping(r.text, mappings[r.plot_id])}) if r.plot_id in mappings else r
+        for r in reviews
+    ]
 
 
 def prepare_perse(
@@ -147,8 +169,9 @@ def prepare_perse(
         found_any = True
         plots = mpst.read_plots(plots_path, mpst_plot_columns)
         reviews = mpst.read_reviews(reviews_path, mpst_review_columns)
-        texts, reviews = _mpst_texts(plots, reviews, engine, plot_text, out_dir / "work", seed, probe, batch_size,
-                                     result, llm_tokens)
+        texts, reviews = _mpst_texts(
+            plots, reviews, engine, plot_text, out_dir / "work", seed, probe, batch_size, result, llm_tokens
+        )
         sources = {"MPST plots": str(plots_path), "MPST reviews": str(reviews_path), "plot text": plot_text}
         for k in ks:
             built = build_per_mpst(texts, reviews, k=k, seed=seed, profile_words=profile_words or PROFILE_WORDS)
@@ -157,35 +180,55 @@ def prepare_perse(
     annotations_path = find_table(raw_dir / "doc", ["annotations"])
     if annotations_path:
         found_any = True
-        built = build_per_doc(doc.read_annotations(annotations_path, doc_columns), seed=seed,
-                              profile_words=PAIRWISE_PROFILE_WORDS)
-        result.datasets[built.name] = save_dataset(built, out_dir / built.name,
-                                                   {"DOC annotations": str(annotations_path)}, synthetic)
+        built = build_per_doc(
+            doc.read_annotations(annotations_path, doc_columns), seed=seed, profile_words=PAIRWISE_PROFILE_WORDS
+        )
+        result.datasets[built.name] = save_dataset(
+            built, out_dir / built.name, {"DOC annotations": str(annotations_path)}, synthetic
+        )
 
     books_path = find_table(raw_dir / "amazon", ["Books_5", "Books"])
     meta_path = find_table(raw_dir / "amazon", ["meta_Books"])
     if books_path and meta_path:
         found_any = True
         # The 2018 dump holds rating-only reviews; with no text they can be neither profile nor target.
-        built = build_amazon_books(amazon.read_reviews(books_path, drop_empty_text=True),
-                                   amazon.read_books(meta_path), seed=seed,
-                                   profile_words=profile_words or PROFILE_WORDS, limit=amazon_limit)
+        built = build_amazon_books(
+            amazon.read_reviews(books_path, drop_empty_text=True),
+            amazon.read_books(meta_path),
+            seed=seed,
+            profile_words=profile_words or PROFILE_WORDS,
+            limit=amazon_limit,
+        )
         result.datasets[built.name] = save_dataset(
-            built, out_dir / built.name, {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)},
-            synthetic)
+            built,
+            out_dir / built.name,
+            {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)},
+            synthetic,
+        )
     elif books_path or meta_path:
         warn(f"{raw_dir / 'amazon'}: needs both Books and meta_Books; Amazon skipped")
 
     if not found_any:
-        raise InputError(raw_dir, "no raw data found; expected mpst/plots + mpst/reviews, doc/annotations, "
-                                  "or amazon/Books + amazon/meta_Books (.csv/.jsonl/.json[.gz])")
+        raise InputError(
+            raw_dir,
+            "no raw data found; expected mpst/plots + mpst/reviews, doc/annotations, "
+            "or amazon/Books + amazon/meta_Books (.csv/.jsonl/.json[.gz])",
+        )
     result.report = out_dir / "prepare_report.json"
-    write_json(result.report, {
-        "raw_dir": str(raw_dir), "synthetic": synthetic, "seed": seed, "ks": list(ks), "plot_text": plot_text,
-        "profile_words": profile_words, "datasets": {n: str(p) for n, p in result.datasets.items()},
-        "left_out": result.left_out, "contamination": result.contamination,
-    })
+    write_json(
+        result.report,
+        {
+            "raw_dir": str(raw_dir),
+            "synthetic": synthetic,
+            "seed": seed,
+            "ks": list(ks),
+            "plot_text": plot_text,
+            "profile_words": profile_words,
+            "datasets": {n: str(p) for n, p in result.datasets.items()},
+            "left_out": result.left_out,
+            "contamination": result.contamination,
+        },
+    )
     for name, path in result.datasets.items():
         console.print(f"[green]wrote[/green] {name} -> {path}")
     return result
-

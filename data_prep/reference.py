@@ -36,13 +36,15 @@ def read_reference(path: str | Path) -> list[ReferenceExample]:
         missing, extra = sorted(systems - set(ex.outputs)), sorted(set(ex.outputs) - systems)
         if missing or extra:
             what = f"no output of {', '.join(missing)}" if missing else f"outputs of {', '.join(extra)}"
-            raise InputError(path, f"{what}, unlike line {lines[0]} (systems {sorted(systems)})", record=line,
-                             field="outputs")
+            raise InputError(
+                path, f"{what}, unlike line {lines[0]} (systems {sorted(systems)})", record=line, field="outputs"
+            )
     return examples
 
 
-def build_reference(raw: Path, task: str, baselines: Sequence[Path], out: Path, min_history: int = 1,
-                    synthetic: bool = False) -> Path:
+def build_reference(
+    raw: Path, task: str, baselines: Sequence[Path], out: Path, min_history: int = 1, synthetic: bool = False
+) -> Path:
     """Write ``out/test.jsonl`` + ``out/dataset.json`` from a PARL task folder and negatives files."""
     from data_prep.parl import attach_baselines, read_task
 
@@ -50,17 +52,34 @@ def build_reference(raw: Path, task: str, baselines: Sequence[Path], out: Path, 
     records = []
     for ex in examples:
         if GOLD in ex.baselines:
-            raise InputError(baselines[0], f"a generator may not be called {GOLD!r}: that is the user's own text",
-                             record=ex.id, field="generator")
-        records.append(ReferenceExample(id=ex.id, user_id=ex.user_id, input=ex.input, reference=ex.output,
-                                        profile=[h.output for h in ex.history],
-                                        outputs={GOLD: ex.output, **ex.baselines}))
+            raise InputError(
+                baselines[0],
+                f"a generator may not be called {GOLD!r}: that is the user's own text",
+                record=ex.id,
+                field="generator",
+            )
+        records.append(
+            ReferenceExample(
+                id=ex.id,
+                user_id=ex.user_id,
+                input=ex.input,
+                reference=ex.output,
+                profile=[h.output for h in ex.history],
+                outputs={GOLD: ex.output, **ex.baselines},
+            )
+        )
     write_jsonl(out / "test.jsonl", records)
-    write_json(out / CARD, {
-        "task": "reference", "splits": {"test": "test.jsonl"}, "synthetic": synthetic,
-        "source": {"raw": str(raw), "task": task, "baselines": [str(p) for p in baselines]},
-        "systems": list(records[0].outputs), "n": len(records),
-        "description": "Per task input of a user: the user's own text (reference and system 'gold'), the user's "
-                       "earlier texts (profile) and the outputs of other generators.",
-    })
+    write_json(
+        out / CARD,
+        {
+            "task": "reference",
+            "splits": {"test": "test.jsonl"},
+            "synthetic": synthetic,
+            "source": {"raw": str(raw), "task": task, "baselines": [str(p) for p in baselines]},
+            "systems": list(records[0].outputs),
+            "n": len(records),
+            "description": "Per task input of a user: the user's own text (reference and system 'gold'), the user's "
+            "earlier texts (profile) and the outputs of other generators.",
+        },
+    )
     return out

@@ -30,7 +30,7 @@ def clean_summary(text: str) -> str:
     text = " ".join(text.split())
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     if ends and ends[-1] < len(text):
-        text = text[:ends[-1]]
+        text = text[: ends[-1]]
     return text
 
 

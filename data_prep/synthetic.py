@@ -36,8 +36,10 @@ from persetrain.io import atomic_write, write_json, write_jsonl
 from persetrain.prompts.perse import ASPECT_QUESTIONS
 
 GENRES: tuple[str, ...] = ("horror", "comedy", "romance", "science fiction", "western", "fantasy")
-TASTE_FORMULA = ("taste = affinity[favourite] * [favourite in mix] + affinity[least] * [least in mix]"
-                 " + sum_(other g in mix) affinity[g] * genre_mix[g]")
+TASTE_FORMULA = (
+    "taste = affinity[favourite] * [favourite in mix] + affinity[least] * [least in mix]"
+    " + sum_(other g in mix) affinity[g] * genre_mix[g]"
+)
 SCORE_FORMULA = "clip(round(5.5 + quality + taste - harshness + noise), 1, 10); " + TASTE_FORMULA
 STARS_FORMULA = "clip(round(3.5 + 0.6 * (quality + taste - harshness) + noise), 1, 5); " + TASTE_FORMULA
 #: Spread of a plot's own merit, which every reviewer feels. No text shows it to a judge (only other
@@ -48,8 +50,34 @@ EXTRA_QUESTION = "Which story plot is more coherent?"
 
 # ---------------------------------------------------------------------------------------------
 # Invented names: syllables glued together, so no real film or person is ever named.
-_SYLLABLES = ("ka", "lo", "mi", "ren", "ta", "vel", "or", "sa", "di", "bren", "mar", "tho", "li", "ne",
-              "qua", "ish", "el", "dor", "fen", "ya", "zo", "ru", "pel", "an", "gri", "nu")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "ta",
+    "vel",
+    "or",
+    "sa",
+    "di",
+    "bren",
+    "mar",
+    "tho",
+    "li",
+    "ne",
+    "qua",
+    "ish",
+    "el",
+    "dor",
+    "fen",
+    "ya",
+    "zo",
+    "ru",
+    "pel",
+    "an",
+    "gri",
+    "nu",
+)
 _FAMILY_ENDINGS = ("wick", "mont", "dale", "ver", "ston", "holt", "ard", "ing", "ley", "ford")
 _PLACE_ENDINGS = ("haven", "ford", "moor", "vale", "crest", "bury", "mouth", "field")
 _PLACE_PREFIXES = ("", "", "", "Port ", "Fort ", "Lake ", "North ")
@@ -90,14 +118,12 @@ _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
         "{hero_first} has to decide whether to burn the haunted house down with the creature still inside.",
     ),
     "comedy": (
-        "{hero} is a hopelessly clumsy wedding planner in {place} whose every event ends in a hilarious "
-        "disaster.",
+        "{hero} is a hopelessly clumsy wedding planner in {place} whose every event ends in a hilarious disaster.",
         "When {rival} opens a rival agency across the street, {hero_first} hatches a ridiculous prank to win "
         "back the town's clients.",
         "A mix-up with a delivery of goats turns the mayor's garden party into slapstick chaos.",
         "{kin}, an overconfident cousin, keeps telling bad jokes that make everything worse.",
-        "A road trip to {place2} goes comically wrong at every stop, from a flat tyre to an accidental talent "
-        "show.",
+        "A road trip to {place2} goes comically wrong at every stop, from a flat tyre to an accidental talent show.",
         "In the end the two bumbling rivals must organise a wedding together, and the result is a gloriously "
         "funny mess.",
     ),
@@ -106,10 +132,8 @@ _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
         "and first love.",
         "Forced to work side by side on a festival cake, the two of them fall in love all over again.",
         "Love letters hidden in the bakery reveal that {kin} once gave up the love of their life.",
-        "A jealous misunderstanding after their first kiss pushes {hero_first} to buy a one-way ticket to "
-        "{place2}.",
-        "{rival_first} races to the station in the rain to confess a love that should have been declared years "
-        "ago.",
+        "A jealous misunderstanding after their first kiss pushes {hero_first} to buy a one-way ticket to {place2}.",
+        "{rival_first} races to the station in the rain to confess a love that should have been declared years ago.",
         "Slowly {hero_first} realises that the heart left behind in {place} is the one worth marrying.",
     ),
     "science fiction": (
@@ -117,21 +141,16 @@ _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
         "and {place2}.",
         "An alien signal from a dead moon draws the crew off course, and the ship's robot computer starts "
         "hiding things.",
-        "{rival}, an officer of the galactic authority, wants the alien technology for a laser weapons "
-        "programme.",
-        "{hero_first} discovers that the signal is a warning left by a starship expedition that never "
-        "returned.",
-        "A failing fusion reactor gives the crew a few hours to choose between a rescue and an escape into "
-        "hyperspace.",
-        "{kin}, the ship's android engineer, rewires the warp engines with a trick that could tear the hull "
-        "apart.",
+        "{rival}, an officer of the galactic authority, wants the alien technology for a laser weapons programme.",
+        "{hero_first} discovers that the signal is a warning left by a starship expedition that never returned.",
+        "A failing fusion reactor gives the crew a few hours to choose between a rescue and an escape into hyperspace.",
+        "{kin}, the ship's android engineer, rewires the warp engines with a trick that could tear the hull apart.",
     ),
     "western": (
         "{hero}, a cowboy with a revolver, rides into the dusty frontier town of {place} looking for the "
         "outlaw who burned the {family} ranch.",
         "The sheriff, {rival}, owns the saloon and half the town and pays the other half to keep quiet.",
-        "{hero_first} takes work breaking wild horses on the prairie while quietly asking questions about "
-        "the fire.",
+        "{hero_first} takes work breaking wild horses on the prairie while quietly asking questions about the fire.",
         "A cattle drive to {place2} turns deadly when outlaws ambush the herd at the river crossing.",
         "{kin}, thought dead for years, turns up riding with the gang of bandits.",
         "The feud ends in a gunfight on the main street of {place} at high noon.",
@@ -139,8 +158,7 @@ _GENRE_SENTENCES: dict[str, tuple[str, ...]] = {
     "fantasy": (
         "{hero}, an apprentice wizard in the kingdom of {place}, finds an enchanted map that redraws itself "
         "each night.",
-        "The magic map shows the way to {place2}, an elven city that vanished from the world three hundred "
-        "years ago.",
+        "The magic map shows the way to {place2}, an elven city that vanished from the world three hundred years ago.",
         "{rival}, the king's evil sorcerer, sends trolls after the map and anyone who has seen it.",
         "With {kin}, a sharp-tongued cousin who can talk to dragons, {hero_first} sets out on a quest through "
         "the cursed marshes.",
@@ -158,10 +176,38 @@ _LINKING_SENTENCES: tuple[str, ...] = (
     "{hero_first} and {kin_first} argue bitterly, and for a while they stop speaking altogether.",
     "Nothing goes to plan, and {hero_first} is left with fewer friends than before.",
 )
-_TITLE_NOUNS = ("Road", "Crown", "Harbour", "Winter", "Letters", "Bridge", "Signal", "Bakery", "Map",
-                "Storm", "Promise", "Cellar", "Frontier", "Verdict", "Lantern", "Orchard")
-_TITLE_ADJECTIVES = ("Hollow", "Last", "Silent", "Crooked", "Golden", "Broken", "Distant", "Quiet",
-                     "Burning", "Lost", "Second", "Narrow")
+_TITLE_NOUNS = (
+    "Road",
+    "Crown",
+    "Harbour",
+    "Winter",
+    "Letters",
+    "Bridge",
+    "Signal",
+    "Bakery",
+    "Map",
+    "Storm",
+    "Promise",
+    "Cellar",
+    "Frontier",
+    "Verdict",
+    "Lantern",
+    "Orchard",
+)
+_TITLE_ADJECTIVES = (
+    "Hollow",
+    "Last",
+    "Silent",
+    "Crooked",
+    "Golden",
+    "Broken",
+    "Distant",
+    "Quiet",
+    "Burning",
+    "Lost",
+    "Second",
+    "Narrow",
+)
 
 # A review gives its reasons and leaves the verdict to the score. One phrasing per statement, each
 # stating the taste first and then whether the plot meets it: a judge reading three such reviews can
@@ -220,10 +266,15 @@ def _cast(rng: random.Random) -> dict[str, str]:
     while place2 == place:
         place2 = _place(rng)
     return {
-        "hero": f"{hero_first} {family}", "hero_first": hero_first, "family": family,
-        "kin": f"{kin_first} {family}", "kin_first": kin_first,
-        "rival": f"{rival_first} {_family_name(rng)}", "rival_first": rival_first,
-        "place": place, "place2": place2,
+        "hero": f"{hero_first} {family}",
+        "hero_first": hero_first,
+        "family": family,
+        "kin": f"{kin_first} {family}",
+        "kin_first": kin_first,
+        "rival": f"{rival_first} {_family_name(rng)}",
+        "rival_first": rival_first,
+        "place": place,
+        "place2": place2,
     }
 
 
@@ -264,11 +315,13 @@ def _blurb(synopsis: str, words: int) -> str:
 
 def _title(rng: random.Random, taken: set[str]) -> str:
     while True:
-        title = rng.choice((
-            f"The {rng.choice(_TITLE_ADJECTIVES)} {rng.choice(_TITLE_NOUNS)}",
-            f"{_place(rng)} {rng.choice(_TITLE_NOUNS)}",
-            f"The {rng.choice(_TITLE_NOUNS)} of {_place(rng)}",
-        ))
+        title = rng.choice(
+            (
+                f"The {rng.choice(_TITLE_ADJECTIVES)} {rng.choice(_TITLE_NOUNS)}",
+                f"{_place(rng)} {rng.choice(_TITLE_NOUNS)}",
+                f"The {rng.choice(_TITLE_NOUNS)} of {_place(rng)}",
+            )
+        )
         if title not in taken:
             taken.add(title)
             return title
@@ -311,13 +364,18 @@ def _taste(rng: random.Random) -> dict:
     favourite, least = rng.sample(GENRES, 2)
     affinity = {g: round(rng.gauss(0, 0.5), 3) for g in GENRES}
     affinity[favourite], affinity[least] = 2.5, -2.5
-    return {"harshness": round(rng.gauss(0, 0.8), 3), "affinity": affinity,
-            "favourite": favourite, "least_favourite": least}
+    return {
+        "harshness": round(rng.gauss(0, 0.8), 3),
+        "affinity": affinity,
+        "favourite": favourite,
+        "least_favourite": least,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
-def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_reviewer: tuple[int, int],
-          n_sparse_reviewers: int) -> tuple[list[dict], list[dict], dict]:
+def _mpst(
+    rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_reviewer: tuple[int, int], n_sparse_reviewers: int
+) -> tuple[list[dict], list[dict], dict]:
     titles: set[str] = set()
     plots, truth_plots = [], {}
     for i in range(n_plots):
@@ -335,11 +393,14 @@ def _mpst(rng: random.Random, n_plots: int, n_reviewers: int, reviews_per_review
             t = truth_plots[plot["imdb_id"]]
             raw = 5.5 + t["quality"] + _taste_effect(taste, t["genres"]) - taste["harshness"] + rng.gauss(0, 0.6)
             score = _clip_round(raw, 1, 10)
-            reviews.append({
-                "imdb_id": plot["imdb_id"], "reviewer_id": reviewer_id,
-                "review": _review(t["quality"], taste, t["genres"]),
-                "rating": score,
-            })
+            reviews.append(
+                {
+                    "imdb_id": plot["imdb_id"],
+                    "reviewer_id": reviewer_id,
+                    "review": _review(t["quality"], taste, t["genres"]),
+                    "rating": score,
+                }
+            )
     truth = {"formula": SCORE_FORMULA, "plots": truth_plots, "reviewers": truth_reviewers}
     return plots, reviews, truth
 
@@ -352,23 +413,47 @@ _DOC_ATTRIBUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "Character Development": ("cast", ("ensemble", "loner")),
     "Ending": ("ending", ("happy", "bittersweet", "tragic")),
 }
-_SETTINGS = {"city": "a crowded harbour city full of markets and tenements",
-             "countryside": "a farming valley far from any town", "sea": "an old fishing boat at sea",
-             "space": "a research station orbiting a cold planet"}
-_ROLES = ("retired teacher", "struggling artist", "young doctor", "ship's cook", "night-shift guard",
-          "failed inventor", "village postmaster", "travelling musician")
-_DISCOVERIES = ("a letter addressed to a stranger", "a door that was not there the day before",
-                "an old photograph of themselves", "a debt their father never paid",
-                "a child who already knows their name", "a diary written in their own hand")
-_TONE_BEATS = {"dark": "{a} is haunted by an old crime and trusts no one, least of all {b}.",
-               "light": "{a} throws themselves into the puzzle with cheerful curiosity, teasing {b} along the way."}
-_TWIST_BEATS = {"twist": "Halfway through it turns out that {b} planned the whole thing from the start.",
-                "straight": "{a} follows the trail step by step, and each clue leads plainly to the next."}
-_CAST_BEATS = {"ensemble": "{a}, {b} and {c} share the work, and each of them changes because of the others.",
-               "loner": "{a} faces every problem alone and learns to rely on no one but themselves."}
-_ENDING_BEATS = {"happy": "In the end {a} sets everything right and is welcomed home.",
-                 "bittersweet": "In the end {a} succeeds, but has to leave {b} behind forever.",
-                 "tragic": "In the end {a} fails, and the cost falls on everyone {a} loved."}
+_SETTINGS = {
+    "city": "a crowded harbour city full of markets and tenements",
+    "countryside": "a farming valley far from any town",
+    "sea": "an old fishing boat at sea",
+    "space": "a research station orbiting a cold planet",
+}
+_ROLES = (
+    "retired teacher",
+    "struggling artist",
+    "young doctor",
+    "ship's cook",
+    "night-shift guard",
+    "failed inventor",
+    "village postmaster",
+    "travelling musician",
+)
+_DISCOVERIES = (
+    "a letter addressed to a stranger",
+    "a door that was not there the day before",
+    "an old photograph of themselves",
+    "a debt their father never paid",
+    "a child who already knows their name",
+    "a diary written in their own hand",
+)
+_TONE_BEATS = {
+    "dark": "{a} is haunted by an old crime and trusts no one, least of all {b}.",
+    "light": "{a} throws themselves into the puzzle with cheerful curiosity, teasing {b} along the way.",
+}
+_TWIST_BEATS = {
+    "twist": "Halfway through it turns out that {b} planned the whole thing from the start.",
+    "straight": "{a} follows the trail step by step, and each clue leads plainly to the next.",
+}
+_CAST_BEATS = {
+    "ensemble": "{a}, {b} and {c} share the work, and each of them changes because of the others.",
+    "loner": "{a} faces every problem alone and learns to rely on no one but themselves.",
+}
+_ENDING_BEATS = {
+    "happy": "In the end {a} sets everything right and is welcomed home.",
+    "bittersweet": "In the end {a} succeeds, but has to leave {b} behind forever.",
+    "tragic": "In the end {a} fails, and the cost falls on everyone {a} loved.",
+}
 
 
 def _doc_plot(rng: random.Random, attrs: dict[str, str]) -> str:
@@ -376,27 +461,42 @@ def _doc_plot(rng: random.Random, attrs: dict[str, str]) -> str:
     a, b, c = names
     fill = {"a": a.split()[0], "b": b.split()[0], "c": c.split()[0]}
     characters = f"{a}, {b} and {c}." if attrs["cast"] == "ensemble" else f"{a} and {b}."
-    outline = [_TONE_BEATS[attrs["tone"]], _TWIST_BEATS[attrs["twist"]], _CAST_BEATS[attrs["cast"]],
-               _ENDING_BEATS[attrs["ending"]]]
+    outline = [
+        _TONE_BEATS[attrs["tone"]],
+        _TWIST_BEATS[attrs["twist"]],
+        _CAST_BEATS[attrs["cast"]],
+        _ENDING_BEATS[attrs["ending"]],
+    ]
     steps = " ".join(f"{n}. {beat.format(**fill)}" for n, beat in enumerate(outline, start=1))
-    return (f"Setting: The story is set in {_SETTINGS[attrs['setting']]}.\n"
-            f"Characters: {characters}\nOutline: {steps}")
+    return f"Setting: The story is set in {_SETTINGS[attrs['setting']]}.\nCharacters: {characters}\nOutline: {steps}"
 
 
-def _doc(rng: random.Random, n_premises: int, n_annotators: int, pairs_per_annotator: tuple[int, int],
-         n_sparse_annotators: int) -> tuple[list[dict], dict]:
+def _doc(
+    rng: random.Random,
+    n_premises: int,
+    n_annotators: int,
+    pairs_per_annotator: tuple[int, int],
+    n_sparse_annotators: int,
+) -> tuple[list[dict], dict]:
     pairs, truth_pairs = [], {}
     for p in range(n_premises):
-        premise = (f"A {rng.choice(_ROLES)} stumbles upon {rng.choice(_DISCOVERIES)}, "
-                   f"but following it will cost them dearly.")
+        premise = (
+            f"A {rng.choice(_ROLES)} stumbles upon {rng.choice(_DISCOVERIES)}, but following it will cost them dearly."
+        )
         for q in range(rng.choice((1, 2))):
             pair_id = f"doc-{p:03d}-{q}"
             while True:
                 attrs = [{name: rng.choice(values) for name, values in _DOC_ATTRIBUTES.values()} for _ in "AB"]
                 if sum(attrs[0][k] != attrs[1][k] for k in attrs[0]) >= 2:
                     break
-            pairs.append({"pair_id": pair_id, "premise": premise,
-                          "plot_a": _doc_plot(rng, attrs[0]), "plot_b": _doc_plot(rng, attrs[1])})
+            pairs.append(
+                {
+                    "pair_id": pair_id,
+                    "premise": premise,
+                    "plot_a": _doc_plot(rng, attrs[0]),
+                    "plot_b": _doc_plot(rng, attrs[1]),
+                }
+            )
             truth_pairs[pair_id] = {"A": attrs[0], "B": attrs[1]}
     rows, truth_annotators = [], {}
     for j in range(n_annotators + n_sparse_annotators):
@@ -419,28 +519,54 @@ def _doc(rng: random.Random, n_premises: int, n_annotators: int, pairs_per_annot
                 else:
                     answer = rng.choice("AB")
                 rows.append({**pair, "annotator_id": annotator_id, "question": question, "answer": answer})
-            rows.append({**pair, "annotator_id": annotator_id, "question": EXTRA_QUESTION,
-                         "answer": rng.choice(("A", "B", "both"))})
-    truth = {"rule": "an annotator prefers, per aspect, the plot whose attribute equals their preferred value "
-                     "(10% of answers flipped); when both or neither plot has it they answer both/neither "
-                     "60% of the time, else at random",
-             "aspect_attribute": {a: attr for a, (attr, _) in _DOC_ATTRIBUTES.items()},
-             "pairs": truth_pairs, "annotators": truth_annotators}
+            rows.append(
+                {
+                    **pair,
+                    "annotator_id": annotator_id,
+                    "question": EXTRA_QUESTION,
+                    "answer": rng.choice(("A", "B", "both")),
+                }
+            )
+    truth = {
+        "rule": "an annotator prefers, per aspect, the plot whose attribute equals their preferred value "
+        "(10% of answers flipped); when both or neither plot has it they answer both/neither "
+        "60% of the time, else at random",
+        "aspect_attribute": {a: attr for a, (attr, _) in _DOC_ATTRIBUTES.items()},
+        "pairs": truth_pairs,
+        "annotators": truth_annotators,
+    }
     return rows, truth
 
 
-def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_customer: tuple[int, int],
-            n_sparse_customers: int, n_rare_books: int) -> tuple[list[dict], list[dict], dict]:
+def _amazon(
+    rng: random.Random,
+    n_books: int,
+    n_customers: int,
+    reviews_per_customer: tuple[int, int],
+    n_sparse_customers: int,
+    n_rare_books: int,
+) -> tuple[list[dict], list[dict], dict]:
     titles: set[str] = set()
     books, truth_books = [], {}
     for i in range(n_books + n_rare_books):
         asin = f"B{rng.randrange(10**8, 10**9):09d}"
         mix, quality = _genre_mix(rng), round(rng.gauss(0, PLOT_QUALITY_SD), 3)
         genres = " and ".join(mix)
-        description = [f"<b>A {genres} novel.</b>", _blurb(_synopsis(rng, mix), 60),
-                       rng.choice(("Now in paperback.", "The first book of a new series.", ""))]
-        books.append({"asin": asin, "title": _title(rng, titles), "description": [d for d in description if d],
-                      "category": ["Books", "Literature & Fiction"], "brand": "", "rank": f"{i + 1:,} in Books"})
+        description = [
+            f"<b>A {genres} novel.</b>",
+            _blurb(_synopsis(rng, mix), 60),
+            rng.choice(("Now in paperback.", "The first book of a new series.", "")),
+        ]
+        books.append(
+            {
+                "asin": asin,
+                "title": _title(rng, titles),
+                "description": [d for d in description if d],
+                "category": ["Books", "Literature & Fiction"],
+                "brand": "",
+                "rank": f"{i + 1:,} in Books",
+            }
+        )
         truth_books[asin] = {"quality": quality, "genres": mix, "rare": i >= n_books}
     core, rare = books[:n_books], books[n_books:]
     reviews, truth_customers = [], {}
@@ -459,14 +585,19 @@ def _amazon(rng: random.Random, n_books: int, n_customers: int, reviews_per_cust
             raw = 3.5 + 0.6 * appeal + rng.gauss(0, 0.4)
             stars = _clip_round(raw, 1, 5)
             day = rng.randrange(14000, 17500)
-            reviews.append({
-                "overall": float(stars), "verified": rng.random() < 0.7,
-                "reviewTime": f"{day % 12 + 1:02d} {day % 28 + 1:02d}, {1970 + day // 365}",
-                "reviewerID": reviewer_id, "asin": book["asin"], "reviewerName": _first_name(rng),
-                "reviewText": _review(t["quality"], taste, t["genres"]),
-                "summary": rng.choice(_HEADLINES[stars - 1]),
-                "unixReviewTime": day * 86400,
-            })
+            reviews.append(
+                {
+                    "overall": float(stars),
+                    "verified": rng.random() < 0.7,
+                    "reviewTime": f"{day % 12 + 1:02d} {day % 28 + 1:02d}, {1970 + day // 365}",
+                    "reviewerID": reviewer_id,
+                    "asin": book["asin"],
+                    "reviewerName": _first_name(rng),
+                    "reviewText": _review(t["quality"], taste, t["genres"]),
+                    "summary": rng.choice(_HEADLINES[stars - 1]),
+                    "unixReviewTime": day * 86400,
+                }
+            )
     truth = {"formula": STARS_FORMULA, "books": truth_books, "customers": truth_customers}
     return reviews, books, truth
 
@@ -528,26 +659,40 @@ def write_sample_data(
     so resizing one (say, more DOC annotators) leaves the others unchanged.
     """
     root = Path(out_dir)
-    plots, reviews, mpst_truth = _mpst(random.Random(f"{seed}:mpst"), n_plots, n_reviewers,
-                                       reviews_per_reviewer, n_sparse_reviewers)
-    annotations, doc_truth = _doc(random.Random(f"{seed}:doc"), n_premises, n_annotators,
-                                  pairs_per_annotator, n_sparse_annotators)
-    amazon_reviews, books, amazon_truth = _amazon(random.Random(f"{seed}:amazon"), n_books, n_customers,
-                                                  reviews_per_customer, n_sparse_customers, n_rare_books)
+    plots, reviews, mpst_truth = _mpst(
+        random.Random(f"{seed}:mpst"), n_plots, n_reviewers, reviews_per_reviewer, n_sparse_reviewers
+    )
+    annotations, doc_truth = _doc(
+        random.Random(f"{seed}:doc"), n_premises, n_annotators, pairs_per_annotator, n_sparse_annotators
+    )
+    amazon_reviews, books, amazon_truth = _amazon(
+        random.Random(f"{seed}:amazon"), n_books, n_customers, reviews_per_customer, n_sparse_customers, n_rare_books
+    )
     data = SampleData(
-        root=root, mpst_plots=root / "mpst" / "plots.csv", mpst_reviews=root / "mpst" / "reviews.jsonl",
-        doc_annotations=root / "doc" / "annotations.csv", amazon_reviews=root / "amazon" / "Books.json",
-        amazon_meta=root / "amazon" / "meta_Books.json", ground_truth=root / "ground_truth.json",
+        root=root,
+        mpst_plots=root / "mpst" / "plots.csv",
+        mpst_reviews=root / "mpst" / "reviews.jsonl",
+        doc_annotations=root / "doc" / "annotations.csv",
+        amazon_reviews=root / "amazon" / "Books.json",
+        amazon_meta=root / "amazon" / "meta_Books.json",
+        ground_truth=root / "ground_truth.json",
     )
     _write_csv(data.mpst_plots, plots)
     write_jsonl(data.mpst_reviews, reviews)
     _write_csv(data.doc_annotations, annotations)
     write_jsonl(data.amazon_reviews, amazon_reviews)
     write_jsonl(data.amazon_meta, books)
-    write_json(data.ground_truth, {
-        "synthetic": True, "seed": seed, "genres": list(GENRES),
-        "mpst": mpst_truth, "doc": doc_truth, "amazon": amazon_truth,
-    })
+    write_json(
+        data.ground_truth,
+        {
+            "synthetic": True,
+            "seed": seed,
+            "genres": list(GENRES),
+            "mpst": mpst_truth,
+            "doc": doc_truth,
+            "amazon": amazon_truth,
+        },
+    )
     with atomic_write(root / "README.md") as f:
         f.write(_README.format(seed=seed, formula=SCORE_FORMULA))
     return data

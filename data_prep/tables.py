@@ -108,8 +108,9 @@ def _csv_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: l
         header = [h.strip().lstrip("\ufeff") for h in header]
         for name in required:
             if columns[name] not in header:
-                raise InputError(path, f"missing column (holds our '{name}'); header has {header}",
-                                 record=1, field=columns[name])
+                raise InputError(
+                    path, f"missing column (holds our '{name}'); header has {header}", record=1, field=columns[name]
+                )
         where = {name: header.index(columns[name]) for name in fields if columns[name] in header}
         end = reader.line_num
         for cells in reader:
@@ -125,8 +126,7 @@ def _jsonl_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields:
     for line_no, obj in iter_jsonl(path):
         for name in required:
             if columns[name] not in obj:
-                raise InputError(path, f"missing column (holds our '{name}')", record=line_no,
-                                 field=columns[name])
+                raise InputError(path, f"missing column (holds our '{name}')", record=line_no, field=columns[name])
         yield line_no, {name: obj[columns[name]] for name in fields if columns[name] in obj}
 
 
@@ -143,7 +143,10 @@ def parse_row(model: type[T], row: dict, path: str | os.PathLike, line: int, col
 
 
 def read_table(
-    path: str | os.PathLike, model: type[T], columns: ColumnMap, optional: Sequence[str] = (),
+    path: str | os.PathLike,
+    model: type[T],
+    columns: ColumnMap,
+    optional: Sequence[str] = (),
     unique: str | None = None,
 ) -> list[T]:
     """Read every row of ``path`` into ``model``; every field of ``model`` not in ``optional`` is required.

@@ -29,16 +29,23 @@ class _ErrorsAsOneLine(TyperGroup):
             _fail(err)
 
 
-app = typer.Typer(help="Train and run learned evaluators of personalized text.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False, cls=_ErrorsAsOneLine)
+app = typer.Typer(
+    help="Train and run learned evaluators of personalized text.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    cls=_ErrorsAsOneLine,
+)
 models_app = typer.Typer(help="Resolve, convert and inspect model specs.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model spec: embedded:NAME, a directory, "
-                                                             "a .gguf file or a Hub id.")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Model spec: embedded:NAME, a directory, a .gguf file or a Hub id.")
+]
 BackendOpt = Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")]
-BaseUrlOpt = Annotated[str | None, typer.Option(help="Server URL for the openai backend, e.g. "
-                                                     "http://127.0.0.1:8000/v1")]
+BaseUrlOpt = Annotated[
+    str | None, typer.Option(help="Server URL for the openai backend, e.g. http://127.0.0.1:8000/v1")
+]
 CacheOpt = Annotated[Path | None, typer.Option(help="SQLite request cache; a re-run skips finished calls.")]
 
 
@@ -63,8 +70,9 @@ def _engine(model: str, backend: str, base_url: str | None, cache: Path | None, 
 
 
 @models_app.command("fetch")
-def models_fetch(spec: Annotated[str, typer.Argument(help="Model spec to make available locally.")]
-                 = DEFAULT_MODEL) -> None:
+def models_fetch(
+    spec: Annotated[str, typer.Argument(help="Model spec to make available locally.")] = DEFAULT_MODEL,
+) -> None:
     """Download (Hub ids) or convert (GGUF, embedded) a model so later loads are fast and offline."""
     from persetrain.models import local_weights_dir, resolve
 
@@ -96,15 +104,15 @@ def models_info(spec: Annotated[str, typer.Argument(help="Model spec.")] = DEFAU
 
 @app.command()
 def generate(
-    input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of requests: {id, messages, "
-                                                                "assistant_prefix}.")],
+    input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of requests: {id, messages, assistant_prefix}.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL of results, written atomically.")],
     model: ModelOpt = DEFAULT_MODEL,
     backend: BackendOpt = "hf",
     base_url: BaseUrlOpt = None,
     cache: CacheOpt = None,
-    choices: Annotated[str | None, typer.Option(help="Comma-separated closed answer set: write "
-                                                     "choice probabilities instead of text.")] = None,
+    choices: Annotated[
+        str | None, typer.Option(help="Comma-separated closed answer set: write choice probabilities instead of text.")
+    ] = None,
     max_new_tokens: int = 256,
     temperature: float = 0.0,
     top_p: float = 1.0,
@@ -128,12 +136,20 @@ def generate(
     if choices:
         results = engine.choice_probs(requests, [c for c in choices.split(",")])
     else:
-        params = GenerationParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                  seed=seed, stop=tuple(stop or ()), json_schema=schema, regex=regex)
+        params = GenerationParams(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop=tuple(stop or ()),
+            json_schema=schema,
+            regex=regex,
+        )
         results = engine.generate(requests, params)
     write_jsonl(output, results)
-    console.print(f"wrote {len(results)} results to {output}; cost: {engine.cost.model_dump()}, "
-                  f"cache hits: {engine.cache_hits}")
+    console.print(
+        f"wrote {len(results)} results to {output}; cost: {engine.cost.model_dump()}, cache hits: {engine.cache_hits}"
+    )
 
 
 @app.command()
@@ -192,16 +208,24 @@ def prepare_parl_cmd(
     raw: Annotated[Path, typer.Option(help="Folder with amazon/, reddit/, news/ in the PARL layouts.")],
     out: Annotated[Path, typer.Option(help="Output folder: one dataset per task, parl_<task>/.")],
     task: Annotated[list[str] | None, typer.Option(help="amazon, reddit or news (repeatable); default all.")] = None,
-    baselines: Annotated[list[Path] | None, typer.Option(
-        help="Negatives file from generate-baselines (repeatable); default RAW/<task>/baselines.jsonl.")] = None,
+    baselines: Annotated[
+        list[Path] | None,
+        typer.Option(help="Negatives file from generate-baselines (repeatable); default RAW/<task>/baselines.jsonl."),
+    ] = None,
     min_history: Annotated[int, typer.Option(help="Users with fewer earlier items are an error.")] = 1,
     seed: int = 0,
 ) -> None:
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
     from data_prep.parl import prepare_parl
 
-    written = prepare_parl(raw, out, tasks=tuple(task or ("amazon", "reddit", "news")),
-                           baselines=tuple(baselines or ()), seed=seed, min_history=min_history)
+    written = prepare_parl(
+        raw,
+        out,
+        tasks=tuple(task or ("amazon", "reddit", "news")),
+        baselines=tuple(baselines or ()),
+        seed=seed,
+        min_history=min_history,
+    )
     for name, sizes in written.items():
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
 
@@ -210,8 +234,12 @@ def prepare_parl_cmd(
 def prepare_reference_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
     task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
-    baselines: Annotated[list[Path], typer.Option(help="Outputs of other generators: a generate-baselines file "
-                                                      "(repeatable) or the sample's baselines.jsonl.")],
+    baselines: Annotated[
+        list[Path],
+        typer.Option(
+            help="Outputs of other generators: a generate-baselines file (repeatable) or the sample's baselines.jsonl."
+        ),
+    ],
     out: Annotated[Path, typer.Option(help="Folder for test.jsonl + dataset.json (task kind reference).")],
     min_history: int = 1,
     synthetic: Annotated[bool, typer.Option(help="Mark the card as synthetic data.")] = False,
@@ -227,36 +255,52 @@ def prepare_reference_cmd(
 @prepare_app.command("preference")
 def prepare_preference_cmd(
     out: Annotated[Path, typer.Option(help="Folder for the datasets listwise/, pairs/ and verifier/.")],
-    prefeval: Annotated[list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) "
-                                                             "(repeatable).")] = None,
-    holdout_topics: Annotated[str, typer.Option(help="Comma-separated PrefEval topics for the validation "
-                                                     "split; default none (every topic in train).")] = "",
-    perse: Annotated[list[Path] | None, typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. "
-                                                          "OUT/per_mpst_k3 (repeatable).")] = None,
-    reference: Annotated[list[Path] | None, typer.Option(help="A dataset `prepare reference` or `prepare parl` "
-                                                              "wrote (repeatable).")] = None,
+    prefeval: Annotated[
+        list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")
+    ] = None,
+    holdout_topics: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."
+        ),
+    ] = "",
+    perse: Annotated[
+        list[Path] | None,
+        typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
+    ] = None,
+    reference: Annotated[
+        list[Path] | None, typer.Option(help="A dataset `prepare reference` or `prepare parl` wrote (repeatable).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seeds the option order and the PerSE profiles.")] = 0,
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer or a user.")] = 3,
     profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
-    max_pairs_per_person: Annotated[int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); "
-                                                                  "default all.")] = None,
+    max_pairs_per_person: Annotated[
+        int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
+    ] = None,
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
     from data_prep.preference import prepare_preference
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
-    prepare_preference(out, prefeval=prefeval or (), perse=perse or (), reference=reference or (),
-                       holdout_topics=topics, seed=seed, profile_items=profile_items, profile_words=profile_words,
-                       max_pairs_per_person=max_pairs_per_person)
+    prepare_preference(
+        out,
+        prefeval=prefeval or (),
+        perse=perse or (),
+        reference=reference or (),
+        holdout_topics=topics,
+        seed=seed,
+        profile_items=profile_items,
+        profile_words=profile_words,
+        max_pairs_per_person=max_pairs_per_person,
+    )
 
 
 @app.command("generate-baselines")
 def generate_baselines_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
     task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
-    generator: Annotated[list[str], typer.Option(help="NAME=KIND:MODEL or KIND:MODEL, KIND non or rag "
-                                                     "(repeatable).")],
+    generator: Annotated[list[str], typer.Option(help="NAME=KIND:MODEL or KIND:MODEL, KIND non or rag (repeatable).")],
     out: Annotated[Path, typer.Option(help="Folder for <NAME>.jsonl per generator (resumable).")],
     backend: BackendOpt = "hf",
     base_url: BaseUrlOpt = None,
@@ -271,8 +315,13 @@ def generate_baselines_cmd(
     specs = [GeneratorSpec.parse(g) for g in generator]
     examples = read_task(raw, task, min_history=min_history)
     written = generate_baselines(
-        examples, specs, out, lambda spec: _engine(spec, backend, base_url, out / "engine-cache.sqlite"),
-        seed=seed, max_new_tokens=max_new_tokens)
+        examples,
+        specs,
+        out,
+        lambda spec: _engine(spec, backend, base_url, out / "engine-cache.sqlite"),
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+    )
     for name, path in written.items():
         console.print(f"[green]wrote[/green] {name} -> {path}")
 
@@ -304,8 +353,7 @@ def rubrics_induce(
     if task.name != "rubric":
         raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
     examples = examples[:max_examples] if max_examples else examples
-    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens,
-                        judge_model=judge_model)
+    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = _engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
     written = induce_to_file(engine, examples, config, out, seed=seed)
     console.print(f"[green]wrote[/green] rubrics of {len(examples)} users x {runs} run(s) -> {written}")
@@ -336,8 +384,10 @@ def rubrics_warmstart_data(
     config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = _engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
     counts = write_warmstart_data(engine, examples, out, config, seed=seed)
-    console.print(f"[green]wrote[/green] {counts['valid']} rubric sets -> {out} (valid share "
-                  f"{counts['valid_share']:.2f} of {counts['sets']} induced under structured output)")
+    console.print(
+        f"[green]wrote[/green] {counts['valid']} rubric sets -> {out} (valid share "
+        f"{counts['valid_share']:.2f} of {counts['sets']} induced under structured output)"
+    )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -371,8 +421,9 @@ def rm(ctx: typer.Context) -> None:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def grpo(
     ctx: typer.Context,
-    backend: Annotated[str, typer.Option(help="trl (this process) or verl (write a verl config and print its "
-                                              "command).")] = "trl",
+    backend: Annotated[
+        str, typer.Option(help="trl (this process) or verl (write a verl config and print its command).")
+    ] = "trl",
     run: Annotated[bool, typer.Option(help="With --backend verl: also run verl.trainer.main_ppo.")] = False,
 ) -> None:
     """Train a rubric generator with GRPO: ``persetrain grpo --config recipes/parl/X.yaml [--any_trl_arg value ...]``.
@@ -406,19 +457,28 @@ def _options(pairs: list[str] | None) -> dict[str, str]:
 
 @app.command()
 def evaluate(
-    data: Annotated[Path | None, typer.Option(help="A dataset: a folder `persetrain prepare` wrote, JSONL with a "
-                                                   "dataset.json card, or a PrefEval folder.")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="A dataset: a folder `persetrain prepare` wrote, JSONL with a dataset.json card, or a PrefEval folder."
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory for judgments, metrics and the report.")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML evaluation config with a systems: list.")] = None,
-    system: Annotated[list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR "
-                                                          "(repeatable).")] = None,
+    system: Annotated[
+        list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable).")
+    ] = None,
     evaluator: Annotated[str | None, typer.Option(help="Evaluator for every --model.")] = None,
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model spec for --evaluator "
-                                                                          "(repeatable).")] = None,
-    baseline: Annotated[list[str] | None, typer.Option(help="An evaluator that needs no model, e.g. reviewer-avg, "
-                                                            "mf (repeatable).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE for every system whose evaluator "
-                                                                  "has that option (repeatable).")] = None,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", "-m", help="Model spec for --evaluator (repeatable).")
+    ] = None,
+    baseline: Annotated[
+        list[str] | None, typer.Option(help="An evaluator that needs no model, e.g. reviewer-avg, mf (repeatable).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
+    ] = None,
     split: Annotated[str | None, typer.Option(help="Split to judge (default test).")] = None,
     max_per_reviewer: Annotated[int | None, typer.Option(help="At most N examples per reviewer.")] = None,
     max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
@@ -437,9 +497,17 @@ def evaluate(
     elif model:
         raise ValueError("--model needs --evaluator (or use --system NAME=EVALUATOR:MODEL)")
     systems += [SystemSpec.parse(b) for b in baseline or []]
-    flags = {"data": str(data) if data else None, "out": str(out) if out else None, "split": split,
-             "max_per_reviewer": max_per_reviewer, "max_examples": max_examples, "seed": seed,
-             "backend": backend, "base_url": base_url, "systems": systems}
+    flags = {
+        "data": str(data) if data else None,
+        "out": str(out) if out else None,
+        "split": split,
+        "max_per_reviewer": max_per_reviewer,
+        "max_examples": max_examples,
+        "seed": seed,
+        "backend": backend,
+        "base_url": base_url,
+        "systems": systems,
+    }
     if config is not None:
         run = EvaluationConfig.from_yaml(config, **flags)
     else:
@@ -454,12 +522,20 @@ def evaluate(
 def meta_eval(
     data: Annotated[Path, typer.Option(help="A labelled dataset (any layout `evaluate` reads).")],
     out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics, plots and the report.")],
-    system: Annotated[list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR "
-                                                          "(repeatable).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE for every system whose evaluator "
-                                                                  "has that option (repeatable).")] = None,
-    probe: Annotated[list[str] | None, typer.Option(help="Probe: flip, manipulation, blind (person removed), swap "
-                                                         "(someone else's person); repeatable; default all.")] = None,
+    system: Annotated[
+        list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
+    ] = None,
+    probe: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Probe: flip, manipulation, blind (person removed), swap "
+            "(someone else's person); repeatable; default all."
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
     max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
@@ -474,9 +550,19 @@ def meta_eval(
 
     systems = [SystemSpec.parse(s) for s in system or []]
     apply_options(systems, _options(set_))
-    meta_evaluate(MetaEvalConfig(data=str(data), out=str(out), systems=systems, split=split,
-                                 max_examples=max_examples, seed=seed, backend=backend, base_url=base_url,
-                                 probes=list(probe or PROBES)))
+    meta_evaluate(
+        MetaEvalConfig(
+            data=str(data),
+            out=str(out),
+            systems=systems,
+            split=split,
+            max_examples=max_examples,
+            seed=seed,
+            backend=backend,
+            base_url=base_url,
+            probes=list(probe or PROBES),
+        )
+    )
 
 
 @app.command("evaluators")
@@ -487,8 +573,9 @@ def evaluators_cmd() -> None:
     from persetrain.evaluators.base import registered
 
     for name, cls in registered().items():
-        options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)
-                            if f.default is not dataclasses.MISSING)
+        options = ", ".join(
+            f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config) if f.default is not dataclasses.MISSING
+        )
         model = "model" if cls.needs_model else "no model"
         typer.echo(f"{name}  [{', '.join(cls.tasks)}; {model}]  {options}")
 
@@ -509,11 +596,9 @@ def launch(
     ctx: typer.Context,
     config: Annotated[Path | None, typer.Option(help="Training recipe (recipes/**/*.yaml).")] = None,
     accelerate_config: Annotated[Path | None, typer.Option(help="Instead of the recipe's accelerate_config.")] = None,
-    num_processes: Annotated[int | None, typer.Option(help="World size (the global batch stays the recipe's).")]
-    = None,
+    num_processes: Annotated[int | None, typer.Option(help="World size (the global batch stays the recipe's).")] = None,
     trainer: Annotated[str | None, typer.Option(help="sft, grpo or rm; default: from the recipe's keys.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the command (--slurm: write the script), run nothing.")]
-    = False,
+    dry_run: Annotated[bool, typer.Option(help="Print the command (--slurm: write the script), run nothing.")] = False,
     slurm: Annotated[bool, typer.Option(help="Submit a Slurm batch job instead of running here.")] = False,
     partition: Annotated[str | None, typer.Option(help="Slurm partition; default: the cluster's.")] = None,
     nodes: Annotated[int, typer.Option(help="Slurm nodes (GRPO with a vLLM server: one of them serves).")] = 1,
@@ -523,13 +608,17 @@ def launch(
     time: Annotated[str | None, typer.Option(help="Time limit, e.g. 1-00:00:00.")] = None,
     job_name: Annotated[str | None, typer.Option(help="Default: the recipe's file name.")] = None,
     log_dir: Annotated[Path, typer.Option(help="Where the script and the job's log go.")] = Path("runs/slurm"),
-    env_activate: Annotated[str | None, typer.Option(help="Shell line that activates the environment; "
-                                                          "default: source this venv's bin/activate.")] = None,
-    signal_seconds: Annotated[int, typer.Option(help="USR1 this long before the time limit: checkpoint, "
-                                                     "requeue.")] = 300,
+    env_activate: Annotated[
+        str | None,
+        typer.Option(help="Shell line that activates the environment; default: source this venv's bin/activate."),
+    ] = None,
+    signal_seconds: Annotated[
+        int, typer.Option(help="USR1 this long before the time limit: checkpoint, requeue.")
+    ] = 300,
     template: Annotated[Path | None, typer.Option(help="Own sbatch Jinja template (see launch/).")] = None,
-    sbatch_arg: Annotated[list[str] | None, typer.Option(help="Extra #SBATCH line, e.g. --account=nlp or "
-                                                              "--qos=high (repeatable).")] = None,
+    sbatch_arg: Annotated[
+        list[str] | None, typer.Option(help="Extra #SBATCH line, e.g. --account=nlp or --qos=high (repeatable).")
+    ] = None,
     status: Annotated[str | None, typer.Option(help="Show a Slurm job's state and exit.")] = None,
     logs: Annotated[str | None, typer.Option(help="Print a Slurm job's log and exit.")] = None,
 ) -> None:
@@ -551,25 +640,50 @@ def launch(
         raise LaunchError("--config RECIPE is required (or --status JOB / --logs JOB)")
     if slurm:
         options = slurm_jobs.SlurmOptions(
-            job_name=job_name, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node,
-            cpus_per_task=cpus_per_task, mem=mem, time=time, log_dir=log_dir, env_activate=env_activate,
-            signal_seconds=signal_seconds, template=template, extra_sbatch=list(sbatch_arg or []))
-        plan = slurm_jobs.plan_slurm(config, options, accelerate_config=accelerate_config,
-                                     num_processes=num_processes, trainer=trainer, overrides=ctx.args,
-                                     check_data=not dry_run)
+            job_name=job_name,
+            partition=partition,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            cpus_per_task=cpus_per_task,
+            mem=mem,
+            time=time,
+            log_dir=log_dir,
+            env_activate=env_activate,
+            signal_seconds=signal_seconds,
+            template=template,
+            extra_sbatch=list(sbatch_arg or []),
+        )
+        plan = slurm_jobs.plan_slurm(
+            config,
+            options,
+            accelerate_config=accelerate_config,
+            num_processes=num_processes,
+            trainer=trainer,
+            overrides=ctx.args,
+            check_data=not dry_run,
+        )
         for note in plan.notes:
             typer.echo(f"note: {note}")
-        script = slurm_jobs.write_script(slurm_jobs.render_sbatch(plan, options), options,
-                                         options.job_name or plan.recipe_path.stem)
+        script = slurm_jobs.write_script(
+            slurm_jobs.render_sbatch(plan, options), options, options.job_name or plan.recipe_path.stem
+        )
         if dry_run:
             typer.echo(f"wrote {script} (not submitted)")
             return
         job = slurm_jobs.submit(script, partition)
-        typer.echo(f"submitted job {job} (script {script}); follow it with `persetrain launch --status {job}` "
-                   f"and `persetrain launch --logs {job}`")
+        typer.echo(
+            f"submitted job {job} (script {script}); follow it with `persetrain launch --status {job}` "
+            f"and `persetrain launch --logs {job}`"
+        )
         return
-    plan = plan_launch(config, accelerate_config=accelerate_config, num_processes=num_processes,
-                       trainer=trainer, overrides=ctx.args, check_data=not dry_run)
+    plan = plan_launch(
+        config,
+        accelerate_config=accelerate_config,
+        num_processes=num_processes,
+        trainer=trainer,
+        overrides=ctx.args,
+        check_data=not dry_run,
+    )
     command = local_command(plan)
     for note in command.notes:
         typer.echo(f"note: {note}")
@@ -584,16 +698,23 @@ def push(
     repo_id: Annotated[str, typer.Option("--repo-id", help="Hub repository, e.g. user/perse-7b.")],
     dataset: Annotated[bool, typer.Option(help="PATH is a dataset written by `persetrain prepare`.")] = False,
     merge: Annotated[bool, typer.Option(help="Fold a PEFT adapter into its base and push full weights.")] = False,
-    metrics: Annotated[Path | None, typer.Option(help="metrics.json of its evaluation, tabled in the card; "
-                                                       "default: PATH/metrics.json when present.")] = None,
+    metrics: Annotated[
+        Path | None,
+        typer.Option(
+            help="metrics.json of its evaluation, tabled in the card; default: PATH/metrics.json when present."
+        ),
+    ] = None,
     recipe: Annotated[Path | None, typer.Option(help="The recipe it was trained with, quoted in the card.")] = None,
     private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
     revision: Annotated[str | None, typer.Option(help="Branch to push to (created when missing).")] = None,
     license: Annotated[str, typer.Option(help="License in the card.")] = "apache-2.0",
-    method: Annotated[str | None, typer.Option(help="Method cited in the card: perse, parl, rm or verifier; "
-                                                    "default: rm for a reward model, else perse.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Where the upload folder is built; default runs/push/REPO.")]
-    = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="Method cited in the card: perse, parl, rm or verifier; default: rm for a reward model, else perse."
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Where the upload folder is built; default runs/push/REPO.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Build the exact upload folder and stop.")] = False,
 ) -> None:
     """Push a checkpoint (full, adapter or --merge) or a prepared dataset to the Hub with a generated card.
@@ -603,9 +724,20 @@ def push(
     from persetrain.hub import describe_folder
     from persetrain.hub import push as push_to_hub
 
-    result = push_to_hub(path, repo_id, dataset=dataset, merge=merge, metrics=metrics, recipe=recipe,
-                         private=private, revision=revision, license=license, method=method, out=out,
-                         dry_run=dry_run)
+    result = push_to_hub(
+        path,
+        repo_id,
+        dataset=dataset,
+        merge=merge,
+        metrics=metrics,
+        recipe=recipe,
+        private=private,
+        revision=revision,
+        license=license,
+        method=method,
+        out=out,
+        dry_run=dry_run,
+    )
     for line in describe_folder(result.folder):
         typer.echo(f"  {line}")
     if result.commit_url is None:

@@ -41,8 +41,9 @@ class Reader:
 _READERS: list[Reader] = []
 
 
-def register_reader(name: str, detect: Callable[[Path], bool],
-                    read: Callable[[Path, str, int], tuple[str, list]]) -> None:
+def register_reader(
+    name: str, detect: Callable[[Path], bool], read: Callable[[Path, str, int], tuple[str, list]]
+) -> None:
     _READERS.append(Reader(name, detect, read))
 
 
@@ -70,8 +71,10 @@ def _read_prepared(path: Path, split: str, seed: int) -> tuple[str, list]:
     if split not in dataset:
         raise InputError(path, f"has no split {split!r}; it has {sorted(dataset)}")
     fields = set(task.example.model_fields)
-    examples = [parse_record(task.example, {k: v for k, v in row.items() if k in fields}, path / split, i)
-                for i, row in enumerate(dataset[split])]
+    examples = [
+        parse_record(task.example, {k: v for k, v in row.items() if k in fields}, path / split, i)
+        for i, row in enumerate(dataset[split])
+    ]
     return task.name, examples
 
 
@@ -107,6 +110,9 @@ def load_dataset(path: str | Path, split: str = "test", seed: int = 0) -> tuple[
             if not examples:
                 raise InputError(path, f"split {split!r} holds no examples")
             return get_task(task), examples
-    raise InputError(path, "not a dataset persetrain can read: expected a folder written by `persetrain prepare` "
-                           f"({BUILD_INFO}), JSONL records with a {CARD} card declaring their task kind, or "
-                           f"one of these layouts: {', '.join(r.name for r in _READERS[2:]) or 'none registered'}")
+    raise InputError(
+        path,
+        "not a dataset persetrain can read: expected a folder written by `persetrain prepare` "
+        f"({BUILD_INFO}), JSONL records with a {CARD} card declaring their task kind, or "
+        f"one of these layouts: {', '.join(r.name for r in _READERS[2:]) or 'none registered'}",
+    )

@@ -63,31 +63,55 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     console.rule("2/4 anonymize, summarize, build Per-MPST K=3")
     engine = load_engine(model, cache_path=out / "engine-cache.sqlite")
     # The title probe is left to `persetrain prepare perse`: invented titles cannot be memorized.
-    prepared = prepare_perse(out / "raw", out / "data", engine=engine, ks=(3,), probe=False,
-                             profile_words=DEMO_PROFILE_WORDS, llm_tokens=LLMTokens(**DEMO_LLM_TOKENS),
-                             batch_size=64)
+    prepared = prepare_perse(
+        out / "raw",
+        out / "data",
+        engine=engine,
+        ks=(3,),
+        probe=False,
+        profile_words=DEMO_PROFILE_WORDS,
+        llm_tokens=LLMTokens(**DEMO_LLM_TOKENS),
+        batch_size=64,
+    )
     engine.close()
     dataset = prepared.datasets["per_mpst_k3"]
     timings["prepare"] = time.perf_counter() - start
 
     start = time.perf_counter()
     console.rule("3/4 fine-tune the judge (CPU recipe)")
-    judge = run_sft(["--config", str(CPU_RECIPE), "--model_name_or_path", model, "--dataset_path", str(dataset),
-                     "--output_dir", str(out / "judge")]).model_dir
+    judge = run_sft(
+        [
+            "--config",
+            str(CPU_RECIPE),
+            "--model_name_or_path",
+            model,
+            "--dataset_path",
+            str(dataset),
+            "--output_dir",
+            str(out / "judge"),
+        ]
+    ).model_dir
     timings["sft"] = time.perf_counter() - start
 
     start = time.perf_counter()
     console.rule("4/4 evaluate on held-out reviewers")
     judging = {"max_new_tokens": DEMO_REVIEW_TOKENS, "temperature": DEMO_TEMPERATURE}
-    metrics = evaluate(EvaluationConfig(
-        data=str(dataset), out=str(out / "eval"),
-        systems=[SystemSpec("trained", "perse", str(judge), dict(judging)),
-                 SystemSpec("untrained", "perse", model, dict(judging)),
-                 SystemSpec.parse("reviewer-avg"), SystemSpec.parse("mf")],
-        max_per_reviewer=DEMO_QUERIES_PER_REVIEWER,
-    ))
+    metrics = evaluate(
+        EvaluationConfig(
+            data=str(dataset),
+            out=str(out / "eval"),
+            systems=[
+                SystemSpec("trained", "perse", str(judge), dict(judging)),
+                SystemSpec("untrained", "perse", model, dict(judging)),
+                SystemSpec.parse("reviewer-avg"),
+                SystemSpec.parse("mf"),
+            ],
+            max_per_reviewer=DEMO_QUERIES_PER_REVIEWER,
+        )
+    )
     timings["evaluate"] = time.perf_counter() - start
 
-    console.print(f"report: {out / 'eval' / 'report.md'}; timings (s): "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    console.print(
+        f"report: {out / 'eval' / 'report.md'}; timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())
+    )
     return {"metrics": metrics, "timings": timings}

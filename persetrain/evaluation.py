@@ -72,8 +72,9 @@ class EvaluationConfig:
         systems = []
         for i, entry in enumerate(raw.pop("systems", None) or []):
             if not isinstance(entry, dict) or "evaluator" not in entry:
-                raise InputError(path, "each system needs at least an evaluator", record=f"systems[{i}]",
-                                 field="evaluator")
+                raise InputError(
+                    path, "each system needs at least an evaluator", record=f"systems[{i}]", field="evaluator"
+                )
             entry = dict(entry)
             evaluator, model = entry.pop("evaluator"), entry.pop("model", None)
             systems.append(SystemSpec(entry.pop("name", None) or model or evaluator, evaluator, model, entry))
@@ -90,8 +91,10 @@ def apply_options(systems: Sequence[SystemSpec], options: Mapping[str, Any]) -> 
     for key, value in options.items():
         takers = [s for s in systems if key in config_fields(s.build().Config)]
         if not takers:
-            raise ValueError(f"--set {key}: no system's evaluator has an option {key!r} "
-                             f"(systems: {', '.join(f'{s.name} ({s.evaluator})' for s in systems)})")
+            raise ValueError(
+                f"--set {key}: no system's evaluator has an option {key!r} "
+                f"(systems: {', '.join(f'{s.name} ({s.evaluator})' for s in systems)})"
+            )
         for system in takers:
             system.options.setdefault(key, value)
 
@@ -129,13 +132,21 @@ def environment() -> dict:
     import trl
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                cwd=Path(__file__).parent).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
-    return {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "trl": trl.__version__,
-            "cuda": torch.cuda.is_available(), "threads": torch.get_num_threads(), "git_commit": commit}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "cuda": torch.cuda.is_available(),
+        "threads": torch.get_num_threads(),
+        "git_commit": commit,
+    }
 
 
 @dataclass
@@ -152,16 +163,19 @@ def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tupl
     a kind the evaluator reads."""
     names = [s.name for s in systems]
     if not systems:
-        raise ValueError("nothing to evaluate: give --evaluator E --model M, --system NAME=EVALUATOR:MODEL "
-                         "or --baseline NAME")
+        raise ValueError(
+            "nothing to evaluate: give --evaluator E --model M, --system NAME=EVALUATOR:MODEL or --baseline NAME"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"system names must be unique, got {names}; name them with NAME=EVALUATOR:MODEL")
     built = []
     for spec in systems:
         evaluator = spec.build()
         if task.name not in evaluator.tasks:
-            raise ValueError(f"evaluator {spec.evaluator!r} cannot judge {task.name} tasks; evaluators that can: "
-                             f"{', '.join(evaluators_for(task.name))}")
+            raise ValueError(
+                f"evaluator {spec.evaluator!r} cannot judge {task.name} tasks; evaluators that can: "
+                f"{', '.join(evaluators_for(task.name))}"
+            )
         if spec.model:
             evaluator.check_model(spec.model)
         built.append((spec, evaluator))
@@ -174,11 +188,18 @@ def judgments_file(folder: Path, system: str) -> Path:
     return folder / f"{system.replace(os.sep, '/').replace('/', '_').lstrip('_')}.jsonl"
 
 
-def judge_system(spec: SystemSpec, evaluator: Evaluator, examples: Sequence, config: EvaluationConfig,
-                 cache_path: Path) -> dict[str, SystemRun]:
+def judge_system(
+    spec: SystemSpec, evaluator: Evaluator, examples: Sequence, config: EvaluationConfig, cache_path: Path
+) -> dict[str, SystemRun]:
     """Run one system; its judgments grouped into the systems they belong to (``NAME``, ``NAME-suffix``)."""
-    context = JudgeContext(data=Path(config.data), split=config.split, system=spec.name, out=Path(config.out),
-                           seed=config.seed, model=spec.model)
+    context = JudgeContext(
+        data=Path(config.data),
+        split=config.split,
+        system=spec.name,
+        out=Path(config.out),
+        seed=config.seed,
+        model=spec.model,
+    )
     engine = None
     if evaluator.needs_model and evaluator.uses_engine:
         from persetrain.engine import load_engine
@@ -196,8 +217,9 @@ def judge_system(spec: SystemSpec, evaluator: Evaluator, examples: Sequence, con
     for judgment in found:
         name = judgment.evaluator
         if name != spec.name and not name.startswith(f"{spec.name}-"):
-            raise RuntimeError(f"evaluator {spec.evaluator!r} wrote a judgment for system {name!r} while judging "
-                               f"as {spec.name!r}")
+            raise RuntimeError(
+                f"evaluator {spec.evaluator!r} wrote a judgment for system {name!r} while judging as {spec.name!r}"
+            )
         groups.setdefault(name, []).append(judgment)
     return {name: SystemRun(group, evaluator, seconds) for name, group in groups.items()}
 
@@ -205,26 +227,33 @@ def judge_system(spec: SystemSpec, evaluator: Evaluator, examples: Sequence, con
 def system_metrics(task: TaskKind, examples: Sequence, run: SystemRun) -> dict:
     """The evaluator's metrics of one system plus what it cost: calls and tokens, and the seconds judging took."""
     metrics = run.evaluator.metrics(task, examples, run.judgments)
-    cost = {k: sum(getattr(j.cost, k) for j in run.judgments) for k in ("calls", "prompt_tokens",
-                                                                          "completion_tokens")}
+    cost = {k: sum(getattr(j.cost, k) for j in run.judgments) for k in ("calls", "prompt_tokens", "completion_tokens")}
     metrics["cost"] = {**cost, "seconds": run.seconds}
     return metrics
 
 
-def write_report(out: Path, task: TaskKind, examples: Sequence, runs: Mapping[str, SystemRun],
-                 metrics: dict, title: str | None = None) -> None:
+def write_report(
+    out: Path,
+    task: TaskKind,
+    examples: Sequence,
+    runs: Mapping[str, SystemRun],
+    metrics: dict,
+    title: str | None = None,
+) -> None:
     """``report.md``: the task's sections (or a plain metrics table), then each method's own sections."""
     judgments = {name: run.judgments for name, run in runs.items()}
     systems = metrics["systems"]
     sections = (task.report(out, examples, judgments, systems) if task.report is not None else {}) or {
-        "Metrics": metrics_table(systems)}
+        "Metrics": metrics_table(systems)
+    }
     owners: dict[int, list[str]] = {}
     for name, run in runs.items():
         owners.setdefault(id(run.evaluator), []).append(name)
     for names in owners.values():
         evaluator = runs[names[0]].evaluator
-        sections.update(evaluator.report(out, examples, {n: judgments[n] for n in names},
-                                         {n: systems[n] for n in names}))
+        sections.update(
+            evaluator.report(out, examples, {n: judgments[n] for n in names}, {n: systems[n] for n in names})
+        )
     write_markdown(out / "report.md", title or f"Evaluation on {len(examples)} {task.name} examples", sections)
     console.print(sections[next(iter(sections))])
 
@@ -247,8 +276,11 @@ def evaluate(config: EvaluationConfig, examples: Sequence | None = None) -> dict
         for name, run in judge_system(spec, evaluator, examples, config, out / "engine-cache.sqlite").items():
             write_jsonl(judgments_file(out / "judgments", name), run.judgments)
             runs[name] = run
-    metrics = {"kind": task.name, "n_examples": len(examples),
-               "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()}}
+    metrics = {
+        "kind": task.name,
+        "n_examples": len(examples),
+        "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()},
+    }
     write_json(out / "metrics.json", metrics)
     write_report(out, task, examples, runs, metrics)
     return metrics

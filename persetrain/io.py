@@ -26,8 +26,9 @@ T = TypeVar("T", bound=BaseModel)
 class InputError(ValueError):
     """Bad user input, located precisely enough to fix it: file, record and field."""
 
-    def __init__(self, path: str | os.PathLike, message: str, record: int | str | None = None,
-                 field: str | None = None):
+    def __init__(
+        self, path: str | os.PathLike, message: str, record: int | str | None = None, field: str | None = None
+    ):
         self.path, self.record, self.field = str(path), record, field
         where = self.path + (f":{record}" if record is not None else "")
         what = f"field '{field}': " if field else ""

@@ -71,13 +71,15 @@ def reversed_order(ex):
     if isinstance(ex, McqExample):
         return ex.model_copy(update={"options": ex.options[::-1], "gold": len(ex.options) - 1 - ex.gold})
     if isinstance(ex, PairwiseExample):
-        return ex.model_copy(update={"plot_a": ex.plot_b, "plot_b": ex.plot_a,
-                                     "preferred": "B" if ex.preferred == "A" else "A"})
+        return ex.model_copy(
+            update={"plot_a": ex.plot_b, "plot_b": ex.plot_a, "preferred": "B" if ex.preferred == "A" else "A"}
+        )
     return None
 
 
 def manipulated(ex, phrase: str):
     """The example with ``phrase`` appended to every candidate the evaluator scores."""
+
     def add(text: str) -> str:
         return f"{text} {phrase}"
 
@@ -108,8 +110,10 @@ def flip_rate(examples: Sequence, before: Sequence[Judgment], after: Sequence[Ju
     reversed examples). An unreadable judgment on either side counts as a change; a tie at the top in
     both orders (no choice either time) does not."""
     first, second = by_example(examples, before), by_example(examples, after)
-    changed = [a is None or b is None or not (a.parsed and b.parsed) or chosen(ex, a, False) != chosen(ex, b, True)
-               for ex, a, b in zip(examples, first, second, strict=True)]
+    changed = [
+        a is None or b is None or not (a.parsed and b.parsed) or chosen(ex, a, False) != chosen(ex, b, True)
+        for ex, a, b in zip(examples, first, second, strict=True)
+    ]
     return sum(changed) / len(changed) if changed else math.nan
 
 
@@ -128,8 +132,9 @@ def item_scores(judgment: Judgment | None) -> list[float]:
 def relative_change(before: Sequence[Judgment], after: Sequence[Judgment]) -> float:
     """(mean score after - mean score before) / |mean score before| over the pairs judged both times."""
     first = {(j.example_id, j.target): item_scores(j) for j in before}
-    pairs = [(b, a) for j in after for b, a in zip(first.get((j.example_id, j.target), []), item_scores(j),
-                                                   strict=False)]
+    pairs = [
+        (b, a) for j in after for b, a in zip(first.get((j.example_id, j.target), []), item_scores(j), strict=False)
+    ]
     if not pairs:
         return math.nan
     mean_before = sum(b for b, _ in pairs) / len(pairs)
@@ -219,8 +224,13 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
     for probe, probed in person_probes(config, examples):
         for name, run in _judge_all(config, evaluators, probed, out / "judgments" / probe).items():
             systems[name][probe] = probe_accuracy(task, probed, run, systems[name]["metrics"])
-    result = {"kind": task.name, "n_examples": len(examples), "probes": list(config.probes),
-              "phrase": config.phrase, "systems": systems}
+    result = {
+        "kind": task.name,
+        "n_examples": len(examples),
+        "probes": list(config.probes),
+        "phrase": config.phrase,
+        "systems": systems,
+    }
     write_json(out / "metrics.json", result)
     write_report(out, task, result)
     return result
@@ -230,18 +240,26 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
 def summary_columns(task: TaskKind) -> list[tuple[str, Callable[[dict], float]]]:
     """(column title, getter) for every number the side-by-side table and the plots show."""
     columns: list[tuple[str, Callable[[dict], float]]] = [
-        (key, lambda s, k=key: s["agreement"].get(k, math.nan)) for key, _ in AGREEMENT.get(task.name, ())]
+        (key, lambda s, k=key: s["agreement"].get(k, math.nan)) for key, _ in AGREEMENT.get(task.name, ())
+    ]
     key = ACCURACY_KEY.get(task.name, "accuracy")
-    columns += [(f"{probe}: {key}", lambda s, p=probe: s.get(p, {}).get("accuracy", math.nan))
-                for probe in ("blind", "swap")]
+    columns += [
+        (f"{probe}: {key}", lambda s, p=probe: s.get(p, {}).get("accuracy", math.nan)) for probe in ("blind", "swap")
+    ]
     columns += [
         ("calls per example", lambda s: s["cost_per_instance"].get("calls", math.nan)),
-        ("tokens per example", lambda s: s["cost_per_instance"].get("prompt_tokens", 0)
-         + s["cost_per_instance"].get("completion_tokens", 0)),
+        (
+            "tokens per example",
+            lambda s: (
+                s["cost_per_instance"].get("prompt_tokens", 0) + s["cost_per_instance"].get("completion_tokens", 0)
+            ),
+        ),
         ("seconds per example", lambda s: s["cost_per_instance"].get("seconds", math.nan)),
         ("flip rate", lambda s: s.get("flip_rate", math.nan)),
-        ("manipulation: relative score change", lambda s: s.get("manipulation", {}).get("relative_score_change",
-                                                                                        math.nan)),
+        (
+            "manipulation: relative score change",
+            lambda s: s.get("manipulation", {}).get("relative_score_change", math.nan),
+        ),
         ("manipulation: accuracy change", lambda s: s.get("manipulation", {}).get("accuracy_change", math.nan)),
     ]
     return columns
@@ -290,9 +308,10 @@ def write_report(out: Path, task: TaskKind, result: dict) -> None:
     sections["Probes"] = (
         "Flip rate: share of examples whose chosen candidate changes when the candidates are shown in reverse "
         "order. Manipulation: every candidate gets the sentence "
-        f"\"{result['phrase']}\" appended; relative score change = (mean after - mean before) / |mean before|, "
+        f'"{result["phrase"]}" appended; relative score change = (mean after - mean before) / |mean before|, '
         "accuracy change = accuracy after - accuracy before. Blind: the same judge with the preference or profile "
         "removed; swap: each example given another example's (a seeded derangement). A judge that reads the person "
-        "loses accuracy under both.")
+        "loses accuracy under both."
+    )
     write_markdown(out / "report.md", f"Meta-evaluation on {result['n_examples']} {task.name} examples", sections)
     console.print(sections["Side by side"])

@@ -253,8 +253,7 @@ def describe(spec: str) -> dict:
     from transformers import AutoConfig
 
     resolved = resolve(spec)
-    info = {"spec": spec, "kind": resolved.kind, "location": resolved.location,
-            "fingerprint": resolved.fingerprint}
+    info = {"spec": spec, "kind": resolved.kind, "location": resolved.location, "fingerprint": resolved.fingerprint}
     if resolved.kind in {"embedded", "gguf"}:
         target = _gguf_cache_dir(resolved)
         info["converted_cache"] = str(target)

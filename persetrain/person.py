@@ -58,8 +58,10 @@ def stated(person: str) -> str:
 
 def blind_examples(examples: Sequence[BaseModel]) -> list:
     """Every example with its person removed (an empty preference, profile or history)."""
-    return [ex.model_copy(update={person_field(ex): "" if isinstance(getattr(ex, person_field(ex)), str) else []})
-            for ex in examples]
+    return [
+        ex.model_copy(update={person_field(ex): "" if isinstance(getattr(ex, person_field(ex)), str) else []})
+        for ex in examples
+    ]
 
 
 def _person_key(example: BaseModel) -> str:
@@ -97,5 +99,7 @@ def derangement(keys: Sequence[str], seed: int = 0) -> list[int]:
 def swapped_examples(examples: Sequence[BaseModel], seed: int = 0) -> list:
     """Every example with another example's person (``derangement`` of the persons, seeded)."""
     donor = derangement([_person_key(ex) for ex in examples], seed)
-    return [ex.model_copy(update={person_field(ex): getattr(examples[d], person_field(examples[d]))})
-            for ex, d in zip(examples, donor, strict=True)]
+    return [
+        ex.model_copy(update={person_field(ex): getattr(examples[d], person_field(examples[d]))})
+        for ex, d in zip(examples, donor, strict=True)
+    ]

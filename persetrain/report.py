@@ -46,8 +46,11 @@ def pairwise_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
 
 def metrics_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
     """Markdown table of every top-level number of each system's metrics (for tasks without their own table)."""
-    columns = list(dict.fromkeys(k for m in metrics.values() for k, v in m.items()
-                                 if isinstance(v, int | float) and not isinstance(v, bool)))
+    columns = list(
+        dict.fromkeys(
+            k for m in metrics.values() for k, v in m.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        )
+    )
     lines = ["| system | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
     for system, m in metrics.items():
         lines.append(f"| {system} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
@@ -82,13 +85,19 @@ def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequen
 def explanation_samples(judgments: Sequence[Judgment], gold_reviews: Mapping[str, str], k: int = 3) -> str:
     blocks = []
     for j in list(judgments)[:k]:
-        blocks.append(f"**{j.example_id}** — predicted {_fmt(j.score)}\n\n> judge: {j.explanation[:400]}\n>\n"
-                      f"> reviewer: {gold_reviews.get(j.example_id, '')[:400]}")
+        blocks.append(
+            f"**{j.example_id}** — predicted {_fmt(j.score)}\n\n> judge: {j.explanation[:400]}\n>\n"
+            f"> reviewer: {gold_reviews.get(j.example_id, '')[:400]}"
+        )
     return "\n\n".join(blocks)
 
 
-def scalar_report(out: Path, examples: Sequence, judgments: Mapping[str, Sequence[Judgment]],
-                  metrics: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+def scalar_report(
+    out: Path,
+    examples: Sequence,
+    judgments: Mapping[str, Sequence[Judgment]],
+    metrics: Mapping[str, Mapping[str, object]],
+) -> dict[str, str]:
     """Correlation table, predicted-vs-true scatter (``scatter.png``) and sample explanations."""
     sections = {"Correlation with the reviewers' true scores": scalar_table(metrics)}
     preds = {}
@@ -104,8 +113,12 @@ def scalar_report(out: Path, examples: Sequence, judgments: Mapping[str, Sequenc
     return sections
 
 
-def pairwise_report(out: Path, examples: Sequence, judgments: Mapping[str, Sequence[Judgment]],
-                    metrics: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+def pairwise_report(
+    out: Path,
+    examples: Sequence,
+    judgments: Mapping[str, Sequence[Judgment]],
+    metrics: Mapping[str, Mapping[str, object]],
+) -> dict[str, str]:
     return {"Pairwise accuracy per aspect": pairwise_table(metrics)}
 
 

@@ -45,12 +45,13 @@ def encode(tokenizer, context: str, candidates: list[str], max_length: int | Non
     """
     context_ids = tokenizer(context)["input_ids"]
     end = tokenizer.sep_token_id if is_encoder(tokenizer) else tokenizer.eos_token_id
-    tails = [tokenizer(c, add_special_tokens=False)["input_ids"] + ([end] if end is not None else [])
-             for c in candidates]
+    tails = [
+        tokenizer(c, add_special_tokens=False)["input_ids"] + ([end] if end is not None else []) for c in candidates
+    ]
     if max_length is not None:
         room = max_length - max(len(t) for t in tails)
         if room < len(context_ids):
             head = 1 if is_encoder(tokenizer) or context_ids[:1] == [tokenizer.bos_token_id] else 0
             keep = max(room - head, 0)
-            context_ids = context_ids[:head] + (context_ids[len(context_ids) - keep:] if keep else [])
+            context_ids = context_ids[:head] + (context_ids[len(context_ids) - keep :] if keep else [])
     return EncodedCandidates(context_ids, tails)

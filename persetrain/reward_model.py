@@ -54,17 +54,29 @@ def _labels(config: dict) -> int:
 def check_reward_model(spec: str) -> None:
     """Refuse, before any weights load, a checkpoint that is not a one-label sequence classifier."""
     if resolve(spec).kind in {"embedded", "gguf"}:
-        raise InputError(spec, "is a causal language model, not a reward model (a *ForSequenceClassification "
-                               "checkpoint with one label); read it with the verifier evaluator", field="architectures")
+        raise InputError(
+            spec,
+            "is a causal language model, not a reward model (a *ForSequenceClassification "
+            "checkpoint with one label); read it with the verifier evaluator",
+            field="architectures",
+        )
     path, config = _config_of(spec)
     architectures = config.get("architectures") or []
     if not any(a.endswith(SEQUENCE_CLASSIFICATION) for a in architectures):
-        raise InputError(path, f"{architectures or 'no architectures'}: not a reward model (expected a "
-                               f"*{SEQUENCE_CLASSIFICATION} checkpoint with one label, as `persetrain rm` writes); a "
-                               "causal LM is read with the verifier evaluator", field="architectures")
+        raise InputError(
+            path,
+            f"{architectures or 'no architectures'}: not a reward model (expected a "
+            f"*{SEQUENCE_CLASSIFICATION} checkpoint with one label, as `persetrain rm` writes); a "
+            "causal LM is read with the verifier evaluator",
+            field="architectures",
+        )
     if _labels(config) != 1:
-        raise InputError(path, f"a sequence classifier with {_labels(config)} labels; a reward model has one "
-                               "(num_labels=1: a scalar score)", field="num_labels")
+        raise InputError(
+            path,
+            f"a sequence classifier with {_labels(config)} labels; a reward model has one "
+            "(num_labels=1: a scalar score)",
+            field="num_labels",
+        )
 
 
 def check_language_model(spec: str) -> None:
@@ -74,9 +86,12 @@ def check_language_model(spec: str) -> None:
     path, config = _config_of(spec)
     architectures = config.get("architectures") or []
     if any(a.endswith(SEQUENCE_CLASSIFICATION) for a in architectures):
-        raise InputError(path, f"{architectures}: a reward model (a sequence classifier has no yes/no to read); "
-                               "a verifier is a causal LM - judge with this checkpoint through the rm evaluator",
-                         field="architectures")
+        raise InputError(
+            path,
+            f"{architectures}: a reward model (a sequence classifier has no yes/no to read); "
+            "a verifier is a causal LM - judge with this checkpoint through the rm evaluator",
+            field="architectures",
+        )
 
 
 @dataclass(frozen=True)
@@ -91,8 +106,14 @@ class Scored:
 class RewardModelScorer:
     """Scores ``context + candidate`` texts with a reward-model checkpoint, in length-sorted batches."""
 
-    def __init__(self, spec: str, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-                 batch_tokens: int = 8192, max_length: int | None = None):
+    def __init__(
+        self,
+        spec: str,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        batch_tokens: int = 8192,
+        max_length: int | None = None,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         check_reward_model(spec)
@@ -101,8 +122,11 @@ class RewardModelScorer:
         self.tokenizer = _from_pretrained(AutoTokenizer, spec)
         if self.tokenizer.pad_token is None:  # as TRL's RewardTrainer sets it for training
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = _from_pretrained(AutoModelForSequenceClassification, spec,
-                                      dtype=dtype or best_dtype(self.device)).to(self.device).eval()
+        self.model = (
+            _from_pretrained(AutoModelForSequenceClassification, spec, dtype=dtype or best_dtype(self.device))
+            .to(self.device)
+            .eval()
+        )
         if self.model.config.pad_token_id is None:  # a decoder finds its last real token by the pad id
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         limit = getattr(self.model.config, "max_position_embeddings", None) or self.tokenizer.model_max_length
@@ -124,8 +148,9 @@ class RewardModelScorer:
         return fitted.row(0)[: self.max_length], fitted.segments(0)[: self.max_length], True
 
     @torch.no_grad()
-    def score_detailed(self, contexts: Sequence[str], candidates: Sequence[str],
-                       description: str = "reward model") -> list[Scored]:
+    def score_detailed(
+        self, contexts: Sequence[str], candidates: Sequence[str], description: str = "reward model"
+    ) -> list[Scored]:
         """One ``Scored`` per (context, candidate) pair, in the given order."""
         if len(contexts) != len(candidates):
             raise ValueError(f"{len(contexts)} contexts for {len(candidates)} candidates")
@@ -137,16 +162,18 @@ class RewardModelScorer:
             start = 0
             while start < len(order):
                 width = len(rows[order[start]][0])  # the longest row of the batch (rows sorted longest first)
-                batch = order[start:start + max(1, self.batch_tokens // max(width, 1))]
-                for i, value in zip(batch, self._forward([rows[i][0] for i in batch], [rows[i][1] for i in batch]),
-                                    strict=True):
+                batch = order[start : start + max(1, self.batch_tokens // max(width, 1))]
+                for i, value in zip(
+                    batch, self._forward([rows[i][0] for i in batch], [rows[i][1] for i in batch]), strict=True
+                ):
                     scores[i] = value
                 start += len(batch)
                 bar.advance(task, len(batch))
         return [Scored(score, len(ids), cut) for score, (ids, _, cut) in zip(scores, rows, strict=True)]
 
-    def score(self, contexts: Sequence[str], candidates: Sequence[str],
-              description: str = "reward model") -> list[float]:
+    def score(
+        self, contexts: Sequence[str], candidates: Sequence[str], description: str = "reward model"
+    ) -> list[float]:
         """The reward of each ``context + candidate``."""
         return [s.score for s in self.score_detailed(contexts, candidates, description)]
 

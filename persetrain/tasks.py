@@ -82,16 +82,26 @@ register_task(TaskKind("pairwise", PairwiseExample, pairwise_metrics, pairwise_r
 
 def reference_metrics(examples: Sequence[ReferenceExample], judgments: list[Judgment]) -> dict:
     """Per generator system (``Judgment.target``): the mean score and, for ExPerT, the mean of its 15 numbers."""
-    targets = per_target_means([j.target for j in judgments], [j.score if j.parsed else None for j in judgments],
-                               [(j.details or {}).get("scores") for j in judgments])
+    targets = per_target_means(
+        [j.target for j in judgments],
+        [j.score if j.parsed else None for j in judgments],
+        [(j.details or {}).get("scores") for j in judgments],
+    )
     return {"targets": targets, "n": len(judgments), "n_unparsed": sum(not j.parsed for j in judgments)}
 
 
-def reference_report(out: Path, examples: Sequence[ReferenceExample], judgments: Mapping[str, list[Judgment]],
-                     metrics: Mapping[str, dict]) -> dict[str, str]:
+def reference_report(
+    out: Path,
+    examples: Sequence[ReferenceExample],
+    judgments: Mapping[str, list[Judgment]],
+    metrics: Mapping[str, dict],
+) -> dict[str, str]:
     """One row per (evaluator system, generator system) with its mean score; none for pairwise-only judges (AuPEL)."""
-    rows = [f"| {system} | {target} | {t['score']:.3f} | {t['n']} | {t['n_unparsed']} |"
-            for system, m in metrics.items() for target, t in (m.get("targets") or {}).items()]
+    rows = [
+        f"| {system} | {target} | {t['score']:.3f} | {t['n']} | {t['n_unparsed']} |"
+        for system, m in metrics.items()
+        for target, t in (m.get("targets") or {}).items()
+    ]
     if not rows:
         return {}
     lines = ["| evaluator | generator | mean score | n | unparsed |", "|---|---|---|---|---|", *rows]
@@ -103,8 +113,9 @@ register_task(TaskKind("reference", ReferenceExample, reference_metrics, referen
 
 def mcq_metrics_of(examples: Sequence[McqExample], judgments: list[Judgment]) -> dict:
     """Accuracy, MSE and nDCG (PREF Table 2) of the per-option 0..10 scores in ``details["scores"]``."""
-    scores = [(j.details or {}).get("scores") if j is not None and j.parsed else None
-              for j in by_example(examples, judgments)]
+    scores = [
+        (j.details or {}).get("scores") if j is not None and j.parsed else None for j in by_example(examples, judgments)
+    ]
     return mcq_metrics(scores, [ex.gold for ex in examples], [len(ex.options) for ex in examples])
 
 
@@ -114,10 +125,19 @@ register_task(TaskKind("mcq", McqExample, mcq_metrics_of))
 def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment]) -> dict:
     """PARL: coverage, rules per user, user- and rubric-level accuracy per target, Max-Diff, paired t-tests;
     mean and std over runs (``Judgment.details["run"]``). An unparsed rubric set leaves its user uncovered."""
-    checks = [(j.example_id, j.target or "gt", (j.details or {}).get("run", 0),
-               (j.details or {}).get("satisfied") if j.parsed else None) for j in judgments]
-    return {**parl_metrics(runs_from_checks([ex.id for ex in examples], checks)),
-            "n_unparsed": sum(not j.parsed for j in judgments)}
+    checks = [
+        (
+            j.example_id,
+            j.target or "gt",
+            (j.details or {}).get("run", 0),
+            (j.details or {}).get("satisfied") if j.parsed else None,
+        )
+        for j in judgments
+    ]
+    return {
+        **parl_metrics(runs_from_checks([ex.id for ex in examples], checks)),
+        "n_unparsed": sum(not j.parsed for j in judgments),
+    }
 
 
 register_task(TaskKind("rubric", RubricExample, rubric_metrics))

@@ -24,10 +24,17 @@ def tiny_llama_dir(tmp_path_factory, embedded_tokenizer):
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(embedded_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=True, pad_token_id=embedded_tokenizer.pad_token_id,
-        eos_token_id=embedded_tokenizer.eos_token_id, bos_token_id=embedded_tokenizer.bos_token_id,
+        vocab_size=len(embedded_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=embedded_tokenizer.pad_token_id,
+        eos_token_id=embedded_tokenizer.eos_token_id,
+        bos_token_id=embedded_tokenizer.bos_token_id,
     )
     model = LlamaForCausalLM(config)
     # Random weights give near-uniform distributions; a larger init spread makes the test
@@ -51,9 +58,19 @@ def prepared_root(tmp_path_factory):
     from persetrain.cli import app
 
     root = tmp_path_factory.mktemp("prepared")
-    for args in (["prepare", "sample", "--out", str(root / "data" / "raw")],
-                 ["prepare", "perse", "--raw", str(root / "data" / "raw"), "--out", str(root / "data" / "perse"),
-                  "--no-llm", "--no-probe"]):
+    for args in (
+        ["prepare", "sample", "--out", str(root / "data" / "raw")],
+        [
+            "prepare",
+            "perse",
+            "--raw",
+            str(root / "data" / "raw"),
+            "--out",
+            str(root / "data" / "perse"),
+            "--no-llm",
+            "--no-probe",
+        ],
+    ):
         result = CliRunner().invoke(app, ["--quiet", *args])
         assert result.exit_code == 0, result.output
     return root

@@ -59,61 +59,78 @@ class SlurmCluster:
         for name in ("state", "spool", "log", "run"):
             (self.root / name).mkdir()
         r = self.root
-        self.conf.write_text("\n".join([
-            "ClusterName=persetrain-test",
-            f"SlurmctldHost={self.node}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={r / 'state'}",
-            f"SlurmdSpoolDir={r / 'spool'}",
-            f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}",
-            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-            # No cgroups in a container: track processes through /proc and bind no tasks to CPUs.
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            "SchedulerType=sched/backfill",
-            "MpiDefault=none",
-            "SwitchType=switch/none",
-            "ReturnToService=2",
-            "JobRequeue=1",
-            "KillWait=30",
-            "MinJobAge=600",
-            "InactiveLimit=0",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={_memory_mb()} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
-            "",
-        ]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=persetrain-test",
+                    f"SlurmctldHost={self.node}(127.0.0.1)",
+                    f"SlurmctldPort={_free_port()}",
+                    f"SlurmdPort={_free_port()}",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    f"StateSaveLocation={r / 'state'}",
+                    f"SlurmdSpoolDir={r / 'spool'}",
+                    f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+                    f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+                    # No cgroups in a container: track processes through /proc and bind no tasks to CPUs.
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "AccountingStorageType=accounting_storage/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_CPU",
+                    "SchedulerType=sched/backfill",
+                    "MpiDefault=none",
+                    "SwitchType=switch/none",
+                    "ReturnToService=2",
+                    "JobRequeue=1",
+                    "KillWait=30",
+                    "MinJobAge=600",
+                    "InactiveLimit=0",
+                    "SlurmctldDebug=info",
+                    "SlurmdDebug=info",
+                    f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={_memory_mb()} State=UNKNOWN",
+                    f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.root / "log" / f"{name}.out").open("w")
-        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
 
     def start(self, timeout: float = 60) -> None:
         if os.geteuid() != 0:
-            raise RuntimeError("the test cluster runs slurmctld/slurmd as root (SlurmUser=root, jobs of any user): "
-                               "run the Slurm tests as root, as CI does")
+            raise RuntimeError(
+                "the test cluster runs slurmctld/slurmd as root (SlurmUser=root, jobs of any user): "
+                "run the Slurm tests as root, as CI does"
+            )
         for daemon in DAEMONS:
             if shutil.which(daemon) is None and not Path("/usr/sbin", daemon).exists():
                 raise RuntimeError(f"{daemon} is not installed: run `make test` (it installs slurm-wlm and munge)")
         self._write_config()
         m = self.munge_socket.parent
-        self._spawn("munged", ["/usr/sbin/munged", "--foreground", "--force", f"--socket={self.munge_socket}",
-                               f"--key-file={m / 'munge.key'}", f"--pid-file={m / 'munged.pid'}",
-                               f"--seed-file={m / 'munged.seed'}", f"--log-file={m / 'munged.log'}"])
+        self._spawn(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={m / 'munge.key'}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--seed-file={m / 'munged.seed'}",
+                f"--log-file={m / 'munged.log'}",
+            ],
+        )
         self._wait(lambda: self.munge_socket.exists(), timeout, "munged did not create its socket")
         # -i: ignore state files of a previous cluster; -D: foreground, so the pid is the daemon's own.
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])

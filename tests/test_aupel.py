@@ -20,8 +20,14 @@ from persetrain.schema import Judgment, ReferenceExample
 
 
 def _example(outputs: dict[str, str], id: str = "r1") -> ReferenceExample:
-    return ReferenceExample(id=id, user_id="u1", input="Review the cafe.", reference="great coffee.",
-                            profile=["i loved the bakery."], outputs=outputs)
+    return ReferenceExample(
+        id=id,
+        user_id="u1",
+        input="Review the cafe.",
+        reference="great coffee.",
+        profile=["i loved the bakery."],
+        outputs=outputs,
+    )
 
 
 def test_odd_repeats_and_a_single_system_are_refused(tmp_path):
@@ -44,8 +50,14 @@ def test_tally():
 
 
 def _game(example: str, a: str, b: str, dim: str, outcome: str) -> Judgment:
-    return Judgment(example_id=example, evaluator="aupel", target=a, choice=outcome,
-                    score={"win": 1.0, "tie": 0.5, "loss": 0.0}[outcome], details={"dimension": dim, "opponent": b})
+    return Judgment(
+        example_id=example,
+        evaluator="aupel",
+        target=a,
+        choice=outcome,
+        score={"win": 1.0, "tie": 0.5, "loss": 0.0}[outcome],
+        details={"dimension": dim, "opponent": b},
+    )
 
 
 def test_metrics_elo_records_and_curves():
@@ -70,24 +82,56 @@ def test_evaluate_expert_and_aupel_end_to_end(tmp_path):
     data.mkdir()
     (data / "dataset.json").write_text(json.dumps({"task": "reference", "synthetic": True}))
     records = [
-        {"id": "r1", "user_id": "u1", "input": "Review: Steel Kettle",
-         "reference": "this kettle boils fast! i love it!",
-         "profile": ["this lamp is bright! i love it!", "this mug keeps tea hot! i like it!"],
-         "outputs": {"gold": "this kettle boils fast! i love it!", "non": "The kettle boils water quickly."}},
-        {"id": "r2", "user_id": "u1", "input": "Review: Wool Socks",
-         "reference": "these socks are warm! i love them!",
-         "profile": ["this lamp is bright! i love it!", "this mug keeps tea hot! i like it!"],
-         "outputs": {"gold": "these socks are warm! i love them!", "non": "The socks are warm and comfortable."}},
+        {
+            "id": "r1",
+            "user_id": "u1",
+            "input": "Review: Steel Kettle",
+            "reference": "this kettle boils fast! i love it!",
+            "profile": ["this lamp is bright! i love it!", "this mug keeps tea hot! i like it!"],
+            "outputs": {"gold": "this kettle boils fast! i love it!", "non": "The kettle boils water quickly."},
+        },
+        {
+            "id": "r2",
+            "user_id": "u1",
+            "input": "Review: Wool Socks",
+            "reference": "these socks are warm! i love them!",
+            "profile": ["this lamp is bright! i love it!", "this mug keeps tea hot! i like it!"],
+            "outputs": {"gold": "these socks are warm! i love them!", "non": "The socks are warm and comfortable."},
+        },
     ]
     (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "run"
     model = "embedded:smollm2-135m-instruct"
-    result = CliRunner().invoke(app, [
-        "evaluate", "--data", str(data), "--out", str(out), "--system", f"expert=expert:{model}",
-        "--system", f"aupel=aupel:{model}", "--set", "max_aspects=1", "--set", "max_evidence=1",
-        "--set", "extract_tokens=100", "--set", "answer_tokens=24", "--set", "reason_chars=60",
-        "--set", "max_retries=1",
-        "--set", "n_boot=200", "--set", "draws=200"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--system",
+            f"expert=expert:{model}",
+            "--system",
+            f"aupel=aupel:{model}",
+            "--set",
+            "max_aspects=1",
+            "--set",
+            "max_evidence=1",
+            "--set",
+            "extract_tokens=100",
+            "--set",
+            "answer_tokens=24",
+            "--set",
+            "reason_chars=60",
+            "--set",
+            "max_retries=1",
+            "--set",
+            "n_boot=200",
+            "--set",
+            "draws=200",
+        ],
+    )
     assert result.exit_code == 0, result.output
 
     metrics = json.loads((out / "metrics.json").read_text())

@@ -20,7 +20,11 @@ from persetrain.schema import PairwiseExample, PairwiseProfileItem, ProfileRevie
 
 def scalar(ex_id: str, reviewer: str, profile: list[tuple[str, int]], query: str, score: int):
     return ScalarExample(
-        id=ex_id, reviewer_id=reviewer, query_plot_id=query, query_plot=f"plot {query}", score=score,
+        id=ex_id,
+        reviewer_id=reviewer,
+        query_plot_id=query,
+        query_plot=f"plot {query}",
+        score=score,
         profile=[ProfileReview(plot_id=p, plot=f"plot {p}", review="", score=s) for p, s in profile],
     )
 
@@ -40,22 +44,31 @@ def test_reviewer_majority_prefers_same_aspect_and_breaks_ties_by_recency():
         return PairwiseProfileItem(premise="p", plot_a="x", plot_b="y", aspect=aspect, preferred=pref)
 
     def example(ex_id, aspect, profile):
-        return PairwiseExample(id=ex_id, annotator_id="a1", aspect=aspect, profile=profile,
-                               premise="p", plot_a="x", plot_b="y", preferred="A")
+        return PairwiseExample(
+            id=ex_id,
+            annotator_id="a1",
+            aspect=aspect,
+            profile=profile,
+            premise="p",
+            plot_a="x",
+            plot_b="y",
+            preferred="A",
+        )
 
-    judged = reviewer_majority([
-        example("k1", "Ending", [item("Ending", "B")]),
-        example("same", "Ending", [item("Surprise", "A"), item("Surprise", "A"), item("Ending", "B")]),
-        example("tie", "Surprise", [item("Surprise", "B"), item("Surprise", "A")]),
-        example("other", "Ending", [item("Surprise", "A"), item("Surprise", "B"), item("Surprise", "A")]),
-    ])
+    judged = reviewer_majority(
+        [
+            example("k1", "Ending", [item("Ending", "B")]),
+            example("same", "Ending", [item("Surprise", "A"), item("Surprise", "A"), item("Ending", "B")]),
+            example("tie", "Surprise", [item("Surprise", "B"), item("Surprise", "A")]),
+            example("other", "Ending", [item("Surprise", "A"), item("Surprise", "B"), item("Surprise", "A")]),
+        ]
+    )
     assert [j.choice for j in judged] == ["B", "B", "A", "A"]
     assert judged[1].explanation == "preferred B in 1 of 1 profile annotations on Ending"
     assert judged[3].explanation == "preferred A in 2 of 3 profile annotations"
 
 
-def planted_ratings(n_users: int, n_items: int, rank: int, seed: int, density: float = 0.6,
-                    user_std: float = 1.0):
+def planted_ratings(n_users: int, n_items: int, rank: int, seed: int, density: float = 0.6, user_std: float = 1.0):
     """Ratings mu + b_u + b_i + (interaction of the given rank) + small noise, on a random mask."""
     rng = np.random.default_rng(seed)
     b_u, b_i = rng.normal(0, user_std, n_users), rng.normal(0, 1.0, n_items)
@@ -75,8 +88,9 @@ def held_out_rmse(model, full: np.ndarray, observed: np.ndarray) -> tuple[float,
     pred = []
     for u, i in held:
         uk, ik = model.user_index[f"u{u}"], model.item_index[f"i{i}"]
-        pred.append(model.mean + model.user_bias[uk] + model.item_bias[ik]
-                    + model.user_factors[uk] @ model.item_factors[ik])
+        pred.append(
+            model.mean + model.user_bias[uk] + model.item_bias[ik] + model.user_factors[uk] @ model.item_factors[ik]
+        )
     gold = [full[u, i] for u, i in held]
     return rmse(pred, gold), rmse([model.mean] * len(gold), gold)
 

@@ -20,29 +20,42 @@ def _write(path, lines):
 
 
 def test_every_command_has_help():
-    for args in (["--help"], ["generate", "--help"], ["serve", "--help"], ["demo", "--help"],
-                 ["models", "--help"], ["models", "fetch", "--help"], ["models", "info", "--help"]):
+    for args in (
+        ["--help"],
+        ["generate", "--help"],
+        ["serve", "--help"],
+        ["demo", "--help"],
+        ["models", "--help"],
+        ["models", "fetch", "--help"],
+        ["models", "info", "--help"],
+    ):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, (args, result.output)
         assert "Usage" in result.output
 
 
 def test_generate_and_choices_roundtrip(tiny_llama_dir, tmp_path):
-    requests = _write(tmp_path / "in.jsonl", [
-        json.dumps({"id": "a", "messages": [{"role": "user", "content": "Is this good? yes or no"}]}),
-        json.dumps({"id": "b", "messages": [{"role": "user", "content": "Hello"}], "assistant_prefix": "Sure"}),
-    ])
+    requests = _write(
+        tmp_path / "in.jsonl",
+        [
+            json.dumps({"id": "a", "messages": [{"role": "user", "content": "Is this good? yes or no"}]}),
+            json.dumps({"id": "b", "messages": [{"role": "user", "content": "Hello"}], "assistant_prefix": "Sure"}),
+        ],
+    )
     out = tmp_path / "out.jsonl"
-    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(out), "-m", str(tiny_llama_dir),
-                                 "--max-new-tokens", "5"])
+    result = runner.invoke(
+        app, ["-q", "generate", "-i", str(requests), "-o", str(out), "-m", str(tiny_llama_dir), "--max-new-tokens", "5"]
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["a", "b"]
     assert all(r["cost"]["calls"] == 1 and r["cost"]["completion_tokens"] >= 1 for r in rows)
 
     probs_out = tmp_path / "probs.jsonl"
-    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(probs_out),
-                                 "-m", str(tiny_llama_dir), "--choices", "yes,no"])
+    result = runner.invoke(
+        app,
+        ["-q", "generate", "-i", str(requests), "-o", str(probs_out), "-m", str(tiny_llama_dir), "--choices", "yes,no"],
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in probs_out.read_text().splitlines()]
     assert all(abs(sum(r["probs"].values()) - 1) < 1e-6 for r in rows)
@@ -50,10 +63,13 @@ def test_generate_and_choices_roundtrip(tiny_llama_dir, tmp_path):
 
 def test_malformed_input_names_line_and_field_and_writes_nothing(tiny_llama_dir, tmp_path):
     out = tmp_path / "out.jsonl"
-    bad_field = _write(tmp_path / "bad.jsonl", [
-        json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}]}),
-        json.dumps({"id": "bad", "messages": [{"role": "robot", "content": "hi"}]}),
-    ])
+    bad_field = _write(
+        tmp_path / "bad.jsonl",
+        [
+            json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}]}),
+            json.dumps({"id": "bad", "messages": [{"role": "robot", "content": "hi"}]}),
+        ],
+    )
     result = runner.invoke(app, ["generate", "-i", str(bad_field), "-o", str(out), "-m", str(tiny_llama_dir)])
     assert result.exit_code == 2
     assert "bad.jsonl:2" in result.output and "messages.0.role" in result.output
@@ -67,8 +83,9 @@ def test_malformed_input_names_line_and_field_and_writes_nothing(tiny_llama_dir,
 
 def test_unknown_model_spec_lists_known_ones(tmp_path):
     requests = _write(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
-    result = runner.invoke(app, ["generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"),
-                                 "-m", "embedded:no-such-model"])
+    result = runner.invoke(
+        app, ["generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"), "-m", "embedded:no-such-model"]
+    )
     assert result.exit_code == 2
     assert "embedded:smollm2-135m-instruct" in result.output
 
@@ -88,8 +105,21 @@ def test_models_fetch_then_info_reports_device_and_dtype():
 
 def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):
     requests = _write(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
-    result = runner.invoke(app, ["-q", "generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"),
-                                 "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"])
+    result = runner.invoke(
+        app,
+        [
+            "-q",
+            "generate",
+            "-i",
+            str(requests),
+            "-o",
+            str(tmp_path / "o.jsonl"),
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    )
     assert result.exit_code == 2
     assert "error: no answer from http://127.0.0.1:9/v1/chat/completions" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -98,8 +128,13 @@ def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):
 def test_a_hub_id_that_cannot_be_reached_says_how_to_get_the_weights():
     # A real process, so that HF_HUB_OFFLINE is read at import as it is for a user; offline fails at
     # once, where the unreachable network would take the Hub client's retries.
-    result = subprocess.run([sys.executable, "-m", "persetrain.cli", "models", "info", "meta-llama/Llama-2-7b-chat-hf"],
-                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "persetrain.cli", "models", "info", "meta-llama/Llama-2-7b-chat-hf"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "persetrain models fetch meta-llama/Llama-2-7b-chat-hf" in result.stderr

@@ -72,8 +72,12 @@ def test_synthetic_scores_follow_the_planted_preferences(sample, truth):
         review = json.loads(line)
         plot, reviewer = planted["plots"][review["imdb_id"]], planted["reviewers"][review["reviewer_id"]]
         strong = (reviewer["favourite"], reviewer["least_favourite"])
-        x = 5.5 + plot["quality"] - reviewer["harshness"] + sum(
-            reviewer["affinity"][g] * (1 if g in strong else w) for g, w in plot["genres"].items())
+        x = (
+            5.5
+            + plot["quality"]
+            - reviewer["harshness"]
+            + sum(reviewer["affinity"][g] * (1 if g in strong else w) for g, w in plot["genres"].items())
+        )
         errors.append(abs(max(1, min(10, math.floor(x + 0.5))) - review["rating"]))
     assert sum(e <= 1 for e in errors) / len(errors) > 0.95
     assert max(errors) <= 3
@@ -114,8 +118,10 @@ def test_synthetic_reviews_state_the_planted_taste(sample, truth):
 def test_synthetic_plots_show_every_genre_of_their_mix(mpst_data, truth):
     """A review names every genre of the plot's mix, so the synopsis has a sentence of each."""
     plots, _ = mpst_data
-    patterns = {g: [re.compile(re.sub(r"\\\{\w+\\\}", ".+?", re.escape(t))) for t in templates]
-                for g, templates in _GENRE_SENTENCES.items()}
+    patterns = {
+        g: [re.compile(re.sub(r"\\\{\w+\\\}", ".+?", re.escape(t))) for t in templates]
+        for g, templates in _GENRE_SENTENCES.items()
+    }
     for plot_id, text in plots.items():
         for genre in truth["mpst"]["plots"][plot_id]["genres"]:
             assert any(p.search(text) for p in patterns[genre]), (plot_id, genre, text)
@@ -169,24 +175,54 @@ BOOK_OK = '{"reviewerID": "A1", "asin": "B1", "overall": 4.0, "reviewText": "Goo
 DOC_HEADER = "premise,plot_a,plot_b,annotator_id,question,answer\n"
 
 
-@pytest.mark.parametrize(("name", "content", "read", "line", "field"), [
-    ("reviews.jsonl", REVIEW_OK * 2 + REVIEW_OK.replace('"rating": 7', '"rating": 11'),
-     mpst.read_reviews, 3, "rating"),
-    ("reviews.jsonl", REVIEW_OK + REVIEW_OK.replace('"rating": 7', '"rating": 6.5'), mpst.read_reviews, 2, "rating"),
-    ("reviews.jsonl", REVIEW_OK.replace('"Fine."', '"   "'), mpst.read_reviews, 1, "review"),
-    ("reviews.jsonl", REVIEW_OK + '{"imdb_id": "tt1", "review": "x", "rating": 3}\n', mpst.read_reviews, 2,
-     "reviewer_id"),
-    ("reviews.jsonl", REVIEW_OK + "{not json\n", mpst.read_reviews, 2, None),
-    ("plots.csv", 'imdb_id,title,plot_synopsis\ntt1,A,"two\nlines"\ntt2,B,""\n', mpst.read_plots, 4,
-     "plot_synopsis"),
-    ("plots.csv", 'imdb_id,title,plot_synopsis\ntt1,A,"two\nlines"\n ,B,"x\ny\nz"\n', mpst.read_plots, 4, "imdb_id"),
-    ("plots.csv", "imdb_id,title,plot_synopsis\ntt1,A,text\ntt1,B,more\n", mpst.read_plots, 3, "imdb_id"),
-    ("plots.csv", "imdb_id,title\ntt1,A\n", mpst.read_plots, 1, "plot_synopsis"),
-    ("doc.csv", DOC_HEADER + "p,a,b,w1,Q?,A\np,a,b,w1,Q?,maybe\n", doc.read_annotations, 3, "answer"),
-    ("doc.csv", DOC_HEADER + "p,,b,w1,Q?,A\n", doc.read_annotations, 2, "plot_a"),
-    ("Books.json", BOOK_OK + BOOK_OK.replace("4.0", "6.0"), amazon.read_reviews, 2, "overall"),
-    ("Books.json", BOOK_OK.replace('"Good."', '""'), amazon.read_reviews, 1, "reviewText"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "read", "line", "field"),
+    [
+        (
+            "reviews.jsonl",
+            REVIEW_OK * 2 + REVIEW_OK.replace('"rating": 7', '"rating": 11'),
+            mpst.read_reviews,
+            3,
+            "rating",
+        ),
+        (
+            "reviews.jsonl",
+            REVIEW_OK + REVIEW_OK.replace('"rating": 7', '"rating": 6.5'),
+            mpst.read_reviews,
+            2,
+            "rating",
+        ),
+        ("reviews.jsonl", REVIEW_OK.replace('"Fine."', '"   "'), mpst.read_reviews, 1, "review"),
+        (
+            "reviews.jsonl",
+            REVIEW_OK + '{"imdb_id": "tt1", "review": "x", "rating": 3}\n',
+            mpst.read_reviews,
+            2,
+            "reviewer_id",
+        ),
+        ("reviews.jsonl", REVIEW_OK + "{not json\n", mpst.read_reviews, 2, None),
+        (
+            "plots.csv",
+            'imdb_id,title,plot_synopsis\ntt1,A,"two\nlines"\ntt2,B,""\n',
+            mpst.read_plots,
+            4,
+            "plot_synopsis",
+        ),
+        (
+            "plots.csv",
+            'imdb_id,title,plot_synopsis\ntt1,A,"two\nlines"\n ,B,"x\ny\nz"\n',
+            mpst.read_plots,
+            4,
+            "imdb_id",
+        ),
+        ("plots.csv", "imdb_id,title,plot_synopsis\ntt1,A,text\ntt1,B,more\n", mpst.read_plots, 3, "imdb_id"),
+        ("plots.csv", "imdb_id,title\ntt1,A\n", mpst.read_plots, 1, "plot_synopsis"),
+        ("doc.csv", DOC_HEADER + "p,a,b,w1,Q?,A\np,a,b,w1,Q?,maybe\n", doc.read_annotations, 3, "answer"),
+        ("doc.csv", DOC_HEADER + "p,,b,w1,Q?,A\n", doc.read_annotations, 2, "plot_a"),
+        ("Books.json", BOOK_OK + BOOK_OK.replace("4.0", "6.0"), amazon.read_reviews, 2, "overall"),
+        ("Books.json", BOOK_OK.replace('"Good."', '""'), amazon.read_reviews, 1, "reviewText"),
+    ],
+)
 def test_reader_errors_name_file_line_and_field(tmp_path, name, content, read, line, field):
     path = _write(tmp_path / name, content)
     with pytest.raises(InputError) as err:
@@ -204,9 +240,13 @@ def test_amazon_reader_can_skip_reviews_without_text(tmp_path):
 
 
 def test_amazon_metadata_flattens_description_lists(tmp_path):
-    path = _write(tmp_path / "meta.json", json.dumps(
-        {"asin": "B1", "title": "T", "description": ["<p>First &amp; best.</p>", "Second."]}) + "\n"
-        + json.dumps({"asin": "B1", "title": "dup", "description": "ignored"}) + "\n")
+    path = _write(
+        tmp_path / "meta.json",
+        json.dumps({"asin": "B1", "title": "T", "description": ["<p>First &amp; best.</p>", "Second."]})
+        + "\n"
+        + json.dumps({"asin": "B1", "title": "dup", "description": "ignored"})
+        + "\n",
+    )
     books = amazon.read_books(path)
     assert books["B1"].description == "First & best. Second." and books["B1"].title == "T"
 
@@ -282,8 +322,10 @@ def test_split_is_stable_reviewer_disjoint_and_about_one_in_ten(mpst_data):
     dropped = set(sorted(train)[::2])
     fewer = build_per_mpst(plots, [r for r in reviews if r.reviewer_id not in dropped], seed=0)
     assert {e.reviewer_id for e in fewer.splits["test"]} == test
-    assert all(is_test_reviewer(u, 0) == (int(hashlib.sha256(f"0:{u}".encode()).hexdigest(), 16) % 10 == 0)
-               for u in train | test)
+    assert all(
+        is_test_reviewer(u, 0) == (int(hashlib.sha256(f"0:{u}".encode()).hexdigest(), 16) % 10 == 0)
+        for u in train | test
+    )
     assert {e.reviewer_id for e in build_per_mpst(plots, reviews, seed=7).splits["test"]} != test
 
 
@@ -298,9 +340,11 @@ def test_per_doc_filters_and_profiles(sample, truth):
     annotations = doc.read_annotations(sample.doc_annotations)
     built = build_per_doc(annotations, seed=0)
     assert _by_name(built, "answers 'both' or 'neither'").dropped == sum(
-        a.answer in ("both", "neither") for a in annotations)
+        a.answer in ("both", "neither") for a in annotations
+    )
     assert _by_name(built, "answers to questions outside").dropped == sum(
-        a.question == EXTRA_QUESTION and a.answer in "AB" for a in annotations)
+        a.question == EXTRA_QUESTION and a.answer in "AB" for a in annotations
+    )
     sparse = {u for u, t in truth["doc"]["annotators"].items() if t["sparse"]}
     assert _by_name(built, "annotators with fewer than 2").dropped == len(sparse)
     answers = {(a.annotator_id, a.pair_id, a.question): a.answer for a in annotations}
@@ -404,28 +448,44 @@ def test_replacement_is_whole_word_longest_first_and_single_pass():
 def test_family_names_stay_shared():
     shared = share_family_names({"John Smith": "Tom Brown", "Iris Smith": "Emily Jones", "Oslo": "Varn"})
     assert shared == {"John Smith": "Tom Brown", "Iris Smith": "Emily Brown", "Oslo": "Varn", "Smith": "Brown"}
-    text, mapping = anonymize_text("John Smith and Iris Smith. The Smith house is in Oslo. Smithers waved.",
-                                   [("John Smith", "Tom Brown"), ("Iris Smith", "Emily Jones"), ("Oslo", "Varn")])
+    text, mapping = anonymize_text(
+        "John Smith and Iris Smith. The Smith house is in Oslo. Smithers waved.",
+        [("John Smith", "Tom Brown"), ("Iris Smith", "Emily Jones"), ("Oslo", "Varn")],
+    )
     assert text == "Tom Brown and Emily Brown. The Brown house is in Varn. Smithers waved."
     # An explicit single-word entry for the family name decides the shared new family name.
     assert share_family_names({"Smith": "Carter", "John Smith": "Tom Brown"}) == {
-        "Smith": "Carter", "John Smith": "Tom Carter"}
+        "Smith": "Carter",
+        "John Smith": "Tom Carter",
+    }
     # A new family name equal to the old one would leak it: the next candidate is used.
     assert share_family_names({"John Smith": "Tom Smith", "Iris Smith": "Emily Gray"}) == {
-        "John Smith": "Tom Gray", "Iris Smith": "Emily Gray", "Smith": "Gray"}
+        "John Smith": "Tom Gray",
+        "Iris Smith": "Emily Gray",
+        "Smith": "Gray",
+    }
 
 
 def test_reviews_get_their_plots_names_replaced():
-    reviews = [mpst.Review(plot_id="tt1", reviewer_id="u", text="Diego was great, Diegos weren't.", score=8),
-               mpst.Review(plot_id="tt2", reviewer_id="u", text="Diego again.", score=3)]
+    reviews = [
+        mpst.Review(plot_id="tt1", reviewer_id="u", text="Diego was great, Diegos weren't.", score=8),
+        mpst.Review(plot_id="tt2", reviewer_id="u", text="Diego again.", score=3),
+    ]
     renamed = rename_in_reviews(reviews, {"tt1": {"Diego": "Sherry"}})
     assert [r.text for r in renamed] == ["Sherry was great, Diegos weren't.", "Diego again."]
 
 
 def test_invalid_mapping_entries_are_dropped():
     text = "Diego meets Rosa in Lima."
-    pairs = [("Diego", "Sherry Evans"), ("Diego", "Other"), ("Rosa", "Rosa"), ("Paris", "Nice"),
-             ("", "X"), ("Lima", "Rosa"), ("  Lima ", " Quito ")]
+    pairs = [
+        ("Diego", "Sherry Evans"),
+        ("Diego", "Other"),
+        ("Rosa", "Rosa"),
+        ("Paris", "Nice"),
+        ("", "X"),
+        ("Lima", "Rosa"),
+        ("  Lima ", " Quito "),
+    ]
     assert valid_mapping(pairs, text) == {"Diego": "Sherry Evans", "Lima": "Quito"}
 
 
@@ -442,7 +502,8 @@ def test_title_probe_matching_and_summary_cleaning():
     assert not title_memorized("Up", "Upside Down")
     assert not title_memorized("", "anything")
     assert clean_summary("One thing happens.  Then another\nthing happens. And then the") == (
-        "One thing happens. Then another thing happens.")
+        "One thing happens. Then another thing happens."
+    )
     assert clean_summary("No sentence end") == "No sentence end"
 
 
@@ -464,8 +525,9 @@ def test_llm_steps_end_to_end_with_the_embedded_model(sample, tmp_path):
         anon = anonymize_plots(engine, raw, tmp_path / "anonymized.jsonl", max_tries=2, max_new_tokens=96)
         texts = {pid: r["text"] for pid, r in anon.records.items()} or raw
         summ = summarize_plots(engine, texts, tmp_path / "summaries.jsonl", max_new_tokens=48)
-        probe = probe_titles(engine, {"raw": raw}, {p.id: p.title for p in plots},
-                             tmp_path / "contamination.jsonl", max_new_tokens=24)
+        probe = probe_titles(
+            engine, {"raw": raw}, {p.id: p.title for p in plots}, tmp_path / "contamination.jsonl", max_new_tokens=24
+        )
         return anon, summ, probe
 
     anon, summ, probe = run()

@@ -57,8 +57,7 @@ def test_bootstrap_rows_are_elo_of_permuted_orders():
     boot = bootstrap_elo(a, b, s, 3, n_boot=50, seed=7)
     # Each bootstrap row is the plain loop over some permutation of the same games: the same
     # multiset of games gives ratings summing to 3000, and a row equals the loop on its own order.
-    order = np.random.default_rng(7).permuted(np.broadcast_to(np.arange(60, dtype=np.int32)[:, None], (60, 50)),
-                                              axis=0)
+    order = np.random.default_rng(7).permuted(np.broadcast_to(np.arange(60, dtype=np.int32)[:, None], (60, 50)), axis=0)
     for i in (0, 17, 49):
         games = list(zip(a[order[:, i]], b[order[:, i]], s[order[:, i]], strict=True))
         np.testing.assert_allclose(boot["ratings"][i], elo_reference(games, 3), atol=1e-9)

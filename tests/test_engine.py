@@ -21,9 +21,13 @@ SYSTEM = (
 
 def _requests(n_items: int = 3, n_tails: int = 4) -> list[ChatRequest]:
     return [
-        ChatRequest.of(f"Item {i}: a story about a lighthouse keeper. Rule {j}: does it satisfy rule {j}?",
-                       system=SYSTEM, id=f"{i}-{j}")
-        for i in range(n_items) for j in range(n_tails)
+        ChatRequest.of(
+            f"Item {i}: a story about a lighthouse keeper. Rule {j}: does it satisfy rule {j}?",
+            system=SYSTEM,
+            id=f"{i}-{j}",
+        )
+        for i in range(n_items)
+        for j in range(n_tails)
     ]
 
 
@@ -68,8 +72,11 @@ def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, c
 
 def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forward(tiny_engine):
     """Packs that continue different prefixes run as one batch, their states right-padded to the longest."""
-    requests = [ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i],
-                               id=f"{i}-{j}") for i in range(3) for j in range(4)]
+    requests = [
+        ChatRequest.of(f"Rule {j}: is it satisfied?", system=f"Reader {i}. " + SYSTEM[: 150 + 90 * i], id=f"{i}-{j}")
+        for i in range(3)
+        for j in range(4)
+    ]
     backend = tiny_engine.backend
     rows = backend._choice_rows(requests, ["yes", "no"]).rows
     groups = backend._prefix_groups(rows)
@@ -87,9 +94,14 @@ def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_
     The probabilities equal plain forward passes, with the cache (waves) and without (one batch)."""
     questions = [f"Question {i}: " + " ".join(f"q{i}word{j}" for j in range(30)) for i in range(2)]
     orders = [" ".join(f"c{(order + j) % 3}x{j}" for j in range(25)) for order in range(3)]
-    requests = [ChatRequest.of(f"{q}\nCandidates in order {order}: {listed}\nRule {rule}: is it satisfied?",
-                               id=f"{i}-{order}-{rule}")
-                for i, q in enumerate(questions) for order, listed in enumerate(orders) for rule in range(4)]
+    requests = [
+        ChatRequest.of(
+            f"{q}\nCandidates in order {order}: {listed}\nRule {rule}: is it satisfied?", id=f"{i}-{order}-{rule}"
+        )
+        for i, q in enumerate(questions)
+        for order, listed in enumerate(orders)
+        for rule in range(4)
+    ]
     warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
     cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
     rows = warm.backend._choice_rows(requests, ["yes", "no"]).rows
@@ -113,9 +125,18 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
     window: to every layer (Mistral) or to the windowed layers of a model that mixes both (Qwen2)."""
     from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    shape = dict(vocab_size=len(embedded_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=8,
-                 pad_token_id=embedded_tokenizer.pad_token_id, eos_token_id=embedded_tokenizer.eos_token_id)
+    shape = dict(
+        vocab_size=len(embedded_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        sliding_window=8,
+        pad_token_id=embedded_tokenizer.pad_token_id,
+        eos_token_id=embedded_tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     if family == "mistral":
         model = MistralForCausalLM(MistralConfig(**shape))
@@ -138,8 +159,14 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
     generated = engine.generate(requests[:1], GenerationParams(max_new_tokens=6))[0]
     ids = torch.tensor([backend.encode(backend.render(requests[0]))])
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
-                             eos_token_id=sorted(backend.eos_ids), pad_token_id=backend.tokenizer.pad_token_id)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            do_sample=False,
+            eos_token_id=sorted(backend.eos_ids),
+            pad_token_id=backend.tokenizer.pad_token_id,
+        )
     assert generated.text == backend.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     scoring = requests[0].model_copy(update={"assistant_prefix": generated.text + " Verdict:"})
     hits = backend.prefix_cache.hits
@@ -157,7 +184,7 @@ def test_prefix_sharing_groups_requests(tiny_engine):
 
 
 def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
-    """"1" and "10" share the token "1": P("1") must exclude continuing into "10"."""
+    """ "1" and "10" share the token "1": P("1") must exclude continuing into "10"."""
     request = ChatRequest.of("Score the story from 1 to 10.", assistant_prefix="[Score] ")
     choices = [str(i) for i in range(1, 11)]
     result = tiny_engine.choice_probs([request], choices)[0]
@@ -204,10 +231,15 @@ def test_greedy_generation_matches_hf_generate(tiny_engine):
     for request, result in zip(requests, ours, strict=True):
         ids = torch.tensor([backend.encode(backend.render(request))])
         with torch.no_grad():
-            out = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
-                                         do_sample=False, eos_token_id=sorted(backend.eos_ids),
-                                         pad_token_id=backend.tokenizer.pad_token_id)
-        expected = backend.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+            out = backend.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=12,
+                do_sample=False,
+                eos_token_id=sorted(backend.eos_ids),
+                pad_token_id=backend.tokenizer.pad_token_id,
+            )
+        expected = backend.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
         assert result.text == expected
         assert result.cost.prompt_tokens == ids.shape[1]
 
@@ -227,9 +259,16 @@ def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_al
     three requests at a time, so the others join the running batch as earlier ones end. Each request's text
     equals its text generated alone (sampled, seeded per request; and under a JSON schema), and the prompt
     states each generation leaves in the prefix cache equal a plain forward pass of the prompt."""
-    asks = ["Name a colour.", "Write two sentences about the sea.", "Say hello.", "List three fruits.",
-            "What is 2+2?", "Describe a lighthouse keeper's morning.", "Give one word for happy.",
-            "Count from one to five."]
+    asks = [
+        "Name a colour.",
+        "Write two sentences about the sea.",
+        "Say hello.",
+        "List three fruits.",
+        "What is 2+2?",
+        "Describe a lighthouse keeper's morning.",
+        "Give one word for happy.",
+        "Count from one to five.",
+    ]
     requests = [ChatRequest.of(ask, id=str(k)) for k, ask in enumerate(asks)]
     probe = load_engine().backend
     longest = max(len(probe.encode(probe.render(r))) for r in requests)
@@ -247,10 +286,13 @@ def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_al
         for (keys, values), layer in zip(states, plain.layers, strict=True):
             assert torch.allclose(keys, layer.keys, atol=1e-4) and torch.allclose(values, layer.values, atol=1e-4)
     assert [g.text for g in batched] == [engine.generate([r], sampled)[0].text for r in requests]
-    structured = GenerationParams(max_new_tokens=40, json_schema={
-        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
-    assert ([g.text for g in engine.generate(requests, structured)]
-            == [engine.generate([r], structured)[0].text for r in requests])
+    structured = GenerationParams(
+        max_new_tokens=40,
+        json_schema={"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    )
+    assert [g.text for g in engine.generate(requests, structured)] == [
+        engine.generate([r], structured)[0].text for r in requests
+    ]
 
 
 def test_caches_go_under_the_keyword_the_model_takes(tiny_llama_dir):
@@ -267,8 +309,9 @@ def test_caches_go_under_the_keyword_the_model_takes(tiny_llama_dir):
     ids = torch.tensor([engine.backend.encode("A prefix, then a tail.")])
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        engine.generate([ChatRequest.of("Hi"), ChatRequest.of("Tell me about lighthouses.")],
-                        GenerationParams(max_new_tokens=6))
+        engine.generate(
+            [ChatRequest.of("Hi"), ChatRequest.of("Tell me about lighthouses.")], GenerationParams(max_new_tokens=6)
+        )
         engine.choice_probs(_requests(n_items=2, n_tails=2), ["yes", "no"])
         whole = model(input_ids=ids).logits[0, -1]
         cache = DynamicCache()
@@ -322,9 +365,17 @@ def test_structured_json_on_embedded_model():
     engine = load_engine()
     schema = {
         "type": "object",
-        "properties": {"names": {"type": "array", "items": {
-            "type": "object", "properties": {"old": {"type": "string"}, "new": {"type": "string"}},
-            "required": ["old", "new"]}, "maxItems": 3}},
+        "properties": {
+            "names": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"old": {"type": "string"}, "new": {"type": "string"}},
+                    "required": ["old", "new"],
+                },
+                "maxItems": 3,
+            }
+        },
         "required": ["names"],
     }
     request = ChatRequest.of("List the character names in 'Anna met Boris in Oslo.' with new names, as JSON.")
@@ -332,8 +383,9 @@ def test_structured_json_on_embedded_model():
     data = json.loads(result.text)
     assert isinstance(data["names"], list)
     assert all(set(item) == {"old", "new"} for item in data["names"])
-    digits = engine.generate([ChatRequest.of("Rate the film 1-10.")], GenerationParams(max_new_tokens=4,
-                                                                                       regex="[1-9]|10"))[0]
+    digits = engine.generate(
+        [ChatRequest.of("Rate the film 1-10.")], GenerationParams(max_new_tokens=4, regex="[1-9]|10")
+    )[0]
     assert digits.text in {str(i) for i in range(1, 11)}
 
 
@@ -341,8 +393,12 @@ def test_scoring_after_generation_reuses_the_generated_states(tiny_llama_dir):
     """Generate, then score choices after prompt + generated text: the scoring pass starts from the
     states generation left behind and gives the probabilities a cold engine computes."""
     # Each request's own text outweighs what they share, so each is its own scoring group.
-    requests = [ChatRequest.of(f"Story {i}: " + " ".join(f"keeper{i} letter{j} lamp{i * j}" for j in range(12))
-                               + " Review it.", id=str(i)) for i in range(4)]
+    requests = [
+        ChatRequest.of(
+            f"Story {i}: " + " ".join(f"keeper{i} letter{j} lamp{i * j}" for j in range(12)) + " Review it.", id=str(i)
+        )
+        for i in range(4)
+    ]
     params = GenerationParams(max_new_tokens=12, temperature=0.8, seed=3)
     warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
     cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)
@@ -413,8 +469,10 @@ def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_sta
     """Two prompts that share their first half, each with its whole context cached by its own generation,
     are each scored from their own entry, with the probabilities a cold engine gives."""
     shared = "Profile: " + " ".join(f"shared{j} word{j}" for j in range(20))
-    requests = [ChatRequest.of(f"{shared} Story {i}: " + " ".join(f"own{i} text{j}" for j in range(20)), id=str(i))
-                for i in range(2)]
+    requests = [
+        ChatRequest.of(f"{shared} Story {i}: " + " ".join(f"own{i} text{j}" for j in range(20)), id=str(i))
+        for i in range(2)
+    ]
     params = GenerationParams(max_new_tokens=8, temperature=0.0)
     warm = load_engine(str(tiny_llama_dir), min_shared_prefix=16)
     cold = load_engine(str(tiny_llama_dir), min_shared_prefix=16, prefix_cache_bytes=0)

@@ -22,8 +22,9 @@ runner = CliRunner()
 def prepared(tmp_path_factory):
     """The golden files' data: see tests/data/evaluation_golden/README.md."""
     root = tmp_path_factory.mktemp("golden-data")
-    write_sample_data(root / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8),
-                      n_sparse_reviewers=1)
+    write_sample_data(
+        root / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8), n_sparse_reviewers=1
+    )
     return prepare_perse(root / "raw", root / "data", engine=None, ks=(3,), profile_words=12).datasets
 
 
@@ -61,17 +62,22 @@ def _without_bertscore(metrics: dict) -> dict:
     return metrics
 
 
-@pytest.mark.parametrize(("golden", "dataset", "baselines", "options"), [
-    ("scalar", "per_mpst_k3", ["reviewer-avg", "mf"], {}),
-    ("pairwise", "per_doc", ["reviewer-avg"], {}),
-    ("amazon", "amazon_books", ["reviewer-avg"], {"calibration": "quantile"}),
-])
+@pytest.mark.parametrize(
+    ("golden", "dataset", "baselines", "options"),
+    [
+        ("scalar", "per_mpst_k3", ["reviewer-avg", "mf"], {}),
+        ("pairwise", "per_doc", ["reviewer-avg"], {}),
+        ("amazon", "amazon_books", ["reviewer-avg"], {"calibration": "quantile"}),
+    ],
+)
 def test_perse_and_baselines_give_the_metrics_of_the_runner_before_the_interface(
-        prepared, tiny_llama_dir, tmp_path, golden, dataset, baselines, options):
+    prepared, tiny_llama_dir, tmp_path, golden, dataset, baselines, options
+):
     systems = [SystemSpec("tiny", "perse", str(tiny_llama_dir), {"max_new_tokens": 8, "temperature": 0.8, **options})]
     systems += [SystemSpec.parse(b) for b in baselines]
-    metrics = evaluate(EvaluationConfig(data=str(prepared[dataset]), out=str(tmp_path / "run"), systems=systems,
-                                        max_per_reviewer=1))
+    metrics = evaluate(
+        EvaluationConfig(data=str(prepared[dataset]), out=str(tmp_path / "run"), systems=systems, max_per_reviewer=1)
+    )
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
     golden_metrics = json.loads((GOLDEN / f"{golden}.json").read_text())
     _assert_close(_without_bertscore(_without_seconds(written)), _without_bertscore(golden_metrics))
@@ -84,36 +90,69 @@ def test_errors_name_what_is_wrong_and_what_would_work(prepared, tmp_path):
     with pytest.raises(ValueError, match="evaluator 'mf' cannot judge pairwise tasks; evaluators that can: .*perse"):
         evaluate(EvaluationConfig(data=per_doc, out=str(tmp_path / "a"), systems=[SystemSpec.parse("mf")]))
     with pytest.raises(ValueError, match="system names must be unique"):
-        evaluate(EvaluationConfig(data=per_doc, out=str(tmp_path / "b"),
-                                  systems=[SystemSpec.parse("reviewer-avg")] * 2))
+        evaluate(
+            EvaluationConfig(data=per_doc, out=str(tmp_path / "b"), systems=[SystemSpec.parse("reviewer-avg")] * 2)
+        )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before writing anything
 
     undeclared = tmp_path / "records"
     undeclared.mkdir()
     (undeclared / "test.jsonl").write_text("{}\n")
-    result = runner.invoke(app, ["evaluate", "--data", str(undeclared), "--out", str(tmp_path / "c"),
-                                 "--baseline", "reviewer-avg"])
+    result = runner.invoke(
+        app, ["evaluate", "--data", str(undeclared), "--out", str(tmp_path / "c"), "--baseline", "reviewer-avg"]
+    )
     assert result.exit_code == 2 and "not a dataset persetrain can read" in result.output
     assert "Traceback" not in result.output
 
-    result = runner.invoke(app, ["evaluate", "--data", per_doc, "--out", str(tmp_path / "d"),
-                                 "--baseline", "reviewer-avg", "--set", "n_factors=3"])
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--data",
+            per_doc,
+            "--out",
+            str(tmp_path / "d"),
+            "--baseline",
+            "reviewer-avg",
+            "--set",
+            "n_factors=3",
+        ],
+    )
     assert result.exit_code == 2 and "no system's evaluator has an option 'n_factors'" in result.output
 
 
 def test_yaml_config_and_command_line_give_the_same_run(prepared, tmp_path):
     data = prepared["per_mpst_k3"]
     config = tmp_path / "eval.yaml"
-    config.write_text(f"data: {data}\nmax_per_reviewer: 1\nsystems:\n"
-                      "  - {name: avg, evaluator: reviewer-avg}\n  - {evaluator: mf, n_factors: 2}\n")
+    config.write_text(
+        f"data: {data}\nmax_per_reviewer: 1\nsystems:\n"
+        "  - {name: avg, evaluator: reviewer-avg}\n  - {evaluator: mf, n_factors: 2}\n"
+    )
     from_yaml = runner.invoke(app, ["-q", "evaluate", "--config", str(config), "--out", str(tmp_path / "yaml")])
     assert from_yaml.exit_code == 0, from_yaml.output
-    from_flags = runner.invoke(app, ["-q", "evaluate", "--data", str(data), "--out", str(tmp_path / "flags"),
-                                     "--max-per-reviewer", "1", "--system", "avg=reviewer-avg", "--baseline", "mf",
-                                     "--set", "n_factors=2"])
+    from_flags = runner.invoke(
+        app,
+        [
+            "-q",
+            "evaluate",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "flags"),
+            "--max-per-reviewer",
+            "1",
+            "--system",
+            "avg=reviewer-avg",
+            "--baseline",
+            "mf",
+            "--set",
+            "n_factors=2",
+        ],
+    )
     assert from_flags.exit_code == 0, from_flags.output
-    yaml_run, flag_run = (_without_seconds(json.loads((tmp_path / d / "metrics.json").read_text()))
-                          for d in ("yaml", "flags"))
+    yaml_run, flag_run = (
+        _without_seconds(json.loads((tmp_path / d / "metrics.json").read_text())) for d in ("yaml", "flags")
+    )
     assert yaml_run == flag_run and set(yaml_run["systems"]) == {"avg", "mf"}
     assert json.loads((tmp_path / "yaml" / "config.json").read_text())["systems"][1]["options"] == {"n_factors": 2}
 

@@ -34,10 +34,10 @@ def test_fifteen_scores_by_hand():
     assert list(s) == list(SCORE_NAMES) and len(s) == 15
     expected = {
         "content_only": (2 / 3, 0.0, 0.0),
-        "style_only": (1 / 3, 1 / 2, 0.4),                       # 2 * (1/3 * 1/2) / (1/3 + 1/2)
+        "style_only": (1 / 3, 1 / 2, 0.4),  # 2 * (1/3 * 1/2) / (1/3 + 1/2)
         "content_and_style": (1 / 3, 0.0, 0.0),
-        "content_or_style": (2 / 3, 1 / 2, 4 / 7),               # 2 * (1/3) / (7/6)
-        "content_style_average": (0.5, 0.25, 1 / 3),             # (0.5 + 1 + 0) / 3 and 0.5 / 2
+        "content_or_style": (2 / 3, 1 / 2, 4 / 7),  # 2 * (1/3) / (7/6)
+        "content_style_average": (0.5, 0.25, 1 / 3),  # (0.5 + 1 + 0) / 3 and 0.5 / 2
     }
     for name, (r, p, f) in expected.items():
         assert s[f"{name}_recall"] == pytest.approx(r)
@@ -56,16 +56,23 @@ def test_no_aspects_score_zero_and_means():
 
 def test_parse_aspects():
     text = '[{"title": "coffee", "description": "the coffee is good", "evidence": ["great coffee.", " "]}]'
-    assert parse_aspects(text) == [{"title": "coffee", "description": "the coffee is good",
-                                    "evidence": ["great coffee."]}]
+    assert parse_aspects(text) == [
+        {"title": "coffee", "description": "the coffee is good", "evidence": ["great coffee."]}
+    ]
     for bad in ('{"title": "x"}', '[{"title": "x", "evidence": []}]', '[{"title": "x", "evidence": ["a"]', "[1]"):
         with pytest.raises(ValueError):
             parse_aspects(bad)
 
 
 def _record(**over) -> dict:
-    base = {"id": "r1", "user_id": "u1", "input": "Review the cafe.", "reference": "great coffee, slow staff.",
-            "profile": ["i loved the bakery."], "outputs": {"gold": "great coffee, slow staff.", "non": "A fine cafe."}}
+    base = {
+        "id": "r1",
+        "user_id": "u1",
+        "input": "Review the cafe.",
+        "reference": "great coffee, slow staff.",
+        "profile": ["i loved the bakery."],
+        "outputs": {"gold": "great coffee, slow staff.", "non": "A fine cafe."},
+    }
     return {**base, **over}
 
 
@@ -122,12 +129,15 @@ def test_match_steps_text_failure_and_choice_probs_answer(tiny_engine):
     from persetrain.evaluators.expert import _Step
     from persetrain.prompts.expert import match_choices, match_request
 
-    aspects = [{"title": "coffee", "description": "the coffee is great", "evidence": ["great coffee."]},
-               {"title": "staff", "description": "the staff are slow", "evidence": ["slow staff."]}]
+    aspects = [
+        {"title": "coffee", "description": "the coffee is great", "evidence": ["great coffee."]},
+        {"title": "staff", "description": "the staff are slow", "evidence": ["slow staff."]},
+    ]
 
     def steps():
-        return [_Step(0, "recall", i, match_request(a, aspects), match_choices(len(aspects)))
-                for i, a in enumerate(aspects)]
+        return [
+            _Step(0, "recall", i, match_request(a, aspects), match_choices(len(aspects))) for i, a in enumerate(aspects)
+        ]
 
     # A 3-token budget never finishes a match object: after the retries the step has no answer (unmatched).
     failing = steps()

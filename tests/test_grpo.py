@@ -38,11 +38,37 @@ def parl_news(tmp_path_factory) -> Path:
 
 
 def _argv(model_dir: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model_name_or_path", str(model_dir), "--judge_model", str(model_dir), "--dataset_path", str(data_dir),
-            "--output_dir", str(out), "--report_to", "none", "--logging_steps", "1", "--disable_tqdm", "true",
-            "--activation_checkpointing", "false", "--save_strategy", "no", "--max_steps", "2",
-            "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_completion_length", "12",
-            "--beta", "0.001", *extra]
+    return [
+        "--model_name_or_path",
+        str(model_dir),
+        "--judge_model",
+        str(model_dir),
+        "--dataset_path",
+        str(data_dir),
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        "--activation_checkpointing",
+        "false",
+        "--save_strategy",
+        "no",
+        "--max_steps",
+        "2",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_completion_length",
+        "12",
+        "--beta",
+        "0.001",
+        *extra,
+    ]
 
 
 def _log(out: Path) -> list[dict]:
@@ -74,8 +100,11 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
     left-padded to one width, three rollouts each (right-padded, interleaved, of 6, 4 and 2 tokens, so that each
     runs in its own length chunk from the same prompt states), log-probs, entropies and the gradient of every
     weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
-    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
-        _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")))
+    trainer = build_grpo_trainer(
+        *make_parser().parse_args_and_config(
+            _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")
+        )
+    )
     model, pad = trainer.model, trainer.processing_class.pad_token_id
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 200, (n,), generator=generator) for n in (9, 14)]
@@ -86,8 +115,15 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
             length = (6, 4, 2)[rollout]
             completion = torch.randint(5, 200, (n_completion,), generator=generator)
             ids.append(torch.cat([torch.full((width - len(prompt),), pad), prompt, completion]))
-            masks.append(torch.cat([torch.zeros(width - len(prompt)), torch.ones(len(prompt) + length),
-                                    torch.zeros(n_completion - length)]).long())
+            masks.append(
+                torch.cat(
+                    [
+                        torch.zeros(width - len(prompt)),
+                        torch.ones(len(prompt) + length),
+                        torch.zeros(n_completion - length),
+                    ]
+                ).long()
+            )
     input_ids, attention_mask = torch.stack(ids), torch.stack(masks)
     scored = attention_mask[:, -n_completion:].bool()
 
@@ -117,8 +153,11 @@ def test_rollouts_run_in_chunks_of_similar_length():
 def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir, parl_news, tmp_path):
     """Rollouts continued from one prefill per prompt against TRL's rollouts over left-padded copies, greedy:
     two prompts of different lengths, three rollouts each, interleaved, cut after the end-of-sequence token."""
-    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
-        _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")))
+    trainer = build_grpo_trainer(
+        *make_parser().parse_args_and_config(
+            _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")
+        )
+    )
     trainer.generation_config.do_sample = False
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 200, (n,), generator=generator).tolist() for n in (9, 14)]
@@ -138,9 +177,23 @@ def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_state
     of the prompt and that rollout's own earlier tokens ranks highest: a rollout continued from another row's
     states would leave that set (the tiny random model ranks nearly the same two tokens after any history, so
     it would not show that; the embedded model does)."""
-    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(
-        _argv(DEFAULT_MODEL, parl_news, tmp_path / "run", "--reward_funcs", "parl-a", "--top_k", "2",
-              "--temperature", "1.0", "--top_p", "1.0")))
+    trainer = build_grpo_trainer(
+        *make_parser().parse_args_and_config(
+            _argv(
+                DEFAULT_MODEL,
+                parl_news,
+                tmp_path / "run",
+                "--reward_funcs",
+                "parl-a",
+                "--top_k",
+                "2",
+                "--temperature",
+                "1.0",
+                "--top_p",
+                "1.0",
+            )
+        )
+    )
     model = trainer.accelerator.unwrap_model(trainer.model)
     prompt = torch.randint(5, 200, (11,), generator=torch.Generator().manual_seed(0)).tolist()
 
@@ -150,8 +203,9 @@ def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_state
 
     trainer.eos_token_ids = [len(trainer.processing_class) - 1]  # a token the rollouts do not draw
     free = sample()
-    step, end = next((k, r[k]) for k in range(2, len(free[0])) for r in free
-                     if all(r[k] not in other[:k] for other in free))
+    step, end = next(
+        (k, r[k]) for k in range(2, len(free[0])) for r in free if all(r[k] not in other[:k] for other in free)
+    )
     trainer.eos_token_ids = [end]
     rollouts = sample()
     limit = trainer.generation_config.max_new_tokens
@@ -169,10 +223,25 @@ def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_state
 
 def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
     """A generator trained against a PerSE judge: the reward is the judge's expected 1-10 score."""
-    profile = [{"plot_id": f"p{j}", "plot": f"A quiet story number {j} about a lighthouse keeper.",
-                "review": "Slow but moving.", "score": 3 + j} for j in range(2)]
-    rows = [{"prompt": [{"role": "user", "content": f"Write a short plot the reviewer r{i} would love."}],
-             "id": f"q{i}", "reviewer_id": f"r{i}", "profile": profile, "score_max": 10} for i in range(4)]
+    profile = [
+        {
+            "plot_id": f"p{j}",
+            "plot": f"A quiet story number {j} about a lighthouse keeper.",
+            "review": "Slow but moving.",
+            "score": 3 + j,
+        }
+        for j in range(2)
+    ]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Write a short plot the reviewer r{i} would love."}],
+            "id": f"q{i}",
+            "reviewer_id": f"r{i}",
+            "profile": profile,
+            "score_max": 10,
+        }
+        for i in range(4)
+    ]
     data = tmp_path / "perse"
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(data))
     out = tmp_path / "run"
@@ -200,8 +269,9 @@ def test_structured_output_during_rollouts_is_refused():
 def test_shipped_recipes_parse(recipe):
     """Every recipe's keys are known and its batch holds whole groups (on the 8 processes it names)."""
     parser = make_parser()
-    _, training, model = parser.parse_args_and_config(["--config", str(recipe), "--bf16", "false",
-                                                       "--use_vllm", "false"])
+    _, training, model = parser.parse_args_and_config(
+        ["--config", str(recipe), "--bf16", "false", "--use_vllm", "false"]
+    )
     assert parser.accelerate_config and (REPO / parser.accelerate_config).is_file()
     assert training.reward_funcs and model.model_name_or_path
 
@@ -232,8 +302,11 @@ def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_n
     proc = subprocess.Popen(argv(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if (killed / "checkpoint-2" / "trainer_state.json").is_file() and (killed / REWARD_PARTS_FILE).is_file() \
-                and any(p["step"] >= 3 for p in parts(killed)):
+        if (
+            (killed / "checkpoint-2" / "trainer_state.json").is_file()
+            and (killed / REWARD_PARTS_FILE).is_file()
+            and any(p["step"] >= 3 for p in parts(killed))
+        ):
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed"
@@ -245,8 +318,9 @@ def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_n
 
     rows = parts(killed)
     assert [(p["step"], p["rollout"]) for p in rows] == [(s, r) for s in range(1, 7) for r in range(2)]
-    assert [{k: v for k, v in p.items() if k != "seconds"} for p in rows] == \
-        [{k: v for k, v in p.items() if k != "seconds"} for p in parts(whole)]
+    assert [{k: v for k, v in p.items() if k != "seconds"} for p in rows] == [
+        {k: v for k, v in p.items() if k != "seconds"} for p in parts(whole)
+    ]
     logged = [r for r in _log(killed) if r["event"] == "log" and "loss" in r]
     assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6]
     expected = [r["loss"] for r in _log(whole) if r["event"] == "log" and "loss" in r]

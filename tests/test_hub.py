@@ -66,10 +66,20 @@ class HubDouble:
         async def commit(repo_type: str, namespace: str, name: str, revision: str, request: Request):
             lines = [json.loads(line) for line in (await request.body()).decode().splitlines() if line]
             header = next(line["value"] for line in lines if line["key"] == "header")
-            files = {line["value"]["path"]: base64.b64decode(line["value"]["content"])
-                     for line in lines if line["key"] == "file"}
-            self.commits.append({"repo": f"{namespace}/{name}", "type": repo_type, "revision": revision,
-                                 "summary": header["summary"], "files": files})
+            files = {
+                line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                for line in lines
+                if line["key"] == "file"
+            }
+            self.commits.append(
+                {
+                    "repo": f"{namespace}/{name}",
+                    "type": repo_type,
+                    "revision": revision,
+                    "summary": header["summary"],
+                    "files": files,
+                }
+            )
             oid = f"{len(self.commits):040x}"
             return {"commitUrl": f"{self.url}/{namespace}/{name}/commit/{oid}", "commitOid": oid}
 
@@ -82,14 +92,23 @@ def hub():
 
 
 def _push(hub: HubDouble | None, tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
-    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf-home"),
-           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
     if hub is not None:
         env["HF_ENDPOINT"] = hub.url
     if token:
         env["HF_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "persetrain.cli", "-q", "push", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "persetrain.cli", "-q", "push", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -100,20 +119,41 @@ def adapter_checkpoint(tmp_path_factory, tiny_llama_dir) -> Path:
 
     path = tmp_path_factory.mktemp("run") / "checkpoint-2"
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)),
-                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)),
+        LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False),
+    )
     model.save_pretrained(str(path))
     AutoTokenizer.from_pretrained(str(tiny_llama_dir)).save_pretrained(str(path))
     torch.save({"state": {}}, path / "optimizer.pt")
-    (path / "metrics.json").write_text(json.dumps({"kind": "scalar", "n_examples": 48, "systems": {
-        "perse-tiny": {"kendall": 0.426, "spearman": 0.5123, "parse_rate": 1.0},
-        "reviewer-avg": {"kendall": 0.122, "spearman": None, "parse_rate": 1.0}}}))
+    (path / "metrics.json").write_text(
+        json.dumps(
+            {
+                "kind": "scalar",
+                "n_examples": 48,
+                "systems": {
+                    "perse-tiny": {"kendall": 0.426, "spearman": 0.5123, "parse_rate": 1.0},
+                    "reviewer-avg": {"kendall": 0.122, "spearman": None, "parse_rate": 1.0},
+                },
+            }
+        )
+    )
     return path
 
 
 def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_checkpoint):
-    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/perse-tiny", "--private",
-                   "--revision", "v1", "--recipe", str(CPU_RECIPE))
+    result = _push(
+        hub,
+        tmp_path,
+        str(adapter_checkpoint),
+        "--repo-id",
+        "alice/perse-tiny",
+        "--private",
+        "--revision",
+        "v1",
+        "--recipe",
+        str(CPU_RECIPE),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert TOKEN not in result.stdout + result.stderr
     assert hub.auth == {f"Bearer {TOKEN}"}
@@ -122,8 +162,15 @@ def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_check
     [commit] = hub.commits
     assert commit["revision"] == "v1" and commit["type"] == "model"
     files = commit["files"]
-    assert set(files) == {"README.md", "adapter_config.json", "adapter_model.safetensors", "tokenizer.json",
-                          "tokenizer_config.json", "chat_template.jinja", "metrics.json"}  # no optimizer state
+    assert set(files) == {
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "metrics.json",
+    }  # no optimizer state
     assert files["adapter_model.safetensors"] == (adapter_checkpoint / "adapter_model.safetensors").read_bytes()
     card = files["README.md"].decode()
     assert "library_name: peft" in card and "license: apache-2.0" in card
@@ -133,8 +180,9 @@ def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_check
     assert f"{commit['repo']}/commit/" in result.stdout
 
 
-def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(hub, tmp_path, adapter_checkpoint,
-                                                                      tiny_llama_dir):
+def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(
+    hub, tmp_path, adapter_checkpoint, tiny_llama_dir
+):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -149,8 +197,9 @@ def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(hub, tmp_p
 
     ids = torch.tensor([[1, 42, 7, 99, 5]])
     merged = AutoModelForCausalLM.from_pretrained(str(received)).eval()
-    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)),
-                                        str(adapter_checkpoint)).eval()
+    adapted = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)), str(adapter_checkpoint)
+    ).eval()
     base = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir)).eval()
     with torch.no_grad():
         expected, got, plain = adapted(ids).logits, merged(ids).logits, base(ids).logits
@@ -180,8 +229,9 @@ def test_push_prepared_dataset_as_parquet(hub, tmp_path, prepared_root):
 
 def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_checkpoint):
     out = tmp_path / "upload"
-    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out),
-                   token=None)
+    result = _push(
+        hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out), token=None
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert hub.repos == {} and hub.commits == []
     assert (out / "README.md").is_file() and (out / "adapter_model.safetensors").is_file()
@@ -208,12 +258,37 @@ def test_report_to_wandb_logs_offline(tiny_llama_dir, prepared_root, tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     result = subprocess.run(
-        [sys.executable, "-m", "persetrain.train.sft", "--config", str(CPU_RECIPE),
-         "--model_name_or_path", str(tiny_llama_dir), "--dataset_path",
-         str(prepared_root / "data" / "perse" / "per_mpst_k3"), "--output_dir", str(out), "--max_steps", "2",
-         "--logging_steps", "1", "--report_to", "wandb", "--merge_adapter", "false", "--disable_tqdm", "true",
-         "--save_strategy", "no"],
-        cwd=tmp_path, env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "persetrain.train.sft",
+            "--config",
+            str(CPU_RECIPE),
+            "--model_name_or_path",
+            str(tiny_llama_dir),
+            "--dataset_path",
+            str(prepared_root / "data" / "perse" / "per_mpst_k3"),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--logging_steps",
+            "1",
+            "--report_to",
+            "wandb",
+            "--merge_adapter",
+            "false",
+            "--disable_tqdm",
+            "true",
+            "--save_strategy",
+            "no",
+        ],
+        cwd=tmp_path,
+        env={**env, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run_dir] = (out / "wandb").glob("offline-run-*")
     assert list(run_dir.glob("run-*.wandb"))

@@ -14,12 +14,24 @@ from persetrain.schema import McqExample, ReferenceExample
 
 REVIEW = "The blender is loud but crushes ice in seconds; I use it every morning for smoothies."
 EXAMPLES = [
-    ReferenceExample(id="r1", user_id="u", input="Review this blender.", reference=REVIEW,
-                     profile=["I love kitchen gadgets that save time."],
-                     outputs={"gold": REVIEW, "other": "Shipping was slow and the box was damaged."}),
+    ReferenceExample(
+        id="r1",
+        user_id="u",
+        input="Review this blender.",
+        reference=REVIEW,
+        profile=["I love kitchen gadgets that save time."],
+        outputs={"gold": REVIEW, "other": "Shipping was slow and the box was damaged."},
+    ),
 ]
-MCQ = [McqExample(id="m1", preference="I avoid gluten.", question="Where should I eat in Rome?",
-                  options=["A gluten-free trattoria.", "A famous pizzeria.", "A fresh pasta bar."], gold=0)]
+MCQ = [
+    McqExample(
+        id="m1",
+        preference="I avoid gluten.",
+        question="Where should I eat in Rome?",
+        options=["A gluten-free trattoria.", "A famous pizzeria.", "A fresh pasta bar."],
+        gold=0,
+    )
+]
 
 
 def context(tmp_path: Path, system: str) -> JudgeContext:
@@ -40,7 +52,9 @@ def test_lexical_values_match_the_libraries_and_a_missing_reference_is_refused(t
     hyp, ref = "the cat sat on the mat", "a cat was sitting on the mat"
     [j] = get_evaluator("bleu")().judge(
         [ReferenceExample(id="x", user_id="u", input="i", reference=ref, profile=["p"], outputs={"s": hyp})],
-        None, context(tmp_path, "bleu"))
+        None,
+        context(tmp_path, "bleu"),
+    )
     assert j.score == pytest.approx(sentence_bleu(hyp, ref))
     assert meteor([ref], [ref])[0] == pytest.approx(1 - 0.5 * (1 / 7) ** 3, abs=1e-3)
     no_ref = ReferenceExample(id="y", user_id="u", input="i", profile=["p"], outputs={"s": hyp})
@@ -50,8 +64,11 @@ def test_lexical_values_match_the_libraries_and_a_missing_reference_is_refused(t
 
 def test_llm_judges_on_both_task_kinds(tiny_llama_dir, tmp_path):
     engine = load_engine(str(tiny_llama_dir), cache_path=tmp_path / "cache.sqlite")
-    for name, config, low, high in (("gemba", GEMBAConfig(), 0, 4),
-                                    ("gemba", GEMBAConfig(scoring="choice_probs"), 0, 4), ("llm-judge", None, 1, 5)):
+    for name, config, low, high in (
+        ("gemba", GEMBAConfig(), 0, 4),
+        ("gemba", GEMBAConfig(scoring="choice_probs"), 0, 4),
+        ("llm-judge", None, 1, 5),
+    ):
         evaluator = get_evaluator(name)(config)
         ref = evaluator.judge(EXAMPLES, engine, context(tmp_path, name))
         assert {j.target for j in ref} == {"gold", "other"}

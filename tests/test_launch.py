@@ -28,8 +28,9 @@ def _recipe(tmp_path: Path, name: str = "recipe.yaml", **keys) -> Path:
 
 
 def _persetrain(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: p.name)
@@ -44,22 +45,36 @@ def test_cpu_recipe_command_and_overrides():
     plan = plan_launch(CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"], check_data=False)
     assert local_command(plan).shell() == (
         "accelerate launch --config_file accelerate_configs/cpu.yaml -m persetrain.train.sft "
-        "--config recipes/perse/cpu_smollm2_per-mpst-k3.yaml --max_steps 3")
+        "--config recipes/perse/cpu_smollm2_per-mpst-k3.yaml --max_steps 3"
+    )
 
 
 def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp_path):
     recipe = _recipe(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4)
     command = local_command(plan_launch(recipe, num_processes=2))
-    assert command.argv == ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "persetrain.train.sft",
-                            "--config", str(recipe), "--gradient_accumulation_steps", "2"]
+    assert command.argv == [
+        "torchrun",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "persetrain.train.sft",
+        "--config",
+        str(recipe),
+        "--gradient_accumulation_steps",
+        "2",
+    ]
     assert command.env["ACCELERATE_USE_CPU"] == "true" and "global batch 8" in command.notes[0]
 
 
 def test_world_size_that_does_not_divide_the_batch_is_refused():
     plan = plan_launch(ZERO3_RECIPE, num_processes=4, check_data=False)  # 32 = 4 x 4 x 2
     assert plan.overrides == ["--gradient_accumulation_steps", "2"]
-    with pytest.raises(LaunchError, match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
-                                          r"size 4 x gradient_accumulation_steps 1 x 8 processes of .*deepspeed_zero3"):
+    with pytest.raises(
+        LaunchError,
+        match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
+        r"size 4 x gradient_accumulation_steps 1 x 8 processes of .*deepspeed_zero3",
+    ):
         plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False)
 
 
@@ -78,17 +93,23 @@ def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
 
 def test_missing_dataset_is_refused_before_any_process_starts(tmp_path):
     recipe = _recipe(tmp_path, dataset_path=str(tmp_path / "data/perse/per_mpst_k3"))
-    with pytest.raises(LaunchError, match=r"recipe key 'dataset_path' names .*per_mpst_k3, which does not exist; "
-                                          r"write it with `persetrain prepare` \(e.g. persetrain prepare perse"):
+    with pytest.raises(
+        LaunchError,
+        match=r"recipe key 'dataset_path' names .*per_mpst_k3, which does not exist; "
+        r"write it with `persetrain prepare` \(e.g. persetrain prepare perse",
+    ):
         plan_launch(recipe)
-    assert plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)]).overrides == ["--dataset_path",
-                                                                                            str(tmp_path)]
+    assert plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)]).overrides == [
+        "--dataset_path",
+        str(tmp_path),
+    ]
 
 
 def test_missing_files_are_one_line_errors(tmp_path):
     result = _persetrain("launch", "--config", "recipes/none.yaml", "--dry-run")
     assert result.returncode == 2 and (result.stdout + result.stderr).strip() == (
-        "error: recipes/none.yaml: no such recipe file")
+        "error: recipes/none.yaml: no such recipe file"
+    )
     recipe = _recipe(tmp_path, accelerate_config="accelerate_configs/tpu.yaml")
     result = _persetrain("launch", "--config", str(recipe), "--dry-run")
     assert result.returncode == 2
@@ -103,23 +124,40 @@ def _bash_syntax_ok(script: str, tmp_path: Path) -> None:
 
 
 def test_single_node_sbatch(tmp_path):
-    options = SlurmOptions(partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs",
-                           extra_sbatch=["--account=nlp"])
+    options = SlurmOptions(
+        partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs", extra_sbatch=["--account=nlp"]
+    )
     script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"], check_data=False), options)
     _bash_syntax_ok(script, tmp_path)
-    for line in ("#SBATCH --partition=cpu", "#SBATCH --nodes=1", "#SBATCH --time=01:00:00", "#SBATCH --mem=16G",
-                 "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", f"#SBATCH --output={tmp_path}/logs/%x-%j.out",
-                 f"source {sys.prefix}/bin/activate", "#SBATCH --account=nlp", 'scancel --signal=USR1 "$SLURM_JOB_ID"',
-                 'scontrol requeue "$SLURM_JOB_ID"', "trap checkpoint_and_requeue USR1"):
+    for line in (
+        "#SBATCH --partition=cpu",
+        "#SBATCH --nodes=1",
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --mem=16G",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@300",
+        f"#SBATCH --output={tmp_path}/logs/%x-%j.out",
+        f"source {sys.prefix}/bin/activate",
+        "#SBATCH --account=nlp",
+        'scancel --signal=USR1 "$SLURM_JOB_ID"',
+        'scontrol requeue "$SLURM_JOB_ID"',
+        "trap checkpoint_and_requeue USR1",
+    ):
         assert line in script
-    assert ("srun --ntasks=1 --kill-on-bad-exit=1 bash -c \"trap '' USR1; exec accelerate launch --config_file "
-            f"accelerate_configs/cpu.yaml -m persetrain.train.sft --config {CPU_RECIPE} --max_steps 3\" &") in script
+    assert (
+        "srun --ntasks=1 --kill-on-bad-exit=1 bash -c \"trap '' USR1; exec accelerate launch --config_file "
+        f'accelerate_configs/cpu.yaml -m persetrain.train.sft --config {CPU_RECIPE} --max_steps 3" &'
+    ) in script
     assert "--gpus-per-node" not in script
 
 
 def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
-    recipe = _recipe(tmp_path, accelerate_config=str(REPO / "accelerate_configs/deepspeed_zero3.yaml"),
-                     per_device_train_batch_size=1, gradient_accumulation_steps=8)  # 1 x 8 x 8 = 64
+    recipe = _recipe(
+        tmp_path,
+        accelerate_config=str(REPO / "accelerate_configs/deepspeed_zero3.yaml"),
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=8,
+    )  # 1 x 8 x 8 = 64
     options = SlurmOptions(nodes=4, log_dir=tmp_path)
     plan = plan_slurm(recipe, options)
     assert plan.num_processes == 32 and plan.overrides == ["--gradient_accumulation_steps", "2"]
@@ -128,9 +166,11 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
     assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --nodes=4" in script
     assert 'MAIN_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
     srun = re.search(r'^srun .*?bash -c "(.*)" &$', script, re.M | re.S).group(1)
-    assert (f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml --num_machines $NNODES "
-            "--num_processes $WORLD_SIZE --machine_rank \\$SLURM_PROCID --main_process_ip $MAIN_NODE "
-            "--main_process_port $MAIN_PORT --rdzv_backend c10d -m persetrain.train.sft") in srun
+    assert (
+        f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml --num_machines $NNODES "
+        "--num_processes $WORLD_SIZE --machine_rank \\$SLURM_PROCID --main_process_ip $MAIN_NODE "
+        "--main_process_port $MAIN_PORT --rdzv_backend c10d -m persetrain.train.sft"
+    ) in srun
     executable = [ln for ln in script.splitlines() if not ln.lstrip().startswith("#")]
     assert not [ln for ln in executable if re.search(r"(?<!\\)\$SLURM_PROCID", ln)]  # never expanded by the batch shell
 
@@ -141,10 +181,19 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
 
 def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):
     recipe = tmp_path / "grpo.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "accelerate_config": str(REPO / "accelerate_configs/deepspeed_zero2.yaml"),
-        "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "use_vllm": True, "vllm_mode": "server",
-        "num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "accelerate_config": str(REPO / "accelerate_configs/deepspeed_zero2.yaml"),
+                "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct",
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "num_generations": 8,
+                "per_device_train_batch_size": 8,
+                "gradient_accumulation_steps": 2,
+            }
+        )
+    )
     options = SlurmOptions(nodes=3, log_dir=tmp_path)
     plan = plan_slurm(recipe, options)
     assert plan.trainer == "grpo" and plan.num_processes == 16  # two training nodes x 8 GPUs: accumulation 2 -> 1
@@ -158,9 +207,13 @@ def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory) -> Path:
-    rows = [{"prompt": [{"role": "user", "content": f"Profile: likes war films. Plot {i}: a siege in winter."}],
-             "completion": [{"role": "assistant", "content": f"[Review] Tense. [Score] {2 + i % 8}"}]}
-            for i in range(16)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Profile: likes war films. Plot {i}: a siege in winter."}],
+            "completion": [{"role": "assistant", "content": f"[Review] Tense. [Score] {2 + i % 8}"}],
+        }
+        for i in range(16)
+    ]
     path = tmp_path_factory.mktemp("launch-data") / "per_mpst_k3"
     DatasetDict(train=Dataset.from_list(rows), test=Dataset.from_list(rows[:4])).save_to_disk(str(path))
     return path
@@ -172,11 +225,36 @@ def test_launch_runs_two_cpu_processes_as_one_ddp_group(tiny_llama_dir, tiny_dat
     (tests/test_multiprocess.py shows that such ranks match one process's losses at the same global batch.)
     """
     out = tmp_path / "np2"
-    result = _persetrain("launch", "--config", str(CPU_RECIPE), "--num-processes", "2", "--",
-                         "--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(tiny_dataset),
-                         "--output_dir", str(out), "--max_steps", "1", "--logging_steps", "1", "--save_steps", "1",
-                         "--packing", "false", "--disable_tqdm", "true", "--merge_adapter", "false",
-                         "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
+    result = _persetrain(
+        "launch",
+        "--config",
+        str(CPU_RECIPE),
+        "--num-processes",
+        "2",
+        "--",
+        "--model_name_or_path",
+        str(tiny_llama_dir),
+        "--dataset_path",
+        str(tiny_dataset),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--logging_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--packing",
+        "false",
+        "--disable_tqdm",
+        "true",
+        "--merge_adapter",
+        "false",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_accumulation_steps",
+        "1",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.splitlines()[1].startswith("ACCELERATE_USE_CPU=true OMP_NUM_THREADS=")
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

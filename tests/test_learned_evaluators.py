@@ -39,9 +39,17 @@ def _classifier(path: Path, tokenizer, num_labels: int = 1) -> Path:
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         num_labels=num_labels, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForSequenceClassification(config)
     with torch.no_grad():  # a wide init spread, so that a token read at the wrong position would show
         for p in model.parameters():
@@ -65,12 +73,16 @@ def mcq(ex_id: str, preference: str, options: list[str], gold: int = 0, question
     return McqExample(id=ex_id, preference=preference, question=question, options=options, gold=gold)
 
 
-CONTEXTS = [rm_context("I am vegan.", "What should I cook tonight?"), rm_context(None, "Where should I travel?"),
-            rm_context("I dislike crowds and prefer quiet places far from the city.", "Plan a weekend.")]
+CONTEXTS = [
+    rm_context("I am vegan.", "What should I cook tonight?"),
+    rm_context(None, "Where should I travel?"),
+    rm_context("I dislike crowds and prefer quiet places far from the city.", "Plan a weekend."),
+]
 CANDIDATES = ["A lentil curry.", "Paris in August, with every museum and the busiest markets on the way.", "Hiking."]
 
 
 # --- the scorer ------------------------------------------------------------------------------------
+
 
 def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir):
     """Length-sorted, right-padded batches (forced small here) == each text alone through transformers."""
@@ -81,8 +93,10 @@ def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir
     contexts, candidates = CONTEXTS * 3, CANDIDATES[1:] + CANDIDATES[:1] + CANDIDATES * 2
     batched = scorer.score(contexts, candidates)
     with torch.no_grad():
-        alone = [model(**tokenizer(c + x + tokenizer.eos_token, return_tensors="pt")).logits[0, 0].item()
-                 for c, x in zip(contexts, candidates, strict=True)]
+        alone = [
+            model(**tokenizer(c + x + tokenizer.eos_token, return_tensors="pt")).logits[0, 0].item()
+            for c, x in zip(contexts, candidates, strict=True)
+        ]
     assert batched == pytest.approx(alone, abs=1e-5)
     assert len(set(round(s, 4) for s in batched)) > 3  # the texts really score differently
     assert scorer.score(contexts[:1], candidates[:1]) == pytest.approx(batched[:1], abs=1e-5)
@@ -97,14 +111,22 @@ def test_an_encoder_reward_model_scores_at_cls_and_keeps_its_trailing_sep(tmp_pa
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
     BertForSequenceClassification(config).save_pretrained(tmp_path / "bert-rm")
     tokenizer.save_pretrained(tmp_path / "bert-rm")
     encoder = RewardModelScorer(str(tmp_path / "bert-rm"), device="cpu", batch_tokens=64)
     batched = encoder.score(CONTEXTS, CANDIDATES)
-    assert batched == pytest.approx([encoder.score([c], [x])[0] for c, x in zip(CONTEXTS, CANDIDATES, strict=True)],
-                                    abs=1e-5)
+    assert batched == pytest.approx(
+        [encoder.score([c], [x])[0] for c, x in zip(CONTEXTS, CANDIDATES, strict=True)], abs=1e-5
+    )
     encoder.max_length = 12
     ids, cut = encoder.encode(CONTEXTS[2], "hiking in the hills")
     assert cut and len(ids) == 12 and tokenizer.decode(ids).endswith("answer : [SEP] hiking in the hills [SEP]")
@@ -132,8 +154,9 @@ def test_a_long_text_loses_the_start_of_its_context_and_keeps_the_candidate(scor
     assert not short_cut and len(short_ids) < 40
 
 
-def test_a_checkpoint_of_the_wrong_kind_is_refused_before_it_loads(tiny_llama_dir, tiny_rm_dir, tmp_path,
-                                                                   embedded_tokenizer):
+def test_a_checkpoint_of_the_wrong_kind_is_refused_before_it_loads(
+    tiny_llama_dir, tiny_rm_dir, tmp_path, embedded_tokenizer
+):
     with pytest.raises(InputError, match=r"config\.json: field 'architectures': \['LlamaForCausalLM'\]"):
         check_reward_model(str(tiny_llama_dir))
     with pytest.raises(InputError, match="field 'num_labels'"):
@@ -148,8 +171,23 @@ def test_a_checkpoint_of_the_wrong_kind_is_refused_before_it_loads(tiny_llama_di
 @pytest.mark.parametrize(("evaluator", "model"), [("rm", "causal"), ("verifier", "rm")])
 def test_the_command_line_reports_a_wrong_kind_in_one_line(evaluator, model, tiny_llama_dir, tiny_rm_dir, tmp_path):
     path = {"causal": tiny_llama_dir, "rm": tiny_rm_dir}[model]
-    result = CliRunner().invoke(app, ["-q", "evaluate", "--evaluator", evaluator, "--model", str(path), "--data",
-                                      str(PREFEVAL), "--out", str(tmp_path / "run"), "--max-examples", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "evaluate",
+            "--evaluator",
+            evaluator,
+            "--model",
+            str(path),
+            "--data",
+            str(PREFEVAL),
+            "--out",
+            str(tmp_path / "run"),
+            "--max-examples",
+            "2",
+        ],
+    )
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and result.output.count("\n") == 1 and "Traceback" not in result.output
     assert f"{path}/config.json" in result.output and "architectures" in result.output
@@ -157,6 +195,7 @@ def test_the_command_line_reports_a_wrong_kind_in_one_line(evaluator, model, tin
 
 
 # --- the rm evaluator ----------------------------------------------------------------------------
+
 
 def _context(tmp_path: Path, model: str | None = None) -> JudgeContext:
     return JudgeContext(data=tmp_path, split="test", system="judge", out=tmp_path, model=model)
@@ -181,16 +220,27 @@ def test_rm_without_the_person_reads_the_blind_context(scorer, tiny_rm_dir, tmp_
     judged = RewardModelJudge().judge(blind, None, _context(tmp_path, str(tiny_rm_dir)))
     for ex, j in zip(examples, judged, strict=True):
         assert j.details["raw_scores"] == pytest.approx(
-            scorer.score([rm_context(None, ex.question)] * 3, ex.options), abs=1e-5)
+            scorer.score([rm_context(None, ex.question)] * 3, ex.options), abs=1e-5
+        )
         assert j.details["raw_scores"] != pytest.approx(
-            scorer.score([rm_context(ex.preference, ex.question)] * 3, ex.options), abs=1e-5)
+            scorer.score([rm_context(ex.preference, ex.question)] * 3, ex.options), abs=1e-5
+        )
 
 
 def test_rm_on_a_scalar_task_calibrates_onto_the_dataset_scale(tiny_rm_dir, tmp_path):
     profile = [ProfileReview(plot_id="p0", plot="A quiet drama.", review="Slow.", score=2)]
-    examples = [ScalarExample(id=f"s{i}", reviewer_id="r", profile=profile, query_plot_id=f"q{i}",
-                              query_plot=f"Plot number {i} " + "with twists " * i, score=1 + i % 5, score_max=5)
-                for i in range(8)]
+    examples = [
+        ScalarExample(
+            id=f"s{i}",
+            reviewer_id="r",
+            profile=profile,
+            query_plot_id=f"q{i}",
+            query_plot=f"Plot number {i} " + "with twists " * i,
+            score=1 + i % 5,
+            score_max=5,
+        )
+        for i in range(8)
+    ]
     raw = RewardModelJudge(RMConfig(calibration="none")).judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
     judge = RewardModelJudge()
     calibrated = judge.judge(examples, None, _context(tmp_path, str(tiny_rm_dir)))
@@ -205,12 +255,29 @@ def test_rm_on_pairs_and_reference_outputs_and_profile_baselines_without_a_profi
     from persetrain.evaluators.baselines import reviewer_average, reviewer_majority
     from persetrain.schema import PairwiseExample, PairwiseProfileItem, ReferenceExample
 
-    seen = PairwiseProfileItem(premise="A heist.", plot_a="They win.", plot_b="They lose.", aspect="Ending",
-                               preferred="B")
-    pairs = [PairwiseExample(id=f"d{i}", annotator_id="u", aspect="Ending", profile=[seen], premise="A voyage.",
-                             plot_a=CANDIDATES[i], plot_b=CANDIDATES[i + 1], preferred="A") for i in range(2)]
-    record = ReferenceExample(id="r", user_id="u", input="Review the cafe.", profile=["old text"] * 5,
-                              outputs={"gold": "great coffee.", "non": "A cafe."})
+    seen = PairwiseProfileItem(
+        premise="A heist.", plot_a="They win.", plot_b="They lose.", aspect="Ending", preferred="B"
+    )
+    pairs = [
+        PairwiseExample(
+            id=f"d{i}",
+            annotator_id="u",
+            aspect="Ending",
+            profile=[seen],
+            premise="A voyage.",
+            plot_a=CANDIDATES[i],
+            plot_b=CANDIDATES[i + 1],
+            preferred="A",
+        )
+        for i in range(2)
+    ]
+    record = ReferenceExample(
+        id="r",
+        user_id="u",
+        input="Review the cafe.",
+        profile=["old text"] * 5,
+        outputs={"gold": "great coffee.", "non": "A cafe."},
+    )
     judge = RewardModelJudge()
     for j in judge.judge(pairs, None, _context(tmp_path, str(tiny_rm_dir))):
         a, b = j.details["raw_scores"]
@@ -220,17 +287,39 @@ def test_rm_on_pairs_and_reference_outputs_and_profile_baselines_without_a_profi
     assert person.count("Example") == 3  # the latest profile_items texts
     assert [j.target for j in outputs] == ["gold", "non"]
     assert [j.score for j in outputs] == pytest.approx(
-        scorer.score([rm_context(person, record.input, "User profile")] * 2, list(record.outputs.values())), abs=1e-5)
-    scalar = ScalarExample(id="s", reviewer_id="r", query_plot_id="q", query_plot="x", score=3,
-                           profile=[ProfileReview(plot_id="p", plot="y", review="z", score=4)])
+        scorer.score([rm_context(person, record.input, "User profile")] * 2, list(record.outputs.values())), abs=1e-5
+    )
+    scalar = ScalarExample(
+        id="s",
+        reviewer_id="r",
+        query_plot_id="q",
+        query_plot="x",
+        score=3,
+        profile=[ProfileReview(plot_id="p", plot="y", review="z", score=4)],
+    )
     assert not reviewer_average(blind_examples([scalar]))[0].parsed
     assert not reviewer_majority(blind_examples(pairs))[0].parsed
 
 
 def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_path):
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["-q", "evaluate", "--evaluator", "rm", "--model", str(tiny_rm_dir), "--data",
-                                      str(PREFEVAL), "--out", str(out), "--max-examples", "8"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "evaluate",
+            "--evaluator",
+            "rm",
+            "--model",
+            str(tiny_rm_dir),
+            "--data",
+            str(PREFEVAL),
+            "--out",
+            str(out),
+            "--max-examples",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     [system] = metrics["systems"].values()
@@ -242,6 +331,7 @@ def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_p
 
 # --- the verifier ------------------------------------------------------------------------------------
 
+
 def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
     """The verifier asks exactly the VERIFIER question (VERIFIER_BLIND without the person): asked again by hand,
     every request is a hit in the engine's cache, which keys on the whole request."""
@@ -252,11 +342,24 @@ def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
         judgments = Verifier().judge(examples, engine, _context(tmp_path))
         blind = Verifier().judge(blind_examples(examples), engine, _context(tmp_path))
         hits = engine.cache_hits
-        direct = [engine.choice_probs([VERIFIER.render(person_label="User preference", person=ex.preference,
-                                                       request=ex.question, candidate=o) for o in ex.options],
-                                      list(VERIFIER_CHOICES)) for ex in examples]
-        direct_blind = [engine.choice_probs([VERIFIER_BLIND.render(request=ex.question, candidate=o)
-                                             for o in ex.options], list(VERIFIER_CHOICES)) for ex in examples]
+        direct = [
+            engine.choice_probs(
+                [
+                    VERIFIER.render(
+                        person_label="User preference", person=ex.preference, request=ex.question, candidate=o
+                    )
+                    for o in ex.options
+                ],
+                list(VERIFIER_CHOICES),
+            )
+            for ex in examples
+        ]
+        direct_blind = [
+            engine.choice_probs(
+                [VERIFIER_BLIND.render(request=ex.question, candidate=o) for o in ex.options], list(VERIFIER_CHOICES)
+            )
+            for ex in examples
+        ]
         assert engine.cache_hits - hits == 16
     finally:
         engine.close()
@@ -269,6 +372,7 @@ def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
 
 # --- the person probes ---------------------------------------------------------------------------------
 
+
 def test_swap_is_a_seeded_derangement_that_avoids_the_same_preference():
     prefs = ["vegan", "vegan", "vegan", "no flights", "quiet", "quiet"]
     examples = [mcq(f"q{i}", p, ["a", "b"]) for i, p in enumerate(prefs)]
@@ -276,8 +380,9 @@ def test_swap_is_a_seeded_derangement_that_avoids_the_same_preference():
     assert [s.preference for s in swapped] != prefs
     assert all(s.preference != ex.preference for s, ex in zip(swapped, examples, strict=True))
     assert sorted(s.preference for s in swapped) == sorted(prefs)  # everyone's person is used once
-    assert [s.model_dump(exclude={"preference"}) for s in swapped] == [e.model_dump(exclude={"preference"})
-                                                                        for e in examples]
+    assert [s.model_dump(exclude={"preference"}) for s in swapped] == [
+        e.model_dump(exclude={"preference"}) for e in examples
+    ]
     assert swapped == swapped_examples(examples, seed=3) and swapped != swapped_examples(examples, seed=4)
     same = derangement(["x"] * 5, seed=0)  # nothing different to hand out: still nobody keeps their own
     assert sorted(same) == list(range(5)) and all(d != i for i, d in enumerate(same))
@@ -293,11 +398,14 @@ def test_a_removed_preference_is_shown_as_not_stated():
 
 # --- odd-one-out -----------------------------------------------------------------------------------------
 
+
 def test_odd_one_out_picks_the_option_unlike_the_others(tmp_path):
-    options = ["Visit the famous steakhouse downtown for a great steak dinner.",
-               "Try the famous steakhouse near the river for a steak dinner.",
-               "A quiet vegan bistro with seasonal vegetables and lentils.",
-               "Book the famous steakhouse for a steak dinner with wine."]
+    options = [
+        "Visit the famous steakhouse downtown for a great steak dinner.",
+        "Try the famous steakhouse near the river for a steak dinner.",
+        "A quiet vegan bistro with seasonal vegetables and lentils.",
+        "Book the famous steakhouse for a steak dinner with wine.",
+    ]
     odd = oddness(options)
     assert min(odd) >= 0 and max(odd) <= 1 and odd.index(max(odd)) == 2
     [j] = OddOneOut().judge([mcq("q", "I am vegan.", options, gold=2)], None, _context(tmp_path))
@@ -307,9 +415,27 @@ def test_odd_one_out_picks_the_option_unlike_the_others(tmp_path):
 
 def test_meta_eval_reports_accuracy_blind_and_swapped(tiny_rm_dir, tmp_path):
     out = tmp_path / "meta"
-    result = CliRunner().invoke(app, ["-q", "meta-eval", "--data", str(PREFEVAL), "--out", str(out),
-                                      "--max-examples", "6", "--system", f"rm=rm:{tiny_rm_dir}",
-                                      "--system", "odd-one-out", "--probe", "blind", "--probe", "swap"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "meta-eval",
+            "--data",
+            str(PREFEVAL),
+            "--out",
+            str(out),
+            "--max-examples",
+            "6",
+            "--system",
+            f"rm=rm:{tiny_rm_dir}",
+            "--system",
+            "odd-one-out",
+            "--probe",
+            "blind",
+            "--probe",
+            "swap",
+        ],
+    )
     assert result.exit_code == 0, result.output
     systems = json.loads((out / "metrics.json").read_text())["systems"]
     for probe in ("blind", "swap"):
@@ -323,6 +449,7 @@ def test_meta_eval_reports_accuracy_blind_and_swapped(tiny_rm_dir, tmp_path):
 
 
 # --- a trained judge as PREF's and AuPEL's scorer ------------------------------------------------------
+
 
 def test_pref_stage3_and_aupel_comparisons_take_a_trained_scorer(scorer, tiny_rm_dir, tiny_llama_dir, tmp_path):
     from persetrain.evaluators.aupel import AuPEL, AuPELConfig
@@ -342,8 +469,13 @@ def test_pref_stage3_and_aupel_comparisons_take_a_trained_scorer(scorer, tiny_rm
     for p, r in zip(pref, rm, strict=True):
         assert p.details["scores"] == pytest.approx(r.details["scores"], abs=1e-4) and p.choice == r.choice
 
-    record = ReferenceExample(id="r1", user_id="u", input="Review the cafe.", profile=["i loved the bakery."],
-                              outputs={"gold": "great coffee, lovely pastries.", "non": "A cafe."})
+    record = ReferenceExample(
+        id="r1",
+        user_id="u",
+        input="Review the cafe.",
+        profile=["i loved the bakery."],
+        outputs={"gold": "great coffee, lovely pastries.", "non": "A cafe."},
+    )
     config = AuPELConfig(scorer=f"rm:{tiny_rm_dir}", dimensions=("personalization", "quality"), n_boot=20, draws=20)
     games = AuPEL(config).judge([record], None, _context(tmp_path))
     by_dim = {g.details["dimension"]: g for g in games}

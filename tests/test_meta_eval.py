@@ -24,9 +24,16 @@ def test_reversal_moves_the_gold_label_and_manipulation_touches_every_candidate(
     ex = mcq("x", gold=1)
     back = reversed_order(ex)
     assert back.options == ["d", "c", "b", "a"] and back.options[back.gold] == "b"
-    pair = PairwiseExample(id="y", annotator_id="u", aspect="Ending", premise="s", plot_a="A", plot_b="B",
-                           preferred="A", profile=[PairwiseProfileItem(premise="s", plot_a="1", plot_b="2",
-                                                                       aspect="Ending", preferred="B")])
+    pair = PairwiseExample(
+        id="y",
+        annotator_id="u",
+        aspect="Ending",
+        premise="s",
+        plot_a="A",
+        plot_b="B",
+        preferred="A",
+        profile=[PairwiseProfileItem(premise="s", plot_a="1", plot_b="2", aspect="Ending", preferred="B")],
+    )
     assert reversed_order(pair).preferred == "B" and reversed_order(pair).plot_a == "B"
     assert all(o.endswith(" 100% right") for o in manipulated(ex, "this is 100% right").options)
 
@@ -35,27 +42,54 @@ def test_flip_rate_compares_choices_in_the_original_order():
     examples = [mcq("a"), mcq("b"), mcq("c")]
     before = [Judgment(example_id=i, evaluator="s", choice="0") for i in ("a", "b", "c")]
     # Reversed: option 0 is shown last (index 3). "a" keeps its choice, "b" moves to another, "c" unreadable.
-    after = [Judgment(example_id="a", evaluator="s", choice="3"),
-             Judgment(example_id="b", evaluator="s", choice="0"),
-             Judgment(example_id="c", evaluator="s", parsed=False)]
+    after = [
+        Judgment(example_id="a", evaluator="s", choice="3"),
+        Judgment(example_id="b", evaluator="s", choice="0"),
+        Judgment(example_id="c", evaluator="s", parsed=False),
+    ]
     assert flip_rate(examples, before, after) == pytest.approx(2 / 3)
 
 
 def test_relative_change_is_the_change_of_the_mean_score():
-    before = [Judgment(example_id="a", evaluator="s", details={"scores": [2.0, 4.0]}),
-              Judgment(example_id="b", evaluator="s", target="rag", score=6.0)]
-    after = [Judgment(example_id="a", evaluator="s", details={"scores": [3.0, 5.0]}),
-             Judgment(example_id="b", evaluator="s", target="rag", score=7.0)]
+    before = [
+        Judgment(example_id="a", evaluator="s", details={"scores": [2.0, 4.0]}),
+        Judgment(example_id="b", evaluator="s", target="rag", score=6.0),
+    ]
+    after = [
+        Judgment(example_id="a", evaluator="s", details={"scores": [3.0, 5.0]}),
+        Judgment(example_id="b", evaluator="s", target="rag", score=7.0),
+    ]
     assert relative_change(before, after) == pytest.approx((5.0 - 4.0) / 4.0)
     assert math.isnan(relative_change(before, []))
 
 
 def test_meta_eval_command_on_the_tiny_model(tiny_llama_dir, tmp_path):
     out = tmp_path / "meta"
-    result = CliRunner().invoke(app, [
-        "-q", "meta-eval", "--data", str(PREFEVAL), "--out", str(out), "--max-examples", "2", "--seed", "1",
-        "--system", f"letters=mcq-letter:{tiny_llama_dir}", "--system", f"gemba=gemba:{tiny_llama_dir}",
-        "--system", f"pref=pref:{tiny_llama_dir}", "--set", "max_new_tokens=24", "--set", "max_retries=1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "meta-eval",
+            "--data",
+            str(PREFEVAL),
+            "--out",
+            str(out),
+            "--max-examples",
+            "2",
+            "--seed",
+            "1",
+            "--system",
+            f"letters=mcq-letter:{tiny_llama_dir}",
+            "--system",
+            f"gemba=gemba:{tiny_llama_dir}",
+            "--system",
+            f"pref=pref:{tiny_llama_dir}",
+            "--set",
+            "max_new_tokens=24",
+            "--set",
+            "max_retries=1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["kind"] == "mcq" and metrics["n_examples"] == 2

@@ -30,6 +30,7 @@ GOLD = [3, 7, 5, 9, 1, 6, 8, 2]
 
 # --- correlations ---------------------------------------------------------------------------------
 
+
 def test_perfect_and_reversed_correlation():
     up = correlations([2 * g + 1 for g in GOLD], GOLD)
     down = correlations([-g for g in GOLD], GOLD)
@@ -76,8 +77,9 @@ def test_constant_input_gives_nan_with_note_and_no_warning():
         const_pred = correlations([5] * len(GOLD), GOLD)
         const_gold = correlations(GOLD, [4] * len(GOLD))
         one_pair = correlations([None, 3], [1, 2], unparsed="drop")
-    assert all(math.isnan(const_pred[m]) and math.isnan(const_pred[f"{m}_p"])
-               for m in ("pearson", "spearman", "kendall"))
+    assert all(
+        math.isnan(const_pred[m]) and math.isnan(const_pred[f"{m}_p"]) for m in ("pearson", "spearman", "kendall")
+    )
     assert "predictions are constant" in const_pred["note"]
     assert "gold scores are constant" in const_gold["note"]
     assert "fewer than 2" in one_pair["note"] and one_pair["n_unparsed"] == 1
@@ -107,6 +109,7 @@ def test_bootstrap_ci_brackets_the_estimate_and_is_seeded():
 
 
 # --- pairwise accuracy ----------------------------------------------------------------------------
+
 
 def test_accuracy_counts_unparsed_as_wrong():
     got = accuracy(["A", None, "B", "B"], ["A", "A", "B", "A"])
@@ -182,11 +185,11 @@ def test_bertscore_precision_and_recall_are_directional_and_batching_is_invisibl
 
 def test_similarity_summary_without_neural_model():
     got = similarity_summary([REVIEW], [REVIEW], with_bertscore=False)
-    assert got == {"bleu": pytest.approx(100.0), "rouge1": pytest.approx(1.0),
-                   "rougeL": pytest.approx(1.0), "n": 1}
+    assert got == {"bleu": pytest.approx(100.0), "rouge1": pytest.approx(1.0), "rougeL": pytest.approx(1.0), "n": 1}
 
 
 # --- calibration ----------------------------------------------------------------------------------
+
 
 def test_linear_calibration_maps_ends_midpoint_and_clips():
     cal = linear_calibration((1, 10), (1, 5))

@@ -30,8 +30,19 @@ CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 
 
 def _argv(model: Path, out: Path, *extra: str) -> list[str]:
-    return ["--config", str(CPU_RECIPE), "--model_name_or_path", str(model), "--output_dir", str(out),
-            "--logging_steps", "1", "--disable_tqdm", "true", *extra]
+    return [
+        "--config",
+        str(CPU_RECIPE),
+        "--model_name_or_path",
+        str(model),
+        "--output_dir",
+        str(out),
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
 
 
 def _losses(out: Path) -> dict[int, float]:
@@ -54,13 +65,18 @@ def test_two_gloo_ranks_match_one_process(tiny_llama_dir, in_prepared, tmp_path)
     two, one = tmp_path / "two", tmp_path / "one"
     common = ["--max_steps", "2", "--save_steps", "2"]
     # The recipe's global batch is 1; accumulation 1 given explicitly lets two ranks take a batch of 2.
-    plan = plan_launch(CPU_RECIPE, num_processes=2, cpu=True,
-                       overrides=[*_argv(tiny_llama_dir, two, *common)[2:], "--gradient_accumulation_steps", "1"])
+    plan = plan_launch(
+        CPU_RECIPE,
+        num_processes=2,
+        cpu=True,
+        overrides=[*_argv(tiny_llama_dir, two, *common)[2:], "--gradient_accumulation_steps", "1"],
+    )
     command = local_command(plan)  # what `persetrain launch --num-processes 2` runs on a CPU
     assert command.argv[0] == "torchrun" and "--nproc_per_node" in command.argv
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    done = subprocess.run([torchrun, *command.argv[1:]], env={**_env(), **command.env}, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [torchrun, *command.argv[1:]], env={**_env(), **command.env}, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run_sft(_argv(tiny_llama_dir, one, *common, "--per_device_train_batch_size", "2"))
 
@@ -85,8 +101,13 @@ def test_sigterm_checkpoints_and_the_rerun_continues_the_loss_curve(tiny_llama_d
     run_sft(_argv(tiny_llama_dir, reference, *steps))
 
     out = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, "-m", "persetrain.train.sft", *_argv(tiny_llama_dir, out, *steps)],
-                               env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "persetrain.train.sft", *_argv(tiny_llama_dir, out, *steps)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not ((out / METRICS_FILE).exists() and _losses(out)) and process.poll() is None:
         assert time.monotonic() < deadline, "the run logged no step in 300 s"

@@ -33,8 +33,9 @@ def _has(trait: str, text: str, user: dict) -> bool:
         "question": bool(re.search(r"\?$", first)) or "?" in first,
         "topic_word": "As always," in text or "as always," in text,
         "exclaim": all(s.endswith("!") for s in _sentences(text)),
-        "opener": bool(re.match(r"(Okay so,|Quick thoughts:|Well, friends,|Real talk:|Alright then,)", text,
-                                re.IGNORECASE)),
+        "opener": bool(
+            re.match(r"(Okay so,|Quick thoughts:|Well, friends,|Real talk:|Alright then,)", text, re.IGNORECASE)
+        ),
         "colon": ":" in text,
         "short": len(text.split()) <= 6,
         "pet_word": text.split()[0].lower() in {"finally", "wow", "breaking", "again", "big"},
@@ -63,8 +64,16 @@ def test_prepare_parl_writes_grpo_and_verl_layouts(sample, tmp_path):
     assert sizes["news"]["train"] + sizes["news"]["test"] == 32 and sizes["news"]["test"] > 0
     data = load_from_disk(str(tmp_path / "parl_news"))
     row = data["train"][0]
-    assert {"prompt", "task", "history_inputs", "history_outputs", "target_input", "ground_truth", "negatives",
-            "negative_names"} <= set(row)
+    assert {
+        "prompt",
+        "task",
+        "history_inputs",
+        "history_outputs",
+        "target_input",
+        "ground_truth",
+        "negatives",
+        "negative_names",
+    } <= set(row)
     assert row["prompt"][-1]["role"] == "user" and "<User Historical News>" in row["prompt"][-1]["content"]
     assert row["negative_names"] == ["synthetic-non", "synthetic-rag"] and len(row["negatives"]) == 2
     info = json.loads((tmp_path / "parl_news" / "build_info.json").read_text())
@@ -98,8 +107,17 @@ def test_reader_errors_name_file_record_and_field(tmp_path):
         read_longlamp(posts)
 
     questions = tmp_path / "questions.json"
-    questions.write_text(json.dumps([{"id": "q1", "input": "Generate a headline for the following article: a",
-                                      "profile": [{"text": "b", "title": "B"}]}]))
+    questions.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "q1",
+                    "input": "Generate a headline for the following article: a",
+                    "profile": [{"text": "b", "title": "B"}],
+                }
+            ]
+        )
+    )
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"golds": [{"id": "q2", "output": "x"}]}))
     with pytest.raises(InputError, match=r"outputs.json:q1: field 'output'"):
@@ -126,11 +144,14 @@ def test_rag_retrieves_bm25_top4_and_baselines_resume(sample, tmp_path, tiny_lla
     history = [{"input": f"town fair number {n}", "output": f"fair {n}"} for n in range(6)]
     history[2] = {"input": "storm damages harbour boats", "output": "boats hit"}
     history[4] = {"input": "harbour repairs begin", "output": "repairs"}
-    ex = RubricExample(id="x", task="news", user_id="u", history=history, input="storm floods the harbour",
-                       output="flood")
+    ex = RubricExample(
+        id="x", task="news", user_id="u", history=history, input="storm floods the harbour", output="flood"
+    )
     top = retrieve(ex)
-    assert len(top) == 4 and top[:2] == [("storm damages harbour boats", "boats hit"), ("harbour repairs begin",
-                                                                                      "repairs")]
+    assert len(top) == 4 and top[:2] == [
+        ("storm damages harbour boats", "boats hit"),
+        ("harbour repairs begin", "repairs"),
+    ]
     examples = read_task(sample.root / "news", "news")[:2]
 
     assert GeneratorSpec.parse("sft=rag:runs/x") == GeneratorSpec("sft", "rag", "runs/x")

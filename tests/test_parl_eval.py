@@ -14,9 +14,11 @@ from persetrain.metrics.parl import mean_std, paired_t_test, parl_metrics, run_m
 from persetrain.models import DEFAULT_MODEL
 
 T, F = True, False
-RUN = [{"gt": [T, T], "non": [T, F], "rag": [T, T]},
-       {"gt": [T, T, T], "non": [F, F, F], "rag": [T, F, T]},
-       {}]  # the third user's rubric set came out empty
+RUN = [
+    {"gt": [T, T], "non": [T, F], "rag": [T, T]},
+    {"gt": [T, T, T], "non": [F, F, F], "rag": [T, F, T]},
+    {},
+]  # the third user's rubric set came out empty
 
 
 def test_run_metrics_exact():
@@ -47,8 +49,9 @@ def test_mean_and_std_over_runs():
 
 
 def test_runs_from_checks_marks_unparsed_users_uncovered():
-    runs = runs_from_checks(["a", "b"], [("a", "gt", 0, [T]), ("a", "non", 0, [F]), ("b", "gt", 0, None),
-                                         ("b", "non", 0, None)])
+    runs = runs_from_checks(
+        ["a", "b"], [("a", "gt", 0, [T]), ("a", "non", 0, [F]), ("b", "gt", 0, None), ("b", "non", 0, None)]
+    )
     assert runs == [[{"gt": [T], "non": [F]}, {}]]
 
 
@@ -65,9 +68,26 @@ def parl_data(tmp_path_factory):
 
 def test_rubrics_induce_cli(parl_data, tmp_path, tiny_llama_dir):
     out = tmp_path / "rubrics.jsonl"
-    result = CliRunner().invoke(app, ["-q", "rubrics", "induce", "--data", str(parl_data), "--out", str(out),
-                                      "--model", str(tiny_llama_dir), "--max-new-tokens", "48", "--max-examples", "2",
-                                      "--runs", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "rubrics",
+            "induce",
+            "--data",
+            str(parl_data),
+            "--out",
+            str(out),
+            "--model",
+            str(tiny_llama_dir),
+            "--max-new-tokens",
+            "48",
+            "--max-examples",
+            "2",
+            "--runs",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["run"], r["seed"]) for r in records] == [(0, 0), (0, 0), (1, 1), (1, 1)]
@@ -79,9 +99,27 @@ def test_rubrics_induce_cli(parl_data, tmp_path, tiny_llama_dir):
 def test_evaluate_parl_on_the_embedded_model(parl_data, tmp_path):
     """The real pipeline: the 135M model induces rubrics under structured output and judges them."""
     run = tmp_path / "run"
-    result = CliRunner().invoke(app, ["-q", "evaluate", "--data", str(parl_data), "--out", str(run),
-                                      "--system", f"lm135m=parl:{DEFAULT_MODEL}", "--set", "max_new_tokens=160",
-                                      "--set", "temperature=0", "--set", "max_tries=1", "--max-examples", "1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "evaluate",
+            "--data",
+            str(parl_data),
+            "--out",
+            str(run),
+            "--system",
+            f"lm135m=parl:{DEFAULT_MODEL}",
+            "--set",
+            "max_new_tokens=160",
+            "--set",
+            "temperature=0",
+            "--set",
+            "max_tries=1",
+            "--max-examples",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((run / "metrics.json").read_text())["systems"]["lm135m"]
     assert metrics["users"] == 1 and 0.0 <= metrics["user_coverage"] <= 1.0

@@ -20,19 +20,25 @@ from persetrain.rewards.parl import (
 from persetrain.rewards.parl_trl import PARLReward
 from persetrain.rewards.parl_verl import compute_score
 
-RULES = ["The text is written entirely in lowercase letters.", "The text ends with the sign-off 'cheers, kal'.",
-         "Every sentence of the text has at most eight words."]
+RULES = [
+    "The text is written entirely in lowercase letters.",
+    "The text ends with the sign-off 'cheers, kal'.",
+    "Every sentence of the text has at most eight words.",
+]
 P_HISTORY = [[0.9, 0.8], [0.6, 0.4], [0.7, 0.95]]  # rule 1 fails on the second history item
 P_GT = [0.9, 0.1, 0.7]  # S_gt over rules 0 and 2 = 0.8
 P_NEG = [[0.5, 0.9, 0.3], [0.6, 0.2, 0.8]]  # S = 0.4 and 0.7: D = sigmoid(8) * sigmoid(2) = 0.8805017025628681
 
 
-@pytest.mark.parametrize(("variant", "expected", "c"), [
-    ("parl-a", 7.144013620502944, 1.0),      # 0.1 + 10 * 0.8 * 1 * D
-    ("parl-b", 8.90501702562868, 1.0),       # 0.1 + 10 * 1 * D
-    ("parl-0", 8.1, 1.0),                    # 0.1 + 10 * 0.8 * 1 (no margin)
-    ("parl-a-linear", 1.508802724100589, 0.2),  # c = 2 valid rules / 10
-])
+@pytest.mark.parametrize(
+    ("variant", "expected", "c"),
+    [
+        ("parl-a", 7.144013620502944, 1.0),  # 0.1 + 10 * 0.8 * 1 * D
+        ("parl-b", 8.90501702562868, 1.0),  # 0.1 + 10 * 1 * D
+        ("parl-0", 8.1, 1.0),  # 0.1 + 10 * 0.8 * 1 (no margin)
+        ("parl-a-linear", 1.508802724100589, 0.2),  # c = 2 valid rules / 10
+    ],
+)
 def test_reward_math_exact(variant, expected, c):
     parts = reward_parts(3, RULES, P_HISTORY, P_GT, P_NEG, RewardConfig(variant=variant))
     assert parts.valid_rules == 2 and parts.total_rules == 3
@@ -60,12 +66,15 @@ def _rubric(rules):
     return json.dumps([{"rule": r} for r in rules])
 
 
-@pytest.mark.parametrize("text", [
-    _rubric(RULES),
-    "```json\n" + _rubric(RULES) + "\n```",
-    "<think>maybe [1, 2] or not</think>\n" + _rubric(RULES) + "\nThese rules capture the user.",
-    "Here are the rubrics: " + _rubric(RULES) + " [done]",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        _rubric(RULES),
+        "```json\n" + _rubric(RULES) + "\n```",
+        "<think>maybe [1, 2] or not</think>\n" + _rubric(RULES) + "\nThese rules capture the user.",
+        "Here are the rubrics: " + _rubric(RULES) + " [done]",
+    ],
+)
 def test_parser_is_robust(text):
     parsed = parse_rubric(text)
     assert parsed.rules == RULES and parsed.total_rules == 3
@@ -86,14 +95,42 @@ def _samples():
     history_outputs = ["works great. cheers, kal", "bright and small. cheers, kal"]
     good = _rubric(RULES)
     return [
-        RubricSample("amazon", good, history_inputs, history_outputs, "Item: mug. Rating: 5",
-                     "holds my tea. cheers, kal", ["This mug is a solid purchase.", "A fine mug overall."]),
-        RubricSample("amazon", "not a rubric", history_inputs, history_outputs, "Item: mug. Rating: 5",
-                     "holds my tea. cheers, kal", ["This mug is a solid purchase."]),
-        RubricSample("amazon", _rubric(["short", "tiny", RULES[0]]), history_inputs, history_outputs,
-                     "Item: mug. Rating: 5", "holds my tea.", ["A mug."]),
-        RubricSample("amazon", good, history_inputs, history_outputs, "Item: mug. Rating: 5",
-                     "holds my tea. cheers, kal", ["This mug is a solid purchase.", "A fine mug overall."]),
+        RubricSample(
+            "amazon",
+            good,
+            history_inputs,
+            history_outputs,
+            "Item: mug. Rating: 5",
+            "holds my tea. cheers, kal",
+            ["This mug is a solid purchase.", "A fine mug overall."],
+        ),
+        RubricSample(
+            "amazon",
+            "not a rubric",
+            history_inputs,
+            history_outputs,
+            "Item: mug. Rating: 5",
+            "holds my tea. cheers, kal",
+            ["This mug is a solid purchase."],
+        ),
+        RubricSample(
+            "amazon",
+            _rubric(["short", "tiny", RULES[0]]),
+            history_inputs,
+            history_outputs,
+            "Item: mug. Rating: 5",
+            "holds my tea.",
+            ["A mug."],
+        ),
+        RubricSample(
+            "amazon",
+            good,
+            history_inputs,
+            history_outputs,
+            "Item: mug. Rating: 5",
+            "holds my tea. cheers, kal",
+            ["This mug is a solid purchase.", "A fine mug overall."],
+        ),
     ]
 
 
@@ -122,14 +159,23 @@ def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
     samples = _samples()[:2]
     reward = PARLReward(tiny_engine, RewardConfig(tau=0.0), parts_path=tmp_path / "parts.jsonl")
     extra, metrics = {}, {}
-    columns = {"task": [s.task for s in samples], "history_inputs": [s.history_inputs for s in samples],
-               "history_outputs": [s.history_outputs for s in samples],
-               "target_input": [s.target_input for s in samples], "ground_truth": [s.ground_truth for s in samples],
-               "negatives": [s.negatives for s in samples]}
-    rewards = reward(prompts=[[{"role": "user", "content": "x"}]] * 2,
-                     completions=[[{"role": "assistant", "content": s.completion}] for s in samples],
-                     completion_ids=[[1], [2]], log_extra=extra.__setitem__, log_metric=metrics.__setitem__,
-                     trainer_state=None, **columns)
+    columns = {
+        "task": [s.task for s in samples],
+        "history_inputs": [s.history_inputs for s in samples],
+        "history_outputs": [s.history_outputs for s in samples],
+        "target_input": [s.target_input for s in samples],
+        "ground_truth": [s.ground_truth for s in samples],
+        "negatives": [s.negatives for s in samples],
+    }
+    rewards = reward(
+        prompts=[[{"role": "user", "content": "x"}]] * 2,
+        completions=[[{"role": "assistant", "content": s.completion}] for s in samples],
+        completion_ids=[[1], [2]],
+        log_extra=extra.__setitem__,
+        log_metric=metrics.__setitem__,
+        trainer_state=None,
+        **columns,
+    )
     assert rewards[1] == 0.0 and rewards[0] > 0.1
     assert extra["parl/valid_rules"] == [3, 0] and metrics["parl/parsed_share"] == 0.5
     lines = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
@@ -137,8 +183,11 @@ def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
 
 
 def test_verl_adapter_same_keys(tiny_llama_dir):
-    info = {"metadata": "Item: mug. Rating: 5", "profile": [{"input": "Item: kettle", "output": "works. cheers"}],
-            "baseline": {"non": "A fine mug."}}
+    info = {
+        "metadata": "Item: mug. Rating: 5",
+        "profile": [{"input": "Item: kettle", "output": "works. cheers"}],
+        "baseline": {"non": "A fine mug."},
+    }
     good = compute_score("parl/amazon", _rubric(RULES), "holds my tea. cheers", info, judge_model=str(tiny_llama_dir))
     bad = compute_score("parl/amazon", "nope", "holds my tea. cheers", info, judge_model=str(tiny_llama_dir))
     assert good.keys() == bad.keys() and bad["score"] == 0.0
@@ -156,9 +205,15 @@ def test_perse_judge_as_reward(tiny_engine):
 
     profile = [{"plot_id": "p1", "plot": "A knight guards a bridge.", "review": "Too slow.", "score": 3}]
     reward = PerSEReward(tiny_engine)
-    scores = reward(prompts=["write a plot"] * 3, completions=["A dragon wins a race.", "", "A dragon wins a race."],
-                    completion_ids=[[1]] * 3, profile=[profile] * 3, id=["a", "b", "c"], reviewer_id=["r"] * 3,
-                    score_max=[10] * 3)
+    scores = reward(
+        prompts=["write a plot"] * 3,
+        completions=["A dragon wins a race.", "", "A dragon wins a race."],
+        completion_ids=[[1]] * 3,
+        profile=[profile] * 3,
+        id=["a", "b", "c"],
+        reviewer_id=["r"] * 3,
+        score_max=[10] * 3,
+    )
     assert scores[1] == 1.0  # empty completion: the worst score
     assert 1.0 <= scores[0] <= 10.0 and scores[0] == scores[2]
 
@@ -168,8 +223,10 @@ def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
     (and does not merge two review-length texts that share only the system prompt and the task input)."""
     from persetrain.prompts.parl import judge_request
 
-    texts = ["holds my tea and keeps it warm for hours. " * 8 + "cheers, kal",
-             "A fine mug overall, solid and simple, with a handle that stays cool. " * 6]
+    texts = [
+        "holds my tea and keeps it warm for hours. " * 8 + "cheers, kal",
+        "A fine mug overall, solid and simple, with a handle that stays cool. " * 6,
+    ]
     requests = [judge_request("amazon", "Item: mug. Rating: 5", t, r) for t in texts for r in RULES]
     backend = tiny_engine.backend
     rows = backend._choice_rows(requests, ["yes", "no"]).rows

@@ -15,8 +15,11 @@ from persetrain.prompts.parl import judge_request
 from persetrain.rewards.parl import RubricJudge
 
 SERVED = "parl-judge"
-RULE, INPUT, TEXT = ("The review ends with the sign-off 'cheers, kal'.", "Item title: Pro Kettle\nRating: 5",
-                     "boils fast. cheers, kal")
+RULE, INPUT, TEXT = (
+    "The review ends with the sign-off 'cheers, kal'.",
+    "Item title: Pro Kettle\nRating: 5",
+    "boils fast. cheers, kal",
+)
 CHECK = judge_request("amazon", INPUT, TEXT, RULE)
 
 
@@ -31,13 +34,23 @@ def _messages():
     return [m.model_dump() for m in CHECK.messages]
 
 
-@pytest.mark.parametrize("extra_body", [{"structured_outputs": {"choice": ["yes", "no"]}},
-                                        {"guided_choice": ["yes", "no"]}], ids=["structured_outputs", "guided"])
+@pytest.mark.parametrize(
+    "extra_body",
+    [{"structured_outputs": {"choice": ["yes", "no"]}}, {"guided_choice": ["yes", "no"]}],
+    ids=["structured_outputs", "guided"],
+)
 def test_parl_judge_request_through_openai_client(judge_server, extra_body):
     url, backend = judge_server
     client = openai.OpenAI(base_url=url, api_key="unused")
-    response = client.chat.completions.create(model=SERVED, messages=_messages(), max_tokens=1, temperature=0.0,
-                                              logprobs=True, top_logprobs=5, extra_body=extra_body)
+    response = client.chat.completions.create(
+        model=SERVED,
+        messages=_messages(),
+        max_tokens=1,
+        temperature=0.0,
+        logprobs=True,
+        top_logprobs=5,
+        extra_body=extra_body,
+    )
     choice = response.choices[0]
     # the constraint holds whatever the model prefers: one token that starts "yes" or "no" ("ye" is allowed,
     # as in vLLM, since max_tokens=1 cuts the choice)
@@ -72,11 +85,14 @@ def test_served_judge_scores_like_the_local_one(judge_server):
     assert RubricJudge(approx).p_yes("amazon", [(RULE, INPUT, TEXT)]) == [0.5]
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"guided_choice": []}, "guided_choice"),
-    ({"structured_outputs": {"choice": "yes"}}, "structured_outputs"),
-    ({"guided_choice": ["yes", ""]}, "guided_choice"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"guided_choice": []}, "guided_choice"),
+        ({"structured_outputs": {"choice": "yes"}}, "structured_outputs"),
+        ({"guided_choice": ["yes", ""]}, "guided_choice"),
+    ],
+)
 def test_bad_choice_sets_are_refused(judge_server, body, param):
     client = openai.OpenAI(base_url=judge_server[0], api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as err:

@@ -12,30 +12,51 @@ from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, Pr
 from persetrain.tasks import scalar_metrics
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("[Review] A slow, lovely film. [Score] 8", ("A slow, lovely film.", 8)),
-    ("[Review] Meh. [Score]: 3/10", ("Meh.", 3)),
-    ("I liked it. Score: 7", ("I liked it. Score: 7", 7)),
-    ("Overall 9 out of 10 for me.", ("Overall 9 out of 10 for me.", 9)),
-    ("[Review] Great. [Score] 11", ("Great.", None)),  # off the scale: not a score
-    ("[Review] No number here at all.", ("No number here at all.", None)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[Review] A slow, lovely film. [Score] 8", ("A slow, lovely film.", 8)),
+        ("[Review] Meh. [Score]: 3/10", ("Meh.", 3)),
+        ("I liked it. Score: 7", ("I liked it. Score: 7", 7)),
+        ("Overall 9 out of 10 for me.", ("Overall 9 out of 10 for me.", 9)),
+        ("[Review] Great. [Score] 11", ("Great.", None)),  # off the scale: not a score
+        ("[Review] No number here at all.", ("No number here at all.", None)),
+    ],
+)
 def test_parse_scalar_output(text, expected):
     assert parse_scalar_output(text) == expected
 
 
 def _scalar(i: int) -> ScalarExample:
-    profile = [ProfileReview(plot_id=f"p{k}", plot=f"A plot about harbour number {k}.", review="Fine.", score=k + 3)
-               for k in range(3)]
-    return ScalarExample(id=f"s{i}", reviewer_id="r1", profile=profile, query_plot_id=f"q{i}",
-                         query_plot=f"A lighthouse keeper finds letter number {i}.", review="Lovely.", score=i + 2)
+    profile = [
+        ProfileReview(plot_id=f"p{k}", plot=f"A plot about harbour number {k}.", review="Fine.", score=k + 3)
+        for k in range(3)
+    ]
+    return ScalarExample(
+        id=f"s{i}",
+        reviewer_id="r1",
+        profile=profile,
+        query_plot_id=f"q{i}",
+        query_plot=f"A lighthouse keeper finds letter number {i}.",
+        review="Lovely.",
+        score=i + 2,
+    )
 
 
 def _pairwise(i: int) -> PairwiseExample:
-    item = PairwiseProfileItem(premise="A town floods.", plot_a="They leave.", plot_b="They stay.",
-                               aspect="Ending", preferred="B")
-    return PairwiseExample(id=f"d{i}", annotator_id="a1", aspect="Ending", profile=[item], premise="A ship sinks.",
-                           plot_a=f"Everyone is saved {i}.", plot_b=f"Nobody is saved {i}.", preferred="A")
+    item = PairwiseProfileItem(
+        premise="A town floods.", plot_a="They leave.", plot_b="They stay.", aspect="Ending", preferred="B"
+    )
+    return PairwiseExample(
+        id=f"d{i}",
+        annotator_id="a1",
+        aspect="Ending",
+        profile=[item],
+        premise="A ship sinks.",
+        plot_a=f"Everyone is saved {i}.",
+        plot_b=f"Nobody is saved {i}.",
+        preferred="A",
+    )
 
 
 def test_pairwise_order_swap_is_symmetric(tiny_llama_dir):
@@ -72,7 +93,8 @@ def test_metrics_count_missing_judgments():
 def test_system_spec_parsing():
     assert SystemSpec.parse("mf") == SystemSpec("mf", "mf")
     assert SystemSpec.parse("perse:embedded:smollm2-135m-instruct") == SystemSpec(
-        "embedded:smollm2-135m-instruct", "perse", "embedded:smollm2-135m-instruct")
+        "embedded:smollm2-135m-instruct", "perse", "embedded:smollm2-135m-instruct"
+    )
     assert SystemSpec.parse("trained=perse:runs/demo/judge") == SystemSpec("trained", "perse", "runs/demo/judge")
     assert SystemSpec.parse("bleu") == SystemSpec("bleu", "bleu")
     with pytest.raises(ValueError, match="unknown evaluator 'gpt4'; registered evaluators: .*perse"):
@@ -84,16 +106,20 @@ def test_system_spec_parsing():
     with pytest.raises(ValueError, match="unknown option.*temprature.*PerSEConfig has: temperature"):
         SystemSpec("j", "perse", "m", {"temprature": 0.1}).build()
     assert SystemSpec("j", "perse", "m", {"temperature": "0", "review": "false"}).build().config == PerSEConfig(
-        temperature=0.0, review=False)
+        temperature=0.0, review=False
+    )
 
 
 def test_judge_scores_are_calibrated_onto_the_dataset_scale():
     """Amazon: the judge answers on 1-10, the gold is 1-5 stars; metrics see calibrated scores."""
-    examples = [_scalar(i % 5).model_copy(update={"score": i % 5 + 1, "score_max": 5, "id": f"a{i}"})
-                for i in range(20)]
+    examples = [
+        _scalar(i % 5).model_copy(update={"score": i % 5 + 1, "score_max": 5, "id": f"a{i}"}) for i in range(20)
+    ]
     judge_says = [2 * (i % 5) + 1 for i in range(20)]  # 1, 3, 5, 7, 9: ordered like the gold
-    found = [Judgment(example_id=ex.id, evaluator="j", score=float(s), parsed=i != 0)
-             for i, (ex, s) in enumerate(zip(examples, judge_says, strict=True))]
+    found = [
+        Judgment(example_id=ex.id, evaluator="j", score=float(s), parsed=i != 0)
+        for i, (ex, s) in enumerate(zip(examples, judge_says, strict=True))
+    ]
     linear, record = calibrate(found, examples, "linear")
     assert record["method"] == "linear" and record["scale"] == [1, 5]
     assert [j.score for j in linear[1:5]] == [pytest.approx(1 + (s - 1) * 4 / 9) for s in judge_says[1:5]]
@@ -113,8 +139,11 @@ def test_judge_scores_are_calibrated_onto_the_dataset_scale():
 
 
 def test_per_reviewer_sample_spreads_the_budget_over_reviewers():
-    examples = [_scalar(i % 5).model_copy(update={"id": f"r{r}:q{i}", "reviewer_id": f"r{r}"})
-                for r in range(4) for i in range(6)]
+    examples = [
+        _scalar(i % 5).model_copy(update={"id": f"r{r}:q{i}", "reviewer_id": f"r{r}"})
+        for r in range(4)
+        for i in range(6)
+    ]
     picked = per_reviewer_sample(examples, 2)
     assert len(picked) == 8 and {ex.reviewer_id for ex in picked} == {"r0", "r1", "r2", "r3"}
     assert picked == [ex for ex in examples if ex in picked]  # original order kept

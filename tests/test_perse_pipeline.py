@@ -23,10 +23,12 @@ from persetrain.train.sft import run_sft
 
 
 def test_perse_pipeline_on_embedded_model(tmp_path):
-    write_sample_data(tmp_path / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8),
-                      n_sparse_reviewers=1)
-    dataset = prepare_perse(tmp_path / "raw", tmp_path / "data", engine=None, ks=(3,),
-                            profile_words=12).datasets["per_mpst_k3"]
+    write_sample_data(
+        tmp_path / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8), n_sparse_reviewers=1
+    )
+    dataset = prepare_perse(tmp_path / "raw", tmp_path / "data", engine=None, ks=(3,), profile_words=12).datasets[
+        "per_mpst_k3"
+    ]
     # The judge is asked exactly what the judge was trained on: prompts cut as the dataset was built.
     row = load_from_disk(str(dataset))["test"][0]
     example = load_dataset(dataset, "test")[1][0]
@@ -34,8 +36,22 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
     assert [m.model_dump() for m in scalar_request(example, 12).messages] == row["prompt"]
 
     judge = tmp_path / "judge"
-    result = run_sft(["--config", str(CPU_RECIPE), "--dataset_path", str(dataset), "--output_dir", str(judge),
-                      "--max_steps", "2", "--save_steps", "2", "--logging_steps", "1"])
+    result = run_sft(
+        [
+            "--config",
+            str(CPU_RECIPE),
+            "--dataset_path",
+            str(dataset),
+            "--output_dir",
+            str(judge),
+            "--max_steps",
+            "2",
+            "--save_steps",
+            "2",
+            "--logging_steps",
+            "1",
+        ]
+    )
     assert result.global_step == 2
     logged = [json.loads(line) for line in (judge / "metrics.jsonl").read_text().splitlines()]
     assert any("loss" in record for record in logged)
@@ -43,9 +59,15 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
 
     config = EvaluationConfig(
-        data=str(dataset), out=str(tmp_path / "eval"), max_per_reviewer=2, max_examples=4,
-        systems=[SystemSpec("trained", "perse", str(result.model_dir), {"max_new_tokens": 24, "temperature": 0.8}),
-                 SystemSpec.parse("reviewer-avg"), SystemSpec.parse("mf")],
+        data=str(dataset),
+        out=str(tmp_path / "eval"),
+        max_per_reviewer=2,
+        max_examples=4,
+        systems=[
+            SystemSpec("trained", "perse", str(result.model_dir), {"max_new_tokens": 24, "temperature": 0.8}),
+            SystemSpec.parse("reviewer-avg"),
+            SystemSpec.parse("mf"),
+        ],
     )
     metrics = evaluate(config)
     systems = metrics["systems"]
@@ -62,6 +84,8 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
     # A re-run (served from the engine's request cache; sampling is seeded per request) is identical
     # but for the seconds it took.
     def timeless(m):
-        return json.dumps({k: {**v, "cost": {**v["cost"], "seconds": 0}} for k, v in m["systems"].items()},
-                          sort_keys=True)
+        return json.dumps(
+            {k: {**v, "cost": {**v["cost"], "seconds": 0}} for k, v in m["systems"].items()}, sort_keys=True
+        )
+
     assert timeless(evaluate(config)) == timeless(metrics)

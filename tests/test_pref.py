@@ -26,6 +26,7 @@ MODEL = "embedded:smollm2-135m-instruct"
 
 # --- metrics --------------------------------------------------------------------------------------
 
+
 def test_accuracy_needs_the_gold_option_strictly_highest():
     assert is_correct([9, 2, 3], 0) and not is_correct([9, 9, 3], 0) and not is_correct(None, 0)
     assert strict_argmax([1, 7, 3]) == 1 and strict_argmax([7, 7, 3]) is None
@@ -58,6 +59,7 @@ def test_mcq_metrics_count_unparsed_questions():
 
 # --- reader ---------------------------------------------------------------------------------------
 
+
 def test_reader_keeps_every_question_and_moves_the_gold_option():
     task, examples = read_prefeval(PREFEVAL)
     assert task == "mcq" and len(examples) == 144
@@ -73,14 +75,24 @@ def test_reader_keeps_every_question_and_moves_the_gold_option():
     assert task_kind.name == "mcq" and len(loaded) == len(raw)
 
 
-@pytest.mark.parametrize(("content", "where"), [
-    ('[{"preference": "p", "question": "q", "classification_task_options": ["a", "b"]}, {"preference": "p"}]',
-     ":1: field 'question'"),
-    ('[{"preference": "p", "question": "q", "classification_task_options": ["a", " "]}]',
-     ":0: field 'classification_task_options': option 1 is empty"),
-    ('[{"preference": "p", "question": "q", "classification_task_options": ["a"]}, 3]', ":1: expected a JSON object"),
-    ('[{"preference": "p", "question": "q", "classification_task_options": ["a",', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        (
+            '[{"preference": "p", "question": "q", "classification_task_options": ["a", "b"]}, {"preference": "p"}]',
+            ":1: field 'question'",
+        ),
+        (
+            '[{"preference": "p", "question": "q", "classification_task_options": ["a", " "]}]',
+            ":0: field 'classification_task_options': option 1 is empty",
+        ),
+        (
+            '[{"preference": "p", "question": "q", "classification_task_options": ["a"]}, 3]',
+            ":1: expected a JSON object",
+        ),
+        ('[{"preference": "p", "question": "q", "classification_task_options": ["a",', "not valid JSON"),
+    ],
+)
 def test_reader_errors_name_the_file_and_the_item(tmp_path, content, where):
     bad = tmp_path / "mcq_options" / "topic.json"
     bad.parent.mkdir()
@@ -92,9 +104,12 @@ def test_reader_errors_name_the_file_and_the_item(tmp_path, content, where):
 
 # --- PREF parts -----------------------------------------------------------------------------------
 
+
 def test_stage_parsers():
-    assert parse_factors('{"Safety": "No allergens", "Fun": "Enjoyable"}') == {"Safety": "No allergens",
-                                                                               "Fun": "Enjoyable"}
+    assert parse_factors('{"Safety": "No allergens", "Fun": "Enjoyable"}') == {
+        "Safety": "No allergens",
+        "Fun": "Enjoyable",
+    }
     assert parse_factors('{"Safety": 3}') is None and parse_factors('{"Safety": "x"') is None
     weigh = parse_weights(["Safety", "Fun"])
     assert weigh('{"Safety": 9, "Fun": 0, "preh_no_gluten": 10}') == {"Safety": 9, "Fun": 0, "preh_no_gluten": 10}
@@ -119,8 +134,12 @@ def test_variants_and_sampled_scores_on_the_tiny_model(tiny_llama_dir, tmp_path)
     examples = examples[:2]
     engine = load_engine(str(tiny_llama_dir), cache_path=tmp_path / "cache.sqlite")
     context = JudgeContext(data=PREFEVAL, split="test", system="pref", out=tmp_path)
-    for config in (PREFConfig(variant="base"), PREFConfig(variant="w/S1", max_new_tokens=24, max_retries=1),
-                   PREFConfig(max_new_tokens=24, max_retries=1), PREFConfig(variant="base", scoring="text")):
+    for config in (
+        PREFConfig(variant="base"),
+        PREFConfig(variant="w/S1", max_new_tokens=24, max_retries=1),
+        PREFConfig(max_new_tokens=24, max_retries=1),
+        PREFConfig(variant="base", scoring="text"),
+    ):
         judgments = PREF(config).judge(examples, engine, context)
         assert [j.example_id for j in judgments] == [ex.id for ex in examples]
         for j in judgments:
@@ -137,8 +156,9 @@ def test_balanced_scores_do_not_depend_on_where_the_list_starts(tiny_llama_dir, 
     rotated gets the same scores, candidate for candidate; the paper's single order does not."""
     _, examples = read_prefeval(PREFEVAL)
     ex = examples[0]
-    turned = ex.model_copy(update={"id": "turned", "options": rotate(ex.options, 1),
-                                   "gold": (ex.gold - 1) % len(ex.options)})
+    turned = ex.model_copy(
+        update={"id": "turned", "options": rotate(ex.options, 1), "gold": (ex.gold - 1) % len(ex.options)}
+    )
     engine = load_engine(str(tiny_llama_dir))
     context = JudgeContext(data=PREFEVAL, split="test", system="pref", out=tmp_path)
     balanced = PREF(PREFConfig(variant="base")).judge([ex, turned], engine, context)
@@ -155,8 +175,25 @@ def test_balanced_scores_do_not_depend_on_where_the_list_starts(tiny_llama_dir, 
 def test_evaluate_pref_on_the_embedded_model(tmp_path):
     """The issue's exact command, on one PrefEval question with the real model."""
     run = tmp_path / "run"
-    result = CliRunner().invoke(app, ["-q", "evaluate", "--data", str(PREFEVAL), "--out", str(run),
-                                      "--evaluator", "pref", "--model", MODEL, "--max-examples", "1", "--seed", "3"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "evaluate",
+            "--data",
+            str(PREFEVAL),
+            "--out",
+            str(run),
+            "--evaluator",
+            "pref",
+            "--model",
+            MODEL,
+            "--max-examples",
+            "1",
+            "--seed",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((run / "metrics.json").read_text())
     system = metrics["systems"][MODEL]

@@ -200,8 +200,7 @@ def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sampl
 
     one = _topic(tmp_path, "one", lambda item: item.update(classification_task_options=["only one"]))
     err = _error(out=out, prefeval=[one])
-    assert (err.path, err.record, err.field) == (str(one / "lifestyle_dietary.json"), 2,
-                                                 "classification_task_options")
+    assert (err.path, err.record, err.field) == (str(one / "lifestyle_dietary.json"), 2, "classification_task_options")
     assert "only 1 option" in str(err)
 
     same = _topic(tmp_path, "same", lambda item: item.update(classification_task_options=["same text"] * 4))
@@ -214,8 +213,11 @@ def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sampl
     perse, _ = sample
     source = load_from_disk(str(perse))
     plots = {r["query_plot_id"]: r["query_plot"] for s in source for r in source[s]}
-    reviews = [mpst.Review(plot_id=r["query_plot_id"], reviewer_id=r["reviewer_id"], text=r["review"], score=7)
-               for s in source for r in source[s]]
+    reviews = [
+        mpst.Review(plot_id=r["query_plot_id"], reviewer_id=r["reviewer_id"], text=r["review"], score=7)
+        for s in source
+        for r in source[s]
+    ]
     flat = save_dataset(build_per_mpst(plots, reviews), tmp_path / "flat")
     err = _error(out=out, perse=[flat])
     assert (err.path, err.field) == (str(flat), "score") and "no preference pairs" in str(err)
@@ -228,8 +230,17 @@ def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sampl
 def test_cli_writes_the_three_datasets_and_reports_bad_input_in_one_line(tmp_path):
     runner = CliRunner()
     out = tmp_path / "out"
-    args = ["-q", "prepare", "preference", "--out", str(out), "--prefeval", str(PREFEVAL[0]),
-            "--prefeval", str(PREFEVAL[1])]
+    args = [
+        "-q",
+        "prepare",
+        "preference",
+        "--out",
+        str(out),
+        "--prefeval",
+        str(PREFEVAL[0]),
+        "--prefeval",
+        str(PREFEVAL[1]),
+    ]
     result = runner.invoke(app, args + ["--holdout-topics", "travel_restaurant, shop_fashion"])
     assert result.exit_code == 0, result.output
     info = json.loads((out / "listwise" / "build_info.json").read_text())

@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((REPO / "accelerate_configs").glob("*.yaml"))
-DEEPSPEED_CONFIGS = [c for c in ACCELERATE_CONFIGS
-                     if yaml.safe_load(c.read_text()).get("distributed_type") == "DEEPSPEED"]
+DEEPSPEED_CONFIGS = [
+    c for c in ACCELERATE_CONFIGS if yaml.safe_load(c.read_text()).get("distributed_type") == "DEEPSPEED"
+]
 
 
 def _id(path: Path) -> str:
@@ -54,18 +55,32 @@ def prepared(prepared_root):
         from persetrain.cli import app
 
         data = prepared_root / "data"
-        result = CliRunner().invoke(app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"),
-                                          "--out", str(data / "parl")])
+        result = CliRunner().invoke(
+            app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"), "--out", str(data / "parl")]
+        )
         assert result.exit_code == 0, result.output
-    if any({"rm", "verifier"} & set(r.relative_to(REPO).parts) for r in RECIPES) and \
-            not (prepared_root / "data" / "preference").exists():
+    if (
+        any({"rm", "verifier"} & set(r.relative_to(REPO).parts) for r in RECIPES)
+        and not (prepared_root / "data" / "preference").exists()
+    ):
         from typer.testing import CliRunner
 
         from persetrain.cli import app
 
-        result = CliRunner().invoke(app, ["--quiet", "prepare", "preference", "--prefeval", str(PREFEVAL_DEV),
-                                          "--holdout-topics", "lifestyle_dietary",
-                                          "--out", str(prepared_root / "data" / "preference")])
+        result = CliRunner().invoke(
+            app,
+            [
+                "--quiet",
+                "prepare",
+                "preference",
+                "--prefeval",
+                str(PREFEVAL_DEV),
+                "--holdout-topics",
+                "lifestyle_dietary",
+                "--out",
+                str(prepared_root / "data" / "preference"),
+            ],
+        )
         assert result.exit_code == 0, result.output
     return prepared_root
 
@@ -76,21 +91,48 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
     module = importlib.import_module(TRAINERS[trainer])
     monkeypatch.chdir(prepared)  # the recipe's relative dataset_path, as in a checkout after `prepare`
     out = tmp_path / "out"
-    overrides = ["--model_name_or_path", str(tiny_llama_dir), "--output_dir", str(out), "--max_steps", "2",
-                 "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "true",
-                 "--max_eval_samples", "4"]
+    overrides = [
+        "--model_name_or_path",
+        str(tiny_llama_dir),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--max_eval_samples",
+        "4",
+    ]
     if not torch.cuda.is_available():
         overrides += ["--bf16", "false", "--fp16", "false", "--dtype", "float32"]
     if trainer == "grpo":
         # No vLLM and no judge server here: rollouts by the policy itself, judged in-process by the tiny
         # model; two short rollouts per prompt keep 2 steps cheap.
-        overrides += ["--use_vllm", "false", "--judge_backend", "hf", "--judge_model", str(tiny_llama_dir),
-                      "--num_generations", "2", "--per_device_train_batch_size", "2",
-                      "--max_completion_length", "8"]
+        overrides += [
+            "--use_vllm",
+            "false",
+            "--judge_backend",
+            "hf",
+            "--judge_model",
+            str(tiny_llama_dir),
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--max_completion_length",
+            "8",
+        ]
     result = module.main(*module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides]))
     assert result.global_step == 2
-    losses = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-              if r["event"] == "log" and "loss" in r]
+    losses = [
+        r["loss"]
+        for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+        if r["event"] == "log" and "loss" in r
+    ]
     assert len(losses) == 2 and all(loss == loss for loss in losses)  # finite
     if trainer == "sft":
         assert all(loss > 0 for loss in losses)  # the completions survived truncation: labelled tokens
@@ -147,8 +189,15 @@ def test_deepspeed_json_is_accepted_by_deepspeed(config):
     accelerate = read_yaml_mapping(config, "accelerate config")
     ds = json.loads((REPO / accelerate["deepspeed_config"]["deepspeed_config_file"]).read_text())
     _, training, _ = make_parser().parse_args_and_config(
-        ["--config", str(REPO / "recipes" / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"), "--bf16", "false",
-         "--output_dir", "unused"])
+        [
+            "--config",
+            str(REPO / "recipes" / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"),
+            "--bf16",
+            "false",
+            "--output_dir",
+            "unused",
+        ]
+    )
     filled = HfTrainerDeepSpeedConfig(ds)
     filled.trainer_config_process(training)
     llama_7b = SimpleNamespace(config=SimpleNamespace(hidden_size=4096))  # the bucket sizes scale with it
@@ -175,21 +224,28 @@ def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path, monk
     accelerate["deepspeed_config"]["offload_param_device"] = "cpu"
     (tmp_path / "accelerate_configs" / "deepspeed_zero3_offload.yaml").write_text(yaml.safe_dump(accelerate))
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("accelerate_config: accelerate_configs/deepspeed_zero3_offload.yaml\nbf16: true\n"
-                      "per_device_train_batch_size: 4\n")
+    recipe.write_text(
+        "accelerate_config: accelerate_configs/deepspeed_zero3_offload.yaml\nbf16: true\n"
+        "per_device_train_batch_size: 4\n"
+    )
     with pytest.raises(LaunchError) as refused:
         plan_launch(recipe, check_data=False)
     problems = str(refused.value)
-    assert "'offload_param_device' is set in the accelerate config, which accelerate refuses next to zero3.json" \
+    assert (
+        "'offload_param_device' is set in the accelerate config, which accelerate refuses next to zero3.json"
         in problems
+    )
     assert "zero3_init_flag True does not fit ZeRO stage 2" in problems
     assert "named for ZeRO-3 but sets stage 2" in problems
     assert "zero3.json sets train_micro_batch_size_per_gpu 8, the recipe per_device_train_batch_size 4" in problems
 
     accelerate["deepspeed_config"]["zero_stage"] = 3
     (tmp_path / "accelerate_configs" / "deepspeed_zero3_offload.yaml").write_text(yaml.safe_dump(accelerate))
-    with pytest.raises(LaunchError, match=r"DeepSpeed ZeRO stages disagree: .*\(zero_stage\): stage 3, "
-                                          r".*zero3.json: stage 2"):
+    with pytest.raises(
+        LaunchError,
+        match=r"DeepSpeed ZeRO stages disagree: .*\(zero_stage\): stage 3, "
+        r".*zero3.json: stage 2",
+    ):
         plan_launch(recipe, check_data=False)
 
     recipe.write_text("accelerate_config: accelerate_configs/cpu.yaml\nbf16: true\n")

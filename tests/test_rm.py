@@ -25,16 +25,26 @@ from persetrain.train.rm import run_rm
 from persetrain.train.rm_listwise import ListwiseCollator, option_rewards, ranking_loss
 
 QUESTIONS = [
-    {"prompt": rm_context("I am vegan.", "Where should I eat in Rome?"),
-     "options": ["A vegan trattoria near the Pantheon.", "A steakhouse.", "Try the cheese shop on Via Roma.",
-                 "Any pizzeria with mozzarella."],
-     "gold": 0},
-    {"prompt": rm_context("I hate crowds and prefer quiet mornings.", "When should I visit the museum?"),
-     "options": ["Saturday at noon, the busiest time.", "Early on a weekday, right at opening."],
-     "gold": 1},
-    {"prompt": rm_context("I love long hikes.", "What should I do this weekend?"),
-     "options": ["Binge a TV series.", "A 20 km ridge trail.", "Shopping downtown."],
-     "gold": 1},
+    {
+        "prompt": rm_context("I am vegan.", "Where should I eat in Rome?"),
+        "options": [
+            "A vegan trattoria near the Pantheon.",
+            "A steakhouse.",
+            "Try the cheese shop on Via Roma.",
+            "Any pizzeria with mozzarella.",
+        ],
+        "gold": 0,
+    },
+    {
+        "prompt": rm_context("I hate crowds and prefer quiet mornings.", "When should I visit the museum?"),
+        "options": ["Saturday at noon, the busiest time.", "Early on a weekday, right at opening."],
+        "gold": 1,
+    },
+    {
+        "prompt": rm_context("I love long hikes.", "What should I do this weekend?"),
+        "options": ["Binge a TV series.", "A 20 km ridge trail.", "Shopping downtown."],
+        "gold": 1,
+    },
 ]
 
 
@@ -64,10 +74,12 @@ def _pairs_batch(tokenizer):
         gold = q["options"][q["gold"]]
         for j, option in enumerate(q["options"]):
             if j != q["gold"]:
-                examples.append({
-                    "chosen_ids": tokenizer(q["prompt"] + gold + tokenizer.eos_token)["input_ids"],
-                    "rejected_ids": tokenizer(q["prompt"] + option + tokenizer.eos_token)["input_ids"],
-                })
+                examples.append(
+                    {
+                        "chosen_ids": tokenizer(q["prompt"] + gold + tokenizer.eos_token)["input_ids"],
+                        "rejected_ids": tokenizer(q["prompt"] + option + tokenizer.eos_token)["input_ids"],
+                    }
+                )
     return DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)(examples)
 
 
@@ -119,10 +131,13 @@ def test_bradley_terry_loss_and_gradients_equal_trl_pairs(tiny_rm, embedded_toke
 def test_listwise_loss_is_softmax_over_each_questions_options(tiny_rm, embedded_tokenizer):
     batch = _listwise_batch(embedded_tokenizer)
     rewards = option_rewards(tiny_rm, batch).detach()
-    expected = sum(-torch.log_softmax(rewards[q, : len(question["options"])], 0)[question["gold"]]
-                   for q, question in enumerate(QUESTIONS)) / len(QUESTIONS)
+    expected = sum(
+        -torch.log_softmax(rewards[q, : len(question["options"])], 0)[question["gold"]]
+        for q, question in enumerate(QUESTIONS)
+    ) / len(QUESTIONS)
     assert ranking_loss(rewards, batch["gold"], batch["option_mask"], "listwise").item() == pytest.approx(
-        expected.item(), abs=1e-6)
+        expected.item(), abs=1e-6
+    )
 
 
 def test_encoder_rows_are_its_sentence_pairs():
@@ -131,8 +146,16 @@ def test_encoder_rows_are_its_sentence_pairs():
 
     tokenizer = load_tokenizer("embedded:all-minilm-l6-v2")
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=1,
+        )
+    )
     batch = _listwise_batch(tokenizer)
     with torch.no_grad():
         packed = option_rewards(model.eval(), batch)
@@ -151,10 +174,32 @@ def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
     """`persetrain rm` on the real embedded model, with LoRA: a run directory that loads as a reward model."""
     data = _write_listwise(tmp_path / "listwise", QUESTIONS * 2)
     out = tmp_path / "rm"
-    result = run_rm(["--dataset_path", str(data), "--output_dir", str(out), "--use_peft", "true",
-                     "--lora_r", "8", "--lora_alpha", "16", "--max_steps", "2", "--per_device_train_batch_size",
-                     "2", "--learning_rate", "1e-3", "--logging_steps", "1", "--save_strategy", "no",
-                     "--report_to", "none"])
+    result = run_rm(
+        [
+            "--dataset_path",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "8",
+            "--lora_alpha",
+            "16",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--logging_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+        ]
+    )
     assert result.global_step == 2 and result.model_dir == out / "merged"
     logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in logs if r.get("event") == "log" and "loss" in r]
@@ -182,18 +227,33 @@ def test_rm_refuses_a_backbone_without_a_classification_head(tmp_path):
     from transformers import ViTConfig
 
     ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
-        tmp_path / "vit")
+        tmp_path / "vit"
+    )
     data = _write_listwise(tmp_path / "listwise", QUESTIONS)
     with pytest.raises(InputError, match="model_name_or_path: a 'vit' model has no sequence-classification head"):
-        run_rm(["--dataset_path", str(data), "--model_name_or_path", str(tmp_path / "vit"),
-                "--output_dir", str(tmp_path / "o")])
+        run_rm(
+            [
+                "--dataset_path",
+                str(data),
+                "--model_name_or_path",
+                str(tmp_path / "vit"),
+                "--output_dir",
+                str(tmp_path / "o"),
+            ]
+        )
 
 
 def test_swapped_prompts_keep_the_request_and_change_the_person():
     from persetrain.train.rm_listwise import swapped_prompts
 
-    rows = [{**q, "prompt_blind": rm_context(None, q["prompt"].split("Question: ")[1].removesuffix("\nAnswer:\n")),
-             "topic": f"t{i % 2}"} for i, q in enumerate(QUESTIONS)]
+    rows = [
+        {
+            **q,
+            "prompt_blind": rm_context(None, q["prompt"].split("Question: ")[1].removesuffix("\nAnswer:\n")),
+            "topic": f"t{i % 2}",
+        }
+        for i, q in enumerate(QUESTIONS)
+    ]
     swaps = swapped_prompts(Dataset.from_list(rows), seed=0)
     for i, (row, swap) in enumerate(zip(rows, swaps, strict=True)):
         assert swap.endswith(row["prompt_blind"]) and swap != row["prompt"]
@@ -208,8 +268,10 @@ def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm
     """The collator's swapped rows are scored exactly as the gold option alone under the swapped context."""
     from persetrain.train.rm_listwise import swapped_prompts, tokenize_listwise
 
-    rows = [{**q, "prompt_blind": "Question: " + q["prompt"].split("Question: ")[1], "topic": str(i)}
-            for i, q in enumerate(QUESTIONS)]
+    rows = [
+        {**q, "prompt_blind": "Question: " + q["prompt"].split("Question: ")[1], "topic": str(i)}
+        for i, q in enumerate(QUESTIONS)
+    ]
     data = tokenize_listwise(Dataset.from_list(rows), embedded_tokenizer, None, "test", swap_seed=0)
     batch = ListwiseCollator(embedded_tokenizer)(list(data))
     assert batch["swapped"].tolist() == [False] * 3 + [True] * 3
@@ -230,9 +292,32 @@ def test_push_merges_a_reward_model_adapter_and_cards_it(tiny_llama_dir, tmp_pat
 
     data = _write_listwise(tmp_path / "listwise", QUESTIONS)
     out = tmp_path / "rm"
-    run_rm(["--dataset_path", str(data), "--model_name_or_path", str(tiny_llama_dir), "--output_dir", str(out),
-            "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "1", "--learning_rate",
-            "1e-2", "--save_strategy", "no", "--report_to", "none", "--merge_adapter", "false"])
+    run_rm(
+        [
+            "--dataset_path",
+            str(data),
+            "--model_name_or_path",
+            str(tiny_llama_dir),
+            "--output_dir",
+            str(out),
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--max_steps",
+            "1",
+            "--learning_rate",
+            "1e-2",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--merge_adapter",
+            "false",
+        ]
+    )
     folder = push(out, "alice/rm", merge=True, dry_run=True, out=tmp_path / "upload").folder
     card = (folder / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card and "reward-model" in card and "Ouyang" in card

@@ -72,8 +72,12 @@ CASES = {
 def test_choice_probs_match_hf_backend(hf_engine, api_engine, case):
     choices, prefix = CASES[case]
     requests = [
-        ChatRequest.of("Story: a lighthouse keeper adopts a gull. Does the reader like it?",
-                       system="You judge stories for one reader.", assistant_prefix=prefix, id="a"),
+        ChatRequest.of(
+            "Story: a lighthouse keeper adopts a gull. Does the reader like it?",
+            system="You judge stories for one reader.",
+            assistant_prefix=prefix,
+            id="a",
+        ),
         ChatRequest.of("Story: two detectives argue about tea. Rate it.", assistant_prefix=prefix, id="b"),
     ]
     hf = hf_engine.choice_probs(requests, choices)
@@ -88,10 +92,15 @@ def test_choice_probs_match_hf_backend(hf_engine, api_engine, case):
 def _top_choices(url: str, backend: HFBackend, request: ChatRequest) -> list[str]:
     """Choices that are single tokens among the server's top 20 after the prefix, with a space moved in."""
     stripped = request.assistant_prefix.rstrip()
-    body = {"messages": [m.model_dump() for m in request.messages]
-            + [{"role": "assistant", "content": stripped}],
-            "continue_final_message": True, "add_generation_prompt": False,
-            "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": 20}
+    body = {
+        "messages": [m.model_dump() for m in request.messages] + [{"role": "assistant", "content": stripped}],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+        "max_tokens": 1,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 20,
+    }
     top = _post(url, body).json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     text = backend.render(request)
     prompt = backend.encode(text)
@@ -107,8 +116,10 @@ def _top_choices(url: str, backend: HFBackend, request: ChatRequest) -> list[str
 
 def test_one_request_per_item_when_choices_are_top_tokens(tiny_server, hf_engine, api_engine):
     url, backend = tiny_server
-    requests = [ChatRequest.of(f"Give a one-word verdict on the {work}.", assistant_prefix="Verdict: ")
-                for work in ("story", "tale")]
+    requests = [
+        ChatRequest.of(f"Give a one-word verdict on the {work}.", assistant_prefix="Verdict: ")
+        for work in ("story", "tale")
+    ]
     top = [_top_choices(url, backend, request) for request in requests]
     choices = [choice for choice in top[0] if choice in top[1]][:3]
     assert len(choices) >= 2, "the tiny model's top tokens should include space-prefixed words"
@@ -139,14 +150,20 @@ def test_top_logprobs_scoring_floors_missing_choices(tiny_server, hf_engine):
 
 
 # ------------------------------------------------------------------------- generation
-@pytest.mark.parametrize("params", [
-    GenerationParams(max_new_tokens=12),
-    GenerationParams(max_new_tokens=12, temperature=0.9, top_k=50, seed=7),
-    GenerationParams(max_new_tokens=12, regex="(yes|no), because"),
-], ids=["greedy", "seeded-sampling", "regex"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        GenerationParams(max_new_tokens=12),
+        GenerationParams(max_new_tokens=12, temperature=0.9, top_k=50, seed=7),
+        GenerationParams(max_new_tokens=12, regex="(yes|no), because"),
+    ],
+    ids=["greedy", "seeded-sampling", "regex"],
+)
 def test_generate_matches_hf_backend(hf_engine, api_engine, params):
-    requests = [ChatRequest.of("Summarise the story in one line."),
-                ChatRequest.of("Continue the review.", assistant_prefix="The ending was ")]
+    requests = [
+        ChatRequest.of("Summarise the story in one line."),
+        ChatRequest.of("Continue the review.", assistant_prefix="The ending was "),
+    ]
     hf = hf_engine.generate(requests, params)
     api = api_engine.generate(requests, params)
     assert [g.text for g in api] == [g.text for g in hf]
@@ -160,8 +177,10 @@ def test_regex_spellings_agree(tiny_server):
     """vLLM's older ``guided_regex`` and newer ``structured_outputs`` constrain alike."""
     url, _ = tiny_server
     base = {"messages": [{"role": "user", "content": "Rate it."}], "max_tokens": 6, "temperature": 0}
-    texts = {_post(url, {**base, **extra}).json()["choices"][0]["message"]["content"]
-             for extra in ({"guided_regex": "[1-9]|10"}, {"structured_outputs": {"regex": "[1-9]|10"}})}
+    texts = {
+        _post(url, {**base, **extra}).json()["choices"][0]["message"]["content"]
+        for extra in ({"guided_regex": "[1-9]|10"}, {"structured_outputs": {"regex": "[1-9]|10"}})
+    }
     assert len(texts) == 1 and texts <= {str(i) for i in range(1, 11)}
 
 
@@ -180,8 +199,18 @@ def test_stop_strings_reach_the_server(hf_engine, api_engine):
 def test_logprobs_and_prompt_logprobs_wire_format(tiny_server):
     url, backend = tiny_server
     messages = [{"role": "user", "content": "Say something."}]
-    answer = _post(url, {"model": SERVED, "messages": messages, "max_tokens": 4, "temperature": 0,
-                         "logprobs": True, "top_logprobs": 3, "prompt_logprobs": 2}).json()
+    answer = _post(
+        url,
+        {
+            "model": SERVED,
+            "messages": messages,
+            "max_tokens": 4,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 3,
+            "prompt_logprobs": 2,
+        },
+    ).json()
     choice = answer["choices"][0]
     content = choice["logprobs"]["content"]
     assert len(content) >= 1
@@ -222,26 +251,47 @@ def test_models_and_health(tiny_server):
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-@pytest.mark.parametrize(("body", "status", "param"), [
-    ({"messages": HELLO, "n": 2}, 400, "n"),
-    ({"model": SERVED}, 400, "messages"),
-    ("{not json", 400, None),
-    ({"messages": HELLO, "model": "some-other-model"}, 404, "model"),
-    ({"messages": HELLO, "stream": True}, 400, "stream"),
-    ({"messages": HELLO, "top_logprobs": 2}, 400, "top_logprobs"),
-    ({"messages": HELLO, "top_logprobs": 50, "logprobs": True}, 400, "top_logprobs"),
-    ({"messages": HELLO, "guided_regex": "(unclosed"}, 400, "guided_regex"),
-    ({"messages": HELLO, "guided_regex": "a", "guided_json": {"type": "object"}}, 400, "guided_regex"),
-    ({"messages": HELLO, "continue_final_message": True}, 400, "continue_final_message"),
-    ({"messages": HELLO, "guided_choice": []}, 400, "guided_choice"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages"),
-    ({"messages": HELLO, "max_tokens": 100_000}, 400, "max_tokens"),
-    ({"messages": HELLO, "structured_outputs": {"choice": "a"}}, 400, "structured_outputs"),
-    ({"messages": HELLO, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 5}}},
-     400, "response_format.json_schema.schema"),
-], ids=["n=2", "no-messages", "bad-json", "wrong-model", "stream", "top-without-logprobs", "too-many-top",
-        "bad-regex", "two-constraints", "continue-user", "guided-choice", "tool-role", "too-long",
-        "structured-choice", "schema-not-object"])
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"messages": HELLO, "n": 2}, 400, "n"),
+        ({"model": SERVED}, 400, "messages"),
+        ("{not json", 400, None),
+        ({"messages": HELLO, "model": "some-other-model"}, 404, "model"),
+        ({"messages": HELLO, "stream": True}, 400, "stream"),
+        ({"messages": HELLO, "top_logprobs": 2}, 400, "top_logprobs"),
+        ({"messages": HELLO, "top_logprobs": 50, "logprobs": True}, 400, "top_logprobs"),
+        ({"messages": HELLO, "guided_regex": "(unclosed"}, 400, "guided_regex"),
+        ({"messages": HELLO, "guided_regex": "a", "guided_json": {"type": "object"}}, 400, "guided_regex"),
+        ({"messages": HELLO, "continue_final_message": True}, 400, "continue_final_message"),
+        ({"messages": HELLO, "guided_choice": []}, 400, "guided_choice"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages"),
+        ({"messages": HELLO, "max_tokens": 100_000}, 400, "max_tokens"),
+        ({"messages": HELLO, "structured_outputs": {"choice": "a"}}, 400, "structured_outputs"),
+        (
+            {"messages": HELLO, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 5}}},
+            400,
+            "response_format.json_schema.schema",
+        ),
+    ],
+    ids=[
+        "n=2",
+        "no-messages",
+        "bad-json",
+        "wrong-model",
+        "stream",
+        "top-without-logprobs",
+        "too-many-top",
+        "bad-regex",
+        "two-constraints",
+        "continue-user",
+        "guided-choice",
+        "tool-role",
+        "too-long",
+        "structured-choice",
+        "schema-not-object",
+    ],
+)
 def test_bad_requests_get_openai_shaped_errors(tiny_server, body, status, param):
     response = _post(tiny_server[0], body)
     assert response.status_code == status
@@ -276,13 +326,18 @@ def test_retries_transient_errors_but_not_client_errors():
     def flaky(body: dict) -> JSONResponse:
         calls.append(body)
         if body["messages"][0]["content"] == "bad":
-            return JSONResponse({"error": {"message": "no such thing", "type": "BadRequestError",
-                                           "param": None, "code": 400}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": "no such thing", "type": "BadRequestError", "param": None, "code": 400}},
+                status_code=400,
+            )
         if len(calls) <= 2:
             return JSONResponse({"error": {"message": "busy"}}, status_code=503)
-        return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+        return JSONResponse(
+            {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+            }
+        )
 
     with serving(app) as url:
         backend = OpenAIBackend("m", base_url=f"{url}/v1", max_retries=3, backoff=0.01)
@@ -322,16 +377,26 @@ def test_embedded_model_served_matches_local(embedded_server):
     remote.close()
 
 
-SCHEMA = {"type": "object", "properties": {"verdict": {"enum": ["good", "bad"]}, "score": {"type": "integer"}},
-          "required": ["verdict", "score"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"verdict": {"enum": ["good", "bad"]}, "score": {"type": "integer"}},
+    "required": ["verdict", "score"],
+    "additionalProperties": False,
+}
 
 
 def test_json_schema_structured_output(embedded_server):
     url, local = embedded_server
-    messages = [{"role": "user", "content": "Judge the story 'A cat sails to Spain.' as JSON with a verdict "
-                                            "and a score."}]
-    body = {"model": DEFAULT_MODEL, "messages": messages, "max_tokens": 40, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "judgment", "schema": SCHEMA}}}
+    messages = [
+        {"role": "user", "content": "Judge the story 'A cat sails to Spain.' as JSON with a verdict and a score."}
+    ]
+    body = {
+        "model": DEFAULT_MODEL,
+        "messages": messages,
+        "max_tokens": 40,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "judgment", "schema": SCHEMA}},
+    }
     answer = _post(url, body).json()
     text = answer["choices"][0]["message"]["content"]
     data = json.loads(text)
@@ -354,13 +419,14 @@ def test_choice_extended_by_a_likely_token(embedded_server):
     """
     url, local = embedded_server
     backend = local.backend
-    request = ChatRequest.of("Give a one-word verdict on the story 'A cat sails to Spain.'",
-                             assistant_prefix="Verdict: ")
+    request = ChatRequest.of(
+        "Give a one-word verdict on the story 'A cat sails to Spain.'", assistant_prefix="Verdict: "
+    )
     word = _top_choices(url, backend, request)[0]
     extended = request.model_copy(update={"assistant_prefix": f"Verdict: {word}"})
     text = backend.render(extended)
     entry = backend.token_logprobs(backend.encode(text), len(backend.encode(text)), top_k=1)[-1]
-    (next_token, logprob), = entry["top"]
+    ((next_token, logprob),) = entry["top"]
     follow = backend.tokenizer.decode([next_token])
     assert backend.encode(text + follow) == backend.encode(text) + [next_token]
     assert logprob > -3, "the extension must carry visible mass for this test to mean anything"

@@ -26,16 +26,24 @@ from persetrain.train.sft import (
     run_sft,
 )
 
-PLOTS = ["a war story in a frozen city", "a love story on a ship", "a ghost story in an old house",
-         "a comedy about two rival bakers", "a heist in a desert town", "a mystery at a mountain inn"]
+PLOTS = [
+    "a war story in a frozen city",
+    "a love story on a ship",
+    "a ghost story in an old house",
+    "a comedy about two rival bakers",
+    "a heist in a desert town",
+    "a mystery at a mountain inn",
+]
 
 
 def _row(i: int) -> dict:
     plot = PLOTS[i % len(PLOTS)]
     score = 2 + (i * 3) % 8
     return {
-        "prompt": [{"role": "system", "content": "You are a personalized story judge."},
-                   {"role": "user", "content": f"Profile: the reviewer liked war films. Query plot {i}: {plot}."}],
+        "prompt": [
+            {"role": "system", "content": "You are a personalized story judge."},
+            {"role": "user", "content": f"Profile: the reviewer liked war films. Query plot {i}: {plot}."},
+        ],
         "completion": [{"role": "assistant", "content": f"[Review] It is {plot.split()[1]}. [Score] {score}"}],
         "score": score,  # builders keep typed fields next to the chat columns; SFT must ignore them
     }
@@ -44,16 +52,36 @@ def _row(i: int) -> dict:
 @pytest.fixture(scope="module")
 def dataset_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("sft-data") / "per-mpst-k3"
-    DatasetDict(train=Dataset.from_list([_row(i) for i in range(12)]),
-                test=Dataset.from_list([_row(i) for i in range(12, 16)])).save_to_disk(str(path))
+    DatasetDict(
+        train=Dataset.from_list([_row(i) for i in range(12)]), test=Dataset.from_list([_row(i) for i in range(12, 16)])
+    ).save_to_disk(str(path))
     return path
 
 
 def _argv(model_dir: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model_name_or_path", str(model_dir), "--dataset_path", str(data_dir), "--output_dir", str(out),
-            "--report_to", "none", "--activation_checkpointing", "false", "--logging_steps", "1",
-            "--per_device_train_batch_size", "4", "--max_length", "256", "--disable_tqdm", "true",
-            "--save_strategy", "no", *extra]
+    return [
+        "--model_name_or_path",
+        str(model_dir),
+        "--dataset_path",
+        str(data_dir),
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--activation_checkpointing",
+        "false",
+        "--logging_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_length",
+        "256",
+        "--disable_tqdm",
+        "true",
+        "--save_strategy",
+        "no",
+        *extra,
+    ]
 
 
 def _log(out: Path) -> list[dict]:
@@ -79,7 +107,8 @@ def test_recipe_values_and_command_line_override(tmp_path, monkeypatch):
         "env:\n  PERSETRAIN_TEST_ENV: from-recipe\n"
     )
     script, training, model = make_parser().parse_args_and_config(
-        ["--config", str(recipe), "--learning_rate", "2e-5", "--lora_r", "4"])
+        ["--config", str(recipe), "--learning_rate", "2e-5", "--lora_r", "4"]
+    )
     assert training.learning_rate == 2e-5  # the command line wins over the recipe
     assert model.lora_r == 4
     assert training.num_train_epochs == 3  # the recipe wins over the defaults
@@ -147,8 +176,12 @@ def test_sliced_loss_equals_full_logits_loss(tiny_llama_dir, dataset_dir, tmp_pa
 
     fast = trainer.compute_loss(model, dict(inputs), num_items_in_batch=n_items)
     logits = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False).logits
-    reference = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), inputs["labels"][:, 1:].flatten(),
-                                ignore_index=-100, reduction="sum") / n_items
+    reference = (
+        F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), inputs["labels"][:, 1:].flatten(), ignore_index=-100, reduction="sum"
+        )
+        / n_items
+    )
     trainer.completion_logits_only = False
     trl_loss = trainer.compute_loss(model, dict(inputs), num_items_in_batch=n_items)
     assert abs(fast.item() - reference.item()) < 1e-5
@@ -162,8 +195,21 @@ def test_sliced_loss_equals_full_logits_loss(tiny_llama_dir, dataset_dir, tmp_pa
 
 def test_sft_learns_logs_and_saves_a_loadable_model(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "run"
-    result = run_sft(_argv(tiny_llama_dir, dataset_dir, out, "--max_steps", "8", "--learning_rate", "1e-2",
-                           "--packing", "true", "--attn_implementation", "sdpa"))
+    result = run_sft(
+        _argv(
+            tiny_llama_dir,
+            dataset_dir,
+            out,
+            "--max_steps",
+            "8",
+            "--learning_rate",
+            "1e-2",
+            "--packing",
+            "true",
+            "--attn_implementation",
+            "sdpa",
+        )
+    )
     assert result.global_step == 8 and result.model_dir == out
     losses = [r["loss"] for r in _log(out) if r["event"] == "log" and "loss" in r]
     assert len(losses) == 8
@@ -197,8 +243,23 @@ def test_interrupted_run_resumes_from_latest_checkpoint(tiny_llama_dir, dataset_
 
 def test_lora_saves_an_adapter_and_a_merged_model(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "lora"
-    result = run_sft(_argv(tiny_llama_dir, dataset_dir, out, "--max_steps", "2", "--use_peft", "true",
-                           "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"))
+    result = run_sft(
+        _argv(
+            tiny_llama_dir,
+            dataset_dir,
+            out,
+            "--max_steps",
+            "2",
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--learning_rate",
+            "1e-3",
+        )
+    )
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
     assert result.model_dir == out / MERGED_DIR

@@ -41,8 +41,14 @@ def perse_data(prepared_root) -> Path:
 
 
 def _persetrain(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "persetrain.cli", "-q", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"persetrain {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -50,11 +56,34 @@ def _persetrain(*args: str, env: dict | None = None, check: bool = True) -> subp
 
 def _submit(cluster: SlurmCluster, tmp_path: Path, tiny_llama_dir: Path, data: Path, *overrides: str) -> str:
     result = _persetrain(
-        "launch", "--slurm", "--config", RECIPE, "--partition", PARTITION, "--job-name", "sft-test",
-        "--cpus-per-task", str(cluster.cpus), "--time", "00:20:00", "--log-dir", str(tmp_path / "logs"), "--",
-        "--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(data),
-        "--output_dir", str(tmp_path / "run"), "--logging_steps", "1", "--disable_tqdm", "true", *overrides,
-        env=cluster.env)
+        "launch",
+        "--slurm",
+        "--config",
+        RECIPE,
+        "--partition",
+        PARTITION,
+        "--job-name",
+        "sft-test",
+        "--cpus-per-task",
+        str(cluster.cpus),
+        "--time",
+        "00:20:00",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--",
+        "--model_name_or_path",
+        str(tiny_llama_dir),
+        "--dataset_path",
+        str(data),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        *overrides,
+        env=cluster.env,
+    )
     match = re.search(r"submitted job (\d+)", result.stdout)
     assert match, result.stdout
     return match.group(1)
@@ -72,8 +101,10 @@ def _wait(cluster: SlurmCluster, job: str, done, what: str, timeout: float = 420
         if done(info):
             return info
         if info["JobState"] in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}:
-            raise AssertionError(f"job {job} {info['JobState']} while waiting for {what}:\n"
-                                 f"{Path(info['StdOut']).read_text(errors='replace')[-6000:]}")
+            raise AssertionError(
+                f"job {job} {info['JobState']} while waiting for {what}:\n"
+                f"{Path(info['StdOut']).read_text(errors='replace')[-6000:]}"
+            )
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job} not {what} after {timeout:.0f} s: {info}\n{cluster.logs()}")
         time.sleep(0.5)
@@ -139,11 +170,13 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, tiny_llama_dir
 
 def test_unknown_partition_and_missing_sbatch_are_one_line_errors(cluster, tmp_path, perse_data):
     args = ["launch", "--slurm", "--config", RECIPE, "--log-dir", str(tmp_path)]
-    result = _persetrain(*args, "--partition", "gpu-h100", "--", "--dataset_path", str(perse_data), env=cluster.env,
-                         check=False)
+    result = _persetrain(
+        *args, "--partition", "gpu-h100", "--", "--dataset_path", str(perse_data), env=cluster.env, check=False
+    )
     assert result.returncode == 2
     assert (result.stdout + result.stderr).strip() == (
-        f"error: unknown Slurm partition 'gpu-h100' (this cluster has: {PARTITION})")
+        f"error: unknown Slurm partition 'gpu-h100' (this cluster has: {PARTITION})"
+    )
 
     no_slurm = {**cluster.env, "PATH": str(Path(sys.executable).parent)}
     result = _persetrain(*args, "--", "--dataset_path", str(perse_data), env=no_slurm, check=False)

@@ -27,7 +27,7 @@ from persetrain.train.verl import main as write_verl_config
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "parl" / "qwen3-8b_amazon_parl-a.yaml"
 
-CHECK = textwrap.dedent('''
+CHECK = textwrap.dedent("""
     import json, sys
     from pathlib import Path
 
@@ -76,7 +76,7 @@ CHECK = textwrap.dedent('''
         result = manager.loop.run_until_complete(manager.run_single(batch))
         out["scores"].append({"score": result["reward_score"], "info": result["reward_extra_info"]})
     print(json.dumps(out, default=str))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,10 @@ def test_verl_config_loads_in_verl_and_scores_through_verls_reward_loader(verl_p
     write_parl_sample(tmp_path / "raw", seed=0)
     prepare_parl(tmp_path / "raw", tmp_path / "data", tasks=("news",))
     parquet = tmp_path / "data" / "parl_news" / "verl" / "train.parquet"
-    command = write_verl_config(["--config", str(RECIPE), "--output_dir", str(tmp_path / "run"),
-                                 "--verl_train_files", str(parquet)], python=str(verl_python))
+    command = write_verl_config(
+        ["--config", str(RECIPE), "--output_dir", str(tmp_path / "run"), "--verl_train_files", str(parquet)],
+        python=str(verl_python),
+    )
     config_file = tmp_path / "run" / "verl" / f"{RECIPE.stem}.yaml"
     assert command[1:4] == ["-m", "verl.trainer.main_ppo", "--config-path"] and command[-1] == RECIPE.stem
     written = yaml.safe_load(config_file.read_text())
@@ -103,18 +105,41 @@ def test_verl_config_loads_in_verl_and_scores_through_verls_reward_loader(verl_p
 
     script = tmp_path / "check.py"
     script.write_text(CHECK)
-    done = subprocess.run([str(verl_python), str(script), str(config_file), str(tiny_llama_dir)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [str(verl_python), str(script), str(config_file), str(tiny_llama_dir)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     scores = seen.pop("scores")
     assert seen == {
-        "actor_class": "FSDPActorConfig", "use_kl_loss": True, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl",
-        "loss_agg_mode": "token-mean", "lr": 1e-5, "min_lr_ratio": 0.1, "lr_scheduler_type": "cosine",
-        "param_offload": True, "optimizer_offload": True, "ppo_mini_batch_size": 8, "n": 5, "rollout": "vllm",
-        "temperature": 0.6, "top_p": 0.95, "top_k": 20, "train_batch_size": 8, "max_prompt_length": 10240,
-        "max_response_length": 2048, "adv_estimator": "grpo", "model_path": "Qwen/Qwen3-8B",
-        "n_gpus_per_node": 8, "total_epochs": 4, "reward_manager": "naive",
+        "actor_class": "FSDPActorConfig",
+        "use_kl_loss": True,
+        "kl_loss_coef": 0.001,
+        "kl_loss_type": "low_var_kl",
+        "loss_agg_mode": "token-mean",
+        "lr": 1e-5,
+        "min_lr_ratio": 0.1,
+        "lr_scheduler_type": "cosine",
+        "param_offload": True,
+        "optimizer_offload": True,
+        "ppo_mini_batch_size": 8,
+        "n": 5,
+        "rollout": "vllm",
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": 20,
+        "train_batch_size": 8,
+        "max_prompt_length": 10240,
+        "max_response_length": 2048,
+        "adv_estimator": "grpo",
+        "model_path": "Qwen/Qwen3-8B",
+        "n_gpus_per_node": 8,
+        "total_epochs": 4,
+        "reward_manager": "naive",
     }
     # verl stacks every key across samples: the same keys for a scored, a too-short and an unparsable set.
     assert len({tuple(sorted(s["info"])) for s in scores}) == 1

@@ -17,8 +17,18 @@ from persetrain.models import DEFAULT_MODEL
 BACKENDS = ("hf", "openai")
 
 __all__ = [
-    "BACKENDS", "Backend", "ChatRequest", "ChoiceProbs", "Cost", "Engine", "EngineError",
-    "Generation", "GenerationParams", "Message", "RequestCache", "load_engine",
+    "BACKENDS",
+    "Backend",
+    "ChatRequest",
+    "ChoiceProbs",
+    "Cost",
+    "Engine",
+    "EngineError",
+    "Generation",
+    "GenerationParams",
+    "Message",
+    "RequestCache",
+    "load_engine",
 ]
 
 

@@ -64,7 +64,9 @@ class Engine:
         self.cache_hits = 0
 
     def generate(
-        self, requests: Sequence[ChatRequest], params: GenerationParams | Sequence[GenerationParams] | None = None,
+        self,
+        requests: Sequence[ChatRequest],
+        params: GenerationParams | Sequence[GenerationParams] | None = None,
         description: str = "generate",
     ) -> list[Generation]:
         """Generate for every request; ``params`` is one setting for all or one per request.
@@ -78,20 +80,33 @@ class Engine:
             per_request = list(params)
             if len(per_request) != len(requests):
                 raise ValueError(f"{len(per_request)} params for {len(requests)} requests")
-        keys = [request_key(self.backend.fingerprint, "generate", _request_payload(r), p.model_dump(mode="json"))
-                for r, p in zip(requests, per_request, strict=True)]
-        return self._run(requests, keys, Generation, description,
-                         lambda todo, done: self.backend.generate([requests[i] for i in todo],
-                                                                  [per_request[i] for i in todo], done))
+        keys = [
+            request_key(self.backend.fingerprint, "generate", _request_payload(r), p.model_dump(mode="json"))
+            for r, p in zip(requests, per_request, strict=True)
+        ]
+        return self._run(
+            requests,
+            keys,
+            Generation,
+            description,
+            lambda todo, done: self.backend.generate([requests[i] for i in todo], [per_request[i] for i in todo], done),
+        )
 
     def choice_probs(
-        self, requests: Sequence[ChatRequest], choices: Sequence[str], description: str = "choice_probs",
+        self,
+        requests: Sequence[ChatRequest],
+        choices: Sequence[str],
+        description: str = "choice_probs",
     ) -> list[ChoiceProbs]:
         choices = validate_choices(choices)
-        keys = [request_key(self.backend.fingerprint, "choice_probs", _request_payload(r), choices)
-                for r in requests]
-        return self._run(requests, keys, ChoiceProbs, description,
-                         lambda todo, done: self.backend.choice_probs([requests[i] for i in todo], choices, done))
+        keys = [request_key(self.backend.fingerprint, "choice_probs", _request_payload(r), choices) for r in requests]
+        return self._run(
+            requests,
+            keys,
+            ChoiceProbs,
+            description,
+            lambda todo, done: self.backend.choice_probs([requests[i] for i in todo], choices, done),
+        )
 
     def _run(self, requests, keys, result_type, description, compute):
         """Results in request order: cache hits read back, each distinct request computed once.

@@ -27,19 +27,23 @@ def split_choices(prompt: list[int], joint: Sequence[list[int]], choices: Sequen
         common = min(common, common_prefix(prompt, seq))
     per_choice = [list(seq[common:]) for seq in joint]
     if any(not toks for toks in per_choice) or len({tuple(t) for t in per_choice}) < len(choices):
-        raise ValueError(f"the tokenizer cannot distinguish the choices {list(choices)!r} after this prompt "
-                         f"(token sequences {per_choice}); rephrase the choices")
+        raise ValueError(
+            f"the tokenizer cannot distinguish the choices {list(choices)!r} after this prompt "
+            f"(token sequences {per_choice}); rephrase the choices"
+        )
     return common, per_choice
 
 
-def choice_logprobs(choice_tokens: Sequence[list[int]], logprob: TokenLogprob,
-                    choices: Sequence[str]) -> dict[str, float]:
+def choice_logprobs(
+    choice_tokens: Sequence[list[int]], logprob: TokenLogprob, choices: Sequence[str]
+) -> dict[str, float]:
     """log P(choice) for every choice, excluding the mass that continues into a longer choice."""
     result: dict[str, float] = {}
     for choice, toks in zip(choices, choice_tokens, strict=True):
         total = sum(logprob(toks[:p], t) for p, t in enumerate(toks))
-        extensions = sorted({other[len(toks)] for other in choice_tokens
-                             if len(other) > len(toks) and other[: len(toks)] == toks})
+        extensions = sorted(
+            {other[len(toks)] for other in choice_tokens if len(other) > len(toks) and other[: len(toks)] == toks}
+        )
         if extensions:
             cont = logsumexp([logprob(toks, e) for e in extensions])
             total += math.log1p(-math.exp(min(cont, -1e-12)))

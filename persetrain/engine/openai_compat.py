@@ -114,8 +114,9 @@ class OpenAIBackend(Backend):
                     try:
                         return response.json()
                     except ValueError as err:
-                        raise EngineError(f"{url} answered 200 with a body that is not JSON: "
-                                          f"{response.text[:300]!r}") from err
+                        raise EngineError(
+                            f"{url} answered 200 with a body that is not JSON: {response.text[:300]!r}"
+                        ) from err
                 problem = f"HTTP {response.status_code}: {_server_message(response)}"
                 if response.status_code != 429 and response.status_code < 500:
                     raise EngineError(f"{url} rejected the request ({problem})")
@@ -156,15 +157,23 @@ class OpenAIBackend(Backend):
         self._run([(self._generate_one, r, p) for r, p in zip(requests, params, strict=True)], on_done)
 
     def _generate_one(self, request: ChatRequest, params: GenerationParams) -> Generation:
-        body = self._body(request, request.assistant_prefix, max_tokens=params.max_new_tokens,
-                          temperature=params.temperature, top_p=params.top_p, seed=params.seed)
+        body = self._body(
+            request,
+            request.assistant_prefix,
+            max_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed,
+        )
         if params.top_k:
             body["top_k"] = params.top_k
         if params.stop:
             body["stop"] = list(params.stop)
         if params.json_schema is not None:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "output", "schema": params.json_schema}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": params.json_schema},
+            }
             body["guided_json"] = params.json_schema  # vLLM versions that predate response_format
         if params.regex is not None:
             # vLLM < 0.12, vLLM >= 0.10.2 and SGLang spell it differently; each ignores the others
@@ -222,14 +231,17 @@ class OpenAIBackend(Backend):
     def _probe(self, request: ChatRequest, choices: list[str]) -> tuple[dict[str, float | None], Cost]:
         """One request: the distribution after the (whitespace-trimmed) prefix, matched by text."""
         stripped = request.assistant_prefix.rstrip()
-        moved = request.assistant_prefix[len(stripped):]
-        response = self._post(self._body(request, stripped, max_tokens=1, temperature=0.0,
-                                         logprobs=True, top_logprobs=self.top_logprobs))
+        moved = request.assistant_prefix[len(stripped) :]
+        response = self._post(
+            self._body(request, stripped, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=self.top_logprobs)
+        )
         content = (_first_choice(response, self.base_url).get("logprobs") or {}).get("content") or []
         if not content:  # e.g. the one token drawn was a special token, dropped from the text
             if self.scoring == "top_logprobs":
-                raise EngineError(f"{self.base_url} returned no logprobs for a logprobs=true request; "
-                                  "the server must support OpenAI's logprobs/top_logprobs")
+                raise EngineError(
+                    f"{self.base_url} returned no logprobs for a logprobs=true request; "
+                    "the server must support OpenAI's logprobs/top_logprobs"
+                )
             return dict.fromkeys(choices), _cost(response)  # nothing matched: the exact path decides
         by_text: dict[str, list[float]] = {}
         for entry in content[0].get("top_logprobs") or []:
@@ -269,8 +281,11 @@ def _joint_logprobs(prompt: list, scored: list[tuple[list, list[float]]], choice
     common, tokens = split_choices(prompt, [ids for ids, _ in scored], choices)
 
     def logprob(prefix: list, token: int) -> float:
-        return next(logprobs[common + len(prefix)] for toks, (_, logprobs) in zip(tokens, scored, strict=True)
-                    if toks[: len(prefix) + 1] == [*prefix, token])
+        return next(
+            logprobs[common + len(prefix)]
+            for toks, (_, logprobs) in zip(tokens, scored, strict=True)
+            if toks[: len(prefix) + 1] == [*prefix, token]
+        )
 
     return choice_logprobs(tokens, logprob, choices)
 
@@ -284,8 +299,9 @@ def _first_choice(response: dict, base_url: str) -> dict:
 
 def _cost(response: dict) -> Cost:
     usage = response.get("usage") or {}
-    return Cost(calls=1, prompt_tokens=usage.get("prompt_tokens") or 0,
-                completion_tokens=usage.get("completion_tokens") or 0)
+    return Cost(
+        calls=1, prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0
+    )
 
 
 def _server_message(response: httpx.Response) -> str:

@@ -47,8 +47,15 @@ MAX_LOGPROBS = 20
 #: Fields vLLM honours and this server cannot, with their neutral values. A request that sets one
 #: is refused: answering it while silently ignoring the field would return something else.
 _UNSUPPORTED: dict[str, Any] = {
-    "guided_grammar": None, "tools": [], "logit_bias": {}, "use_beam_search": False,
-    "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_p": 0.0, "echo": False,
+    "guided_grammar": None,
+    "tools": [],
+    "logit_bias": {},
+    "use_beam_search": False,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+    "echo": False,
 }
 
 
@@ -100,8 +107,9 @@ class ChatCompletionIn(BaseModel):
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     kind = HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
     kind = kind if kind.endswith("Error") else kind + "Error"  # vLLM: BadRequestError, NotFoundError, ...
-    return JSONResponse(status_code=status,
-                        content={"error": {"message": message, "type": kind, "param": param, "code": status}})
+    return JSONResponse(
+        status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": status}}
+    )
 
 
 # ------------------------------------------------------------------ request -> engine records
@@ -111,8 +119,9 @@ def _message_text(message: ChatMessageIn, index: int) -> str:
     texts = []
     for part in message.content:
         if part.get("type") != "text":
-            raise APIError(f"messages[{index}]: only text content is supported, got a {part.get('type')!r} part",
-                           param="messages")
+            raise APIError(
+                f"messages[{index}]: only text content is supported, got a {part.get('type')!r} part", param="messages"
+            )
         texts.append(str(part.get("text", "")))
     return "\n".join(texts)  # vLLM joins text parts with newlines too
 
@@ -124,20 +133,26 @@ def chat_request(body: ChatCompletionIn) -> ChatRequest:
     messages = []
     for i, m in enumerate(body.messages):
         if m.role not in ("system", "user", "assistant"):
-            raise APIError(f"messages[{i}]: unsupported role {m.role!r} (use system, user or assistant)",
-                           param="messages")
+            raise APIError(
+                f"messages[{i}]: unsupported role {m.role!r} (use system, user or assistant)", param="messages"
+            )
         messages.append(Message(role=m.role, content=_message_text(m, i)))
     if body.continue_final_message:
         if body.add_generation_prompt:
-            raise APIError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                           param="continue_final_message")
+            raise APIError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                param="continue_final_message",
+            )
         if messages[-1].role != "assistant":
-            raise APIError("continue_final_message needs a final assistant message to continue",
-                           param="continue_final_message")
+            raise APIError(
+                "continue_final_message needs a final assistant message to continue", param="continue_final_message"
+            )
         return ChatRequest(messages=tuple(messages[:-1]), assistant_prefix=messages[-1].content)
     if body.add_generation_prompt is False:
-        raise APIError("add_generation_prompt=false is only supported together with continue_final_message=true",
-                       param="add_generation_prompt")
+        raise APIError(
+            "add_generation_prompt=false is only supported together with continue_final_message=true",
+            param="add_generation_prompt",
+        )
     return ChatRequest(messages=tuple(messages))
 
 
@@ -192,8 +207,10 @@ def constraint(body: ChatCompletionIn) -> tuple[dict | None, str | None]:
     if body.structured_outputs:
         given = {k: v for k, v in body.structured_outputs.items() if v is not None and v is not False}
         if unsupported := sorted(set(given) & {"grammar", "structural_tag"}):
-            raise APIError(f"structured_outputs supports json, json_object, regex and choice, got {unsupported}",
-                           param="structured_outputs")
+            raise APIError(
+                f"structured_outputs supports json, json_object, regex and choice, got {unsupported}",
+                param="structured_outputs",
+            )
         if "json" in given:
             schemas.append(_schema(given["json"], "structured_outputs.json"))
         if "json_object" in given:
@@ -215,8 +232,11 @@ def constraint(body: ChatCompletionIn) -> tuple[dict | None, str | None]:
 
 def _check_supported(body: ChatCompletionIn) -> None:
     if body.n not in (None, 1):
-        raise APIError(f"n={body.n} is not supported: this server returns one choice per request; send n "
-                       "separate requests with different seeds", param="n")
+        raise APIError(
+            f"n={body.n} is not supported: this server returns one choice per request; send n "
+            "separate requests with different seeds",
+            param="n",
+        )
     if body.stream:
         raise APIError("stream=true is not supported by persetrain serve", param="stream")
     extra = body.model_extra or {}
@@ -243,8 +263,14 @@ class _Scorer:
         token = self.text(token_id)
         return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8", errors="replace"))}
 
-    def score(self, prompt: list[int], generation: Generation, params: GenerationParams,
-              top_logprobs: int | None, prompt_logprobs: int | None) -> tuple[list | None, list | None]:
+    def score(
+        self,
+        prompt: list[int],
+        generation: Generation,
+        params: GenerationParams,
+        top_logprobs: int | None,
+        prompt_logprobs: int | None,
+    ) -> tuple[list | None, list | None]:
         """``(choices[0].logprobs.content, prompt_logprobs)``; ``None`` for what was not asked.
 
         The backend returns text, so the completion is re-tokenized: the scored tokens are the
@@ -268,9 +294,12 @@ class _Scorer:
         content = None
         if top_logprobs is not None:
             content = [
-                {**self._record(e["token_id"], e["logprob"]),
-                 "top_logprobs": [self._record(t, lp) for t, lp in e.get("top", [])[:top_logprobs]]}
-                for e in entries if e["position"] >= len(prompt)
+                {
+                    **self._record(e["token_id"], e["logprob"]),
+                    "top_logprobs": [self._record(t, lp) for t, lp in e.get("top", [])[:top_logprobs]],
+                }
+                for e in entries
+                if e["position"] >= len(prompt)
             ]
         prompt_records = None
         if prompt_logprobs is not None:
@@ -279,8 +308,13 @@ class _Scorer:
                 if e["position"] >= len(prompt):
                     break
                 # vLLM's layout: the actual token first, then the top-k (keys are token ids)
-                record = {str(e["token_id"]): {"logprob": e["logprob"], "rank": e["rank"],
-                                               "decoded_token": self.text(e["token_id"])}}
+                record = {
+                    str(e["token_id"]): {
+                        "logprob": e["logprob"],
+                        "rank": e["rank"],
+                        "decoded_token": self.text(e["token_id"]),
+                    }
+                }
                 for rank, (t, lp) in enumerate(e.get("top", [])[:prompt_logprobs], start=1):
                     record.setdefault(str(t), {"logprob": lp, "rank": rank, "decoded_token": self.text(t)})
                 prompt_records.append(record)
@@ -321,10 +355,19 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict:
-        return {"object": "list", "data": [{
-            "id": served_model_name, "object": "model", "created": int(time.time()), "owned_by": "persetrain",
-            "root": served_model_name, "max_model_len": backend.context_window,
-        }]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": served_model_name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "persetrain",
+                    "root": served_model_name,
+                    "max_model_len": backend.context_window,
+                }
+            ],
+        }
 
     @app.post("/v1/chat/completions")
     def chat_completions(body: ChatCompletionIn) -> dict:
@@ -339,8 +382,7 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
             except ValueError as err:  # the backend's way of refusing an input (pydantic's errors included)
                 raise APIError(str(err)) from err
 
-    def _complete(body: ChatCompletionIn, request: ChatRequest, json_schema: dict | None,
-                  regex: str | None) -> dict:
+    def _complete(body: ChatCompletionIn, request: ChatRequest, json_schema: dict | None, regex: str | None) -> dict:
         prompt = backend.encode(backend.render(request))
         window = backend.context_window
         requested = body.max_completion_tokens or body.max_tokens
@@ -349,7 +391,9 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
             raise APIError(
                 f"This model's maximum context length is {window} tokens. However, you requested "
                 f"{len(prompt) + max_new} tokens ({len(prompt)} in the messages, {max_new} in the completion). "
-                "Please reduce the length of the messages or completion.", param="max_tokens")
+                "Please reduce the length of the messages or completion.",
+                param="max_tokens",
+            )
         params = GenerationParams(
             max_new_tokens=max_new,
             temperature=1.0 if body.temperature is None else body.temperature,
@@ -363,13 +407,17 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
         try:  # compile now so that a bad schema or regex is the client's error, not a crash mid-decode
             backend.check_grammar(params)
         except RuntimeError as err:
-            raise APIError(f"invalid structured-output constraint: {str(err).strip()}",
-                           param="response_format" if json_schema is not None else "guided_regex") from err
+            raise APIError(
+                f"invalid structured-output constraint: {str(err).strip()}",
+                param="response_format" if json_schema is not None else "guided_regex",
+            ) from err
         results: dict[int, Generation] = {}
         backend.generate([request], [params], results.__setitem__)
         generation = results[0]
         content, prompt_records = scorer.score(
-            prompt, generation, params,
+            prompt,
+            generation,
+            params,
             top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
             prompt_logprobs=body.prompt_logprobs,
         )
@@ -379,23 +427,29 @@ def build_app(backend: HFBackend, served_model_name: str) -> FastAPI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": served_model_name,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": generation.text},
-                "logprobs": None if content is None else {"content": content},
-                "finish_reason": generation.finish_reason,
-                "stop_reason": None,
-            }],
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                      "total_tokens": usage.prompt_tokens + usage.completion_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": generation.text},
+                    "logprobs": None if content is None else {"content": content},
+                    "finish_reason": generation.finish_reason,
+                    "stop_reason": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            },
             "prompt_logprobs": prompt_records,
         }
 
     return app
 
 
-def serve(model_spec: str, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None,
-          **hf_options: Any) -> None:
+def serve(
+    model_spec: str, host: str = "127.0.0.1", port: int = 8000, served_model_name: str | None = None, **hf_options: Any
+) -> None:
     """Load ``model_spec`` with the ``hf`` backend and serve it until interrupted.
 
     The served name defaults to the spec itself, as vLLM's does, so that

@@ -36,9 +36,7 @@ class ChatRequest(BaseModel):
     @classmethod
     def of(cls, user: str, system: str | None = None, assistant_prefix: str = "", id: str | None = None):
         """Shorthand for the common single-turn case."""
-        msgs = ([Message(role="system", content=system)] if system else []) + [
-            Message(role="user", content=user)
-        ]
+        msgs = ([Message(role="system", content=system)] if system else []) + [Message(role="user", content=user)]
         return cls(messages=tuple(msgs), assistant_prefix=assistant_prefix, id=id)
 
 

@@ -94,26 +94,29 @@ def tally(votes: Sequence[str]) -> str:
 
 def check_config(config: AuPELConfig) -> None:
     if config.repeats < 2 or config.repeats % 2:
-        raise ValueError(f"repeats must be a positive even number (half of the comparisons swap the order); "
-                         f"got {config.repeats}")
+        raise ValueError(
+            f"repeats must be a positive even number (half of the comparisons swap the order); got {config.repeats}"
+        )
     unknown = [d for d in config.dimensions if d not in DIMENSIONS]
     if unknown or not config.dimensions:
         raise ValueError(f"unknown dimension(s) {unknown}; AuPEL judges {', '.join(DIMENSIONS)}")
 
 
-def comparisons(engine: Engine, cases: Sequence[Case], c: AuPELConfig, system: str) -> tuple[list[list[float]],
-                                                                                           list[Cost]]:
+def comparisons(
+    engine: Engine, cases: Sequence[Case], c: AuPELConfig, system: str
+) -> tuple[list[list[float]], list[Cost]]:
     """P(first system chosen) as listed and swapped, and the cost, of every case: the model's A/B answer."""
     requests = []
     for ex, a, b, dim in cases:
         out_a, out_b = _cut(ex.outputs[a], c.max_output_words), _cut(ex.outputs[b], c.max_output_words)
         for first, second in ((out_a, out_b), (out_b, out_a)):  # as listed, then swapped
-            requests.append(comparison_request(dim, first, second, ex.input, ex.profile, c.max_samples,
-                                               c.sample_words))
+            requests.append(comparison_request(dim, first, second, ex.input, ex.profile, c.max_samples, c.sample_words))
     probs = engine.choice_probs(requests, list(CHOICES), description=f"{system}: comparisons")
     forward, swapped = probs[0::2], probs[1::2]
-    return ([[f.probs[CHOICES[0]], s.probs[CHOICES[1]]] for f, s in zip(forward, swapped, strict=True)],
-            [f.cost + s.cost for f, s in zip(forward, swapped, strict=True)])
+    return (
+        [[f.probs[CHOICES[0]], s.probs[CHOICES[1]]] for f, s in zip(forward, swapped, strict=True)],
+        [f.cost + s.cost for f, s in zip(forward, swapped, strict=True)],
+    )
 
 
 @register("aupel")
@@ -129,16 +132,20 @@ class AuPEL(Evaluator):
         if self.config.scorer:
             check_scorer(self.config.scorer)
 
-    def judge(self, examples: Sequence[ReferenceExample], engine: Engine | None,
-              context: JudgeContext) -> list[Judgment]:
+    def judge(
+        self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
+    ) -> list[Judgment]:
         c = self.config
         check_config(c)
         systems = check_reference_examples(examples, context.data, need_reference=False)
         if len(systems) < 2:
-            raise ValueError(f"AuPEL compares systems and rates them with Elo, which needs at least two; "
-                             f"{context.data} holds outputs of {len(systems)} ({', '.join(systems)})")
-        cases = [(ex, a, b, dim) for ex in examples for a, b in itertools.combinations(systems, 2)
-                 for dim in c.dimensions]
+            raise ValueError(
+                f"AuPEL compares systems and rates them with Elo, which needs at least two; "
+                f"{context.data} holds outputs of {len(systems)} ({', '.join(systems)})"
+            )
+        cases = [
+            (ex, a, b, dim) for ex in examples for a, b in itertools.combinations(systems, 2) for dim in c.dimensions
+        ]
         if c.scorer:
             p_firsts, costs = self._trained_comparisons(cases, context)
         else:
@@ -151,36 +158,60 @@ class AuPEL(Evaluator):
                 for _ in range(c.repeats // 2):
                     votes.append(_vote(p, rng if c.vote == "sample" else None))
             outcome = tally(votes)
-            judgments.append(Judgment(
-                example_id=ex.id, evaluator=context.system, target=a, choice=outcome, score=OUTCOME_SCORE[outcome],
-                probs={a: float(np.mean(p_first)), b: 1 - float(np.mean(p_first))},
-                explanation=(f"{dim}: {a} vs {b}: P({a}) = {p_first[0]:.3f} shown first, {p_first[1]:.3f} shown "
-                             f"second; votes {votes.count('first')}-{votes.count('second')} -> {outcome}"),
-                details={"dimension": dim, "opponent": b, "votes": votes, "p_first": p_first},
-                cost=cost,
-            ))
+            judgments.append(
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=context.system,
+                    target=a,
+                    choice=outcome,
+                    score=OUTCOME_SCORE[outcome],
+                    probs={a: float(np.mean(p_first)), b: 1 - float(np.mean(p_first))},
+                    explanation=(
+                        f"{dim}: {a} vs {b}: P({a}) = {p_first[0]:.3f} shown first, {p_first[1]:.3f} shown "
+                        f"second; votes {votes.count('first')}-{votes.count('second')} -> {outcome}"
+                    ),
+                    details={"dimension": dim, "opponent": b, "votes": votes, "p_first": p_first},
+                    cost=cost,
+                )
+            )
         return judgments
 
-    def _trained_comparisons(self, cases: Sequence[Case], context: JudgeContext) -> tuple[list[list[float]],
-                                                                                       list[Cost]]:
+    def _trained_comparisons(
+        self, cases: Sequence[Case], context: JudgeContext
+    ) -> tuple[list[list[float]], list[Cost]]:
         """P(first system chosen), the same in both orders, from the configured trained judge (``scorer``)."""
         if self._scorer is None:
             self._scorer = TrainedScorer(self.config.scorer)
         c, groups = self.config, []
         for ex, a, b, dim in cases:
-            person = (texts_person(ex.profile[:c.max_samples], c.sample_words)
-                      if dim == "personalization" and ex.profile else None)
+            person = (
+                texts_person(ex.profile[: c.max_samples], c.sample_words)
+                if dim == "personalization" and ex.profile
+                else None
+            )
             request = "" if dim == "quality" else ex.input
-            groups.append([Item(ex.id, system, person, PERSON_LABELS["profile"], request,
-                                _cut(ex.outputs[system], c.max_output_words)) for system in (a, b)])
+            groups.append(
+                [
+                    Item(
+                        ex.id,
+                        system,
+                        person,
+                        PERSON_LABELS["profile"],
+                        request,
+                        _cut(ex.outputs[system], c.max_output_words),
+                    )
+                    for system in (a, b)
+                ]
+            )
         raw, costs = grouped_scores(self._scorer, groups, context)
         return [[self._scorer.judge.share(r)[0]] * 2 for r in raw], costs
 
     def metrics(self, task, examples: Sequence, judgments: list[Judgment]) -> dict:
         return aupel_metrics(judgments, self.config)
 
-    def report(self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]],
-               metrics: Mapping[str, dict]) -> dict[str, str]:
+    def report(
+        self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]
+    ) -> dict[str, str]:
         sections = {}
         for name, m in metrics.items():
             sections[f"AuPEL Elo ratings: {name}"] = elo_table(m)
@@ -189,14 +220,18 @@ class AuPEL(Evaluator):
             sections[f"AuPEL consistency and sensitivity: {name}"] = (
                 f"![consistency and sensitivity]({plot.name})\n\nShare of {self.config.draws:,} draws of two "
                 f"disjoint samples of N test cases whose binomial tests (p < {self.config.alpha}) both name the "
-                "same winner (consistency), and share of single samples that name one (sensitivity).")
+                "same winner (consistency), and share of single samples that name one (sensitivity)."
+            )
         return sections
 
 
 def games(judgments: Sequence[Judgment], dimension: str | None = None) -> list[tuple[str, str, float]]:
     """(first system, second system, first system's score) of each judgment, of one dimension or all."""
-    return [(j.target, j.details["opponent"], OUTCOME_SCORE[j.choice]) for j in judgments
-            if j.parsed and (dimension is None or j.details["dimension"] == dimension)]
+    return [
+        (j.target, j.details["opponent"], OUTCOME_SCORE[j.choice])
+        for j in judgments
+        if j.parsed and (dimension is None or j.details["dimension"] == dimension)
+    ]
 
 
 def aupel_metrics(judgments: Sequence[Judgment], config: AuPELConfig) -> dict:
@@ -205,27 +240,47 @@ def aupel_metrics(judgments: Sequence[Judgment], config: AuPELConfig) -> dict:
     dimensions = list(dict.fromkeys(j.details["dimension"] for j in judgments))
     systems = sorted({j.target for j in judgments} | {j.details["opponent"] for j in judgments})
     index = {s: i for i, s in enumerate(systems)}
-    result: dict = {"n": len(judgments), "n_unparsed": sum(not j.parsed for j in judgments), "systems": systems,
-                    "elo": {}, "record": {}, "consistency": {}}
+    result: dict = {
+        "n": len(judgments),
+        "n_unparsed": sum(not j.parsed for j in judgments),
+        "systems": systems,
+        "elo": {},
+        "record": {},
+        "consistency": {},
+    }
     for dim in [*dimensions, "overall"]:
         played = games(judgments, None if dim == "overall" else dim)
-        boot = bootstrap_elo([index[a] for a, _, _ in played], [index[b] for _, b, _ in played],
-                             [s for _, _, s in played], len(systems), n_boot=config.n_boot, seed=config.seed)
-        result["elo"][dim] = {s: {"median": float(boot["median"][i]), "low": float(boot["low"][i]),
-                                  "high": float(boot["high"][i])} for s, i in index.items()}
+        boot = bootstrap_elo(
+            [index[a] for a, _, _ in played],
+            [index[b] for _, b, _ in played],
+            [s for _, _, s in played],
+            len(systems),
+            n_boot=config.n_boot,
+            seed=config.seed,
+        )
+        result["elo"][dim] = {
+            s: {"median": float(boot["median"][i]), "low": float(boot["low"][i]), "high": float(boot["high"][i])}
+            for s, i in index.items()
+        }
     for dim in dimensions:
         pairs: dict[str, list[float]] = {}
         for a, b, s in games(judgments, dim):
             pairs.setdefault(f"{a} vs {b}", []).append(s)
-        result["record"][dim] = {pair: {"win": outcomes.count(WIN) / len(outcomes),
-                                        "tie": outcomes.count(TIE) / len(outcomes),
-                                        "loss": outcomes.count(LOSS) / len(outcomes), "n": len(outcomes)}
-                                 for pair, outcomes in pairs.items()}
+        result["record"][dim] = {
+            pair: {
+                "win": outcomes.count(WIN) / len(outcomes),
+                "tie": outcomes.count(TIE) / len(outcomes),
+                "loss": outcomes.count(LOSS) / len(outcomes),
+                "n": len(outcomes),
+            }
+            for pair, outcomes in pairs.items()
+        }
         half = max(len(o) for o in pairs.values()) // 2
         sizes = sorted({int(x) for x in np.linspace(1, half, 12)}) if half else []
-        result["consistency"][dim] = {pair: consistency_sensitivity(outcomes, sizes, draws=config.draws,
-                                                                    alpha=config.alpha, seed=config.seed)
-                                      for pair, outcomes in pairs.items()}
+        result["consistency"][dim] = {
+            pair: consistency_sensitivity(outcomes, sizes, draws=config.draws, alpha=config.alpha, seed=config.seed)
+            for pair, outcomes in pairs.items()
+        }
     overall = result["elo"]["overall"]
     result["ranking"] = sorted(systems, key=lambda s: -overall[s]["median"])
     return result
@@ -233,11 +288,13 @@ def aupel_metrics(judgments: Sequence[Judgment], config: AuPELConfig) -> dict:
 
 def elo_table(metrics: Mapping) -> str:
     dims = list(metrics["elo"])
-    lines = ["| system | " + " | ".join(f"{d} Elo [95% interval]" for d in dims) + " |",
-             "|---|" + "---|" * len(dims)]
+    lines = ["| system | " + " | ".join(f"{d} Elo [95% interval]" for d in dims) + " |", "|---|" + "---|" * len(dims)]
     for s in sorted(metrics["systems"], key=lambda s: -metrics["elo"]["overall"][s]["median"]):
-        cells = [f"{metrics['elo'][d][s]['median']:.1f} [{metrics['elo'][d][s]['low']:.1f}, "
-                 f"{metrics['elo'][d][s]['high']:.1f}]" for d in dims]
+        cells = [
+            f"{metrics['elo'][d][s]['median']:.1f} [{metrics['elo'][d][s]['low']:.1f}, "
+            f"{metrics['elo'][d][s]['high']:.1f}]"
+            for d in dims
+        ]
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -85,8 +85,9 @@ class Evaluator(ABC):
         """The task's metrics of one system; override to add numbers only this method has (e.g. Elo)."""
         return task.metrics(examples, judgments)
 
-    def report(self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]],
-               metrics: Mapping[str, dict]) -> dict[str, str]:
+    def report(
+        self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]
+    ) -> dict[str, str]:
         """Extra report sections (title -> markdown) for this evaluator's systems; none by default.
 
         ``judgments`` and ``metrics`` are keyed by system name; plots go into the run directory ``out``.
@@ -166,8 +167,9 @@ def make_config(cls: type[EvaluatorConfig], values: Mapping[str, Any], where: st
     types_ = _field_types(cls)
     unknown = sorted(set(values) - set(types_))
     if unknown:
-        raise ValueError(f"{where}: unknown option(s) {', '.join(unknown)}; "
-                         f"{cls.__name__} has: {', '.join(types_) or 'no options'}")
+        raise ValueError(
+            f"{where}: unknown option(s) {', '.join(unknown)}; {cls.__name__} has: {', '.join(types_) or 'no options'}"
+        )
     return cls(**{k: _coerce(v, types_[k], f"{where}: option {k}") for k, v in values.items()})
 
 

@@ -44,12 +44,14 @@ def reviewer_average(examples: Iterable[ScalarExample]) -> list[Judgment]:
             continue
         scores = [p.score for p in ex.profile]
         listed = ", ".join(str(s) for s in scores)
-        judgments.append(Judgment(
-            example_id=ex.id,
-            evaluator=REVIEWER_AVG,
-            score=float(np.mean(scores)),
-            explanation=f"mean of {len(scores)} profile scores ({listed})",
-        ))
+        judgments.append(
+            Judgment(
+                example_id=ex.id,
+                evaluator=REVIEWER_AVG,
+                score=float(np.mean(scores)),
+                explanation=f"mean of {len(scores)} profile scores ({listed})",
+            )
+        )
     return judgments
 
 
@@ -70,13 +72,15 @@ def reviewer_majority(examples: Iterable[PairwiseExample]) -> list[Judgment]:
         counts = Counter(labels)
         top = max(counts.values())
         choice = next(label for label in reversed(labels) if counts[label] == top)
-        judgments.append(Judgment(
-            example_id=ex.id,
-            evaluator=REVIEWER_AVG,
-            choice=choice,
-            explanation=f"preferred {choice} in {top} of {len(labels)} profile annotations"
-            + (f" on {ex.aspect}" if items is not ex.profile else ""),
-        ))
+        judgments.append(
+            Judgment(
+                example_id=ex.id,
+                evaluator=REVIEWER_AVG,
+                choice=choice,
+                explanation=f"preferred {choice} in {top} of {len(labels)} profile annotations"
+                + (f" on {ex.aspect}" if items is not ex.profile else ""),
+            )
+        )
     return judgments
 
 
@@ -203,12 +207,15 @@ def training_triples(train: Iterable[ScalarExample]) -> list[Triple]:
     return [(user, item, float(np.mean(sorted(s)))) for (user, item), s in scores.items()]
 
 
-def _mf_explanation(mean: float, user_bias: float, n_profile: int, item_bias: float, factor: float,
-                    known_item: bool) -> str:
-    item = (f"item bias {item_bias:+.2f} + factor term {factor:+.2f}" if known_item
-            else "query plot unseen in training (item bias and factors 0)")
-    return (f"biased MF: global mean {mean:.2f} + user bias {user_bias:+.2f} "
-            f"(from {n_profile} profile reviews) + {item}")
+def _mf_explanation(
+    mean: float, user_bias: float, n_profile: int, item_bias: float, factor: float, known_item: bool
+) -> str:
+    item = (
+        f"item bias {item_bias:+.2f} + factor term {factor:+.2f}"
+        if known_item
+        else "query plot unseen in training (item bias and factors 0)"
+    )
+    return f"biased MF: global mean {mean:.2f} + user bias {user_bias:+.2f} (from {n_profile} profile reviews) + {item}"
 
 
 def matrix_factorization(
@@ -228,14 +235,21 @@ def matrix_factorization(
         row = model.item_row(ex.query_plot_id)
         factor = float(user_factors[k] @ model.item_factors[row])
         raw = model.mean + user_bias[k] + model.item_bias[row] + factor
-        judgments.append(Judgment(
-            example_id=ex.id,
-            evaluator=MATRIX_FACTORIZATION,
-            score=float(np.clip(raw, *model.score_range)),
-            explanation=_mf_explanation(model.mean, float(user_bias[k]), len(ex.profile),
-                                        float(model.item_bias[row]), factor,
-                                        ex.query_plot_id in model.item_index),
-        ))
+        judgments.append(
+            Judgment(
+                example_id=ex.id,
+                evaluator=MATRIX_FACTORIZATION,
+                score=float(np.clip(raw, *model.score_range)),
+                explanation=_mf_explanation(
+                    model.mean,
+                    float(user_bias[k]),
+                    len(ex.profile),
+                    float(model.item_bias[row]),
+                    factor,
+                    ex.query_plot_id in model.item_index,
+                ),
+            )
+        )
     return judgments
 
 

@@ -74,8 +74,9 @@ class ExPerTConfig(EvaluatorConfig):
     #: ``text`` (generate the JSON answer and parse it, the paper's protocol).
     mode: Literal["choice_probs", "text"] = "choice_probs"
     #: Which aggregation's F1 becomes ``Judgment.score`` (all 15 numbers are always in ``details``).
-    aggregation: Literal["content_only", "style_only", "content_and_style", "content_or_style",
-                         "content_style_average"] = DEFAULT
+    aggregation: Literal[
+        "content_only", "style_only", "content_and_style", "content_or_style", "content_style_average"
+    ] = DEFAULT
     #: At most this many aspects per text (the schema's ``maxItems``); also bounds matching calls.
     max_aspects: int = 6
     #: At most this many evidence sentences per aspect.
@@ -142,8 +143,9 @@ def _parse_json_field(text: str, field: str, allowed: Sequence[str]) -> tuple[st
 class _Step:
     """One closed-set question of one instance: where its answer goes and what it cost."""
 
-    def __init__(self, owner: int, side: str, index: int, request: ChatRequest, choices: list[str],
-                 kind: str = "match"):
+    def __init__(
+        self, owner: int, side: str, index: int, request: ChatRequest, choices: list[str], kind: str = "match"
+    ):
         self.owner, self.side, self.index, self.request = owner, side, index, request
         self.choices, self.kind = choices, kind
         self.answer: str | None = None
@@ -159,9 +161,13 @@ class ExPerTJudge:
         self.engine, self.config, self.name = engine, config, name
 
     # ------------------------------------------------------------------ retried generation
-    def _generate_retried(self, requests: list[ChatRequest], params: list[GenerationParams],
-                          parse: Callable[[str], object] | list[Callable[[str], object]],
-                          description: str) -> list[tuple[object | None, str, Cost, int]]:
+    def _generate_retried(
+        self,
+        requests: list[ChatRequest],
+        params: list[GenerationParams],
+        parse: Callable[[str], object] | list[Callable[[str], object]],
+        description: str,
+    ) -> list[tuple[object | None, str, Cost, int]]:
         """(parsed value or None, last text, summed cost, attempts) per request, retrying failures.
 
         ``parse`` (one for all requests, or one per request) raises ValueError on an unreadable answer.
@@ -173,8 +179,10 @@ class ExPerTJudge:
             if not todo:
                 break
             temperature = attempt * self.config.retry_temperature_step
-            batch_params = [p.model_copy(update={"temperature": temperature, "seed": self.config.seed + attempt})
-                            for p in (params[i] for i in todo)]
+            batch_params = [
+                p.model_copy(update={"temperature": temperature, "seed": self.config.seed + attempt})
+                for p in (params[i] for i in todo)
+            ]
             label = description if attempt == 0 else f"{description} (retry {attempt})"
             outputs = self.engine.generate([requests[i] for i in todo], batch_params, description=label)
             failed = []
@@ -202,10 +210,17 @@ class ExPerTJudge:
             return
         c = self.config
         if c.mode == "text":
-            params = [GenerationParams(max_new_tokens=c.answer_tokens,
-                                       json_schema=(match_schema(s.choices, c.reason_chars) if s.kind == "match"
-                                                    else alignment_schema(c.reason_chars)))
-                      for s in steps]
+            params = [
+                GenerationParams(
+                    max_new_tokens=c.answer_tokens,
+                    json_schema=(
+                        match_schema(s.choices, c.reason_chars)
+                        if s.kind == "match"
+                        else alignment_schema(c.reason_chars)
+                    ),
+                )
+                for s in steps
+            ]
             field = "match" if steps[0].kind == "match" else "aligned"
             parsers = [partial(_parse_json_field, field=field, allowed=s.choices) for s in steps]
             parsed = self._generate_retried([s.request for s in steps], params, parsers, description)
@@ -221,9 +236,12 @@ class ExPerTJudge:
             live = list(steps)
         else:  # the reason first, then the decision scored right after it
             params = [GenerationParams(max_new_tokens=c.answer_tokens, regex=reason_regex(c.reason_chars))] * len(steps)
-            done = self._generate_retried([s.request for s in steps], params,
-                                          lambda text: text if text.endswith(ALIGN_KEY) else _bad(text),
-                                          f"{description} reasons")
+            done = self._generate_retried(
+                [s.request for s in steps],
+                params,
+                lambda text: text if text.endswith(ALIGN_KEY) else _bad(text),
+                f"{description} reasons",
+            )
             for step, (text, _, cost, _) in zip(steps, done, strict=True):
                 step.cost = cost
                 if text is None:
@@ -244,8 +262,11 @@ class ExPerTJudge:
     # ------------------------------------------------------------------ the whole pipeline
     def run(self, examples: Sequence[ReferenceExample]) -> list[Judgment]:
         instances = [(ex, system) for ex in examples for system in ex.outputs]
-        texts = list(dict.fromkeys([(ex.input, ex.reference) for ex in examples]
-                                   + [(ex.input, ex.outputs[s]) for ex, s in instances]))
+        texts = list(
+            dict.fromkeys(
+                [(ex.input, ex.reference) for ex in examples] + [(ex.input, ex.outputs[s]) for ex, s in instances]
+            )
+        )
         extracted = dict(zip(texts, self.extract(texts), strict=True))
         ref_aspects, out_aspects = [], []
         for ex, system in instances:
@@ -266,16 +287,19 @@ class ExPerTJudge:
         for step in match_steps:
             if step.answer is None or step.answer == NONE:
                 continue
-            own, other = ((ref_aspects, out_aspects) if step.side == "recall" else (out_aspects, ref_aspects))
+            own, other = (ref_aspects, out_aspects) if step.side == "recall" else (out_aspects, ref_aspects)
             aspect, partner = own[step.owner][0][step.index], other[step.owner][0][int(step.answer) - 1]
             for kind in align_steps:
-                align_steps[kind].append(_Step(step.owner, step.side, step.index,
-                                               alignment_request(kind, aspect, partner), [YES, NO], kind))
+                align_steps[kind].append(
+                    _Step(step.owner, step.side, step.index, alignment_request(kind, aspect, partner), [YES, NO], kind)
+                )
         for kind, steps in align_steps.items():
             self.answer(steps, f"{self.name}: {kind}")
 
-        return [self._judgment(n, ex, system, ref_aspects[n], out_aspects[n], match_steps, align_steps)
-                for n, (ex, system) in enumerate(instances)]
+        return [
+            self._judgment(n, ex, system, ref_aspects[n], out_aspects[n], match_steps, align_steps)
+            for n, (ex, system) in enumerate(instances)
+        ]
 
     def _judgment(self, n: int, ex: ReferenceExample, system: str, ref, out, match_steps, align_steps) -> Judgment:
         cost = ref[2] + out[2]
@@ -284,19 +308,35 @@ class ExPerTJudge:
             failed = [side for side, found in (("reference", ref), ("output", out)) if found[0] is None]
             failures["extraction"] = len(failed)
             return Judgment(
-                example_id=ex.id, evaluator=self.name, target=system, parsed=False, cost=cost,
+                example_id=ex.id,
+                evaluator=self.name,
+                target=system,
+                parsed=False,
+                cost=cost,
                 raw=json.dumps({"reference": ref[1], "output": out[1]}),
                 explanation=f"aspects of the {' and the '.join(failed)} could not be read after "
-                            f"{self.config.max_retries} retries",
-                details={"failures": failures, "attempts": {"reference": ref[3], "output": out[3]}})
+                f"{self.config.max_retries} retries",
+                details={"failures": failures, "attempts": {"reference": ref[3], "output": out[3]}},
+            )
         records: dict[str, list[dict]] = {"recall": [], "precision": []}
         aspects = {"recall": (ref[0], out[0]), "precision": (out[0], ref[0])}
         for side in SIDES:
             for aspect in aspects[side][0]:
-                records[side].append({"aspect": aspect["title"], "description": aspect["description"],
-                                      "evidence": aspect["evidence"], "matched_aspect": None, "match_probs": None,
-                                      "content": False, "style": False, "content_reason": "", "style_reason": "",
-                                      "content_probs": None, "style_probs": None})
+                records[side].append(
+                    {
+                        "aspect": aspect["title"],
+                        "description": aspect["description"],
+                        "evidence": aspect["evidence"],
+                        "matched_aspect": None,
+                        "match_probs": None,
+                        "content": False,
+                        "style": False,
+                        "content_reason": "",
+                        "style_reason": "",
+                        "content_probs": None,
+                        "style_probs": None,
+                    }
+                )
         for step in (s for s in match_steps if s.owner == n):
             record = records[step.side][step.index]
             record["match_probs"], cost = step.probs, cost + step.cost
@@ -313,18 +353,32 @@ class ExPerTJudge:
                     record[f"{kind}_reason"] = "could not be read after the retries"
                     continue
                 record[kind], record[f"{kind}_reason"], record[f"{kind}_probs"] = (
-                    step.answer == YES, step.reason, step.probs)
+                    step.answer == YES,
+                    step.reason,
+                    step.probs,
+                )
         scores = expert_scores(records["recall"], records["precision"])
         key = f"{self.config.aggregation}_f1"
         matched = {side: sum(r["matched_aspect"] is not None for r in records[side]) for side in SIDES}
         return Judgment(
-            example_id=ex.id, evaluator=self.name, target=system, score=scores[key], cost=cost,
-            explanation=(f"{matched['recall']} of {len(ref[0])} reference aspects and {matched['precision']} of "
-                         f"{len(out[0])} output aspects matched; {key} = {scores[key]:.3f}"),
-            details={"recall": records["recall"], "precision": records["precision"], "scores": scores,
-                     "failures": failures, "no_aspects": [s for s, a in (("reference", ref[0]), ("output", out[0]))
-                                                          if not a],
-                     "mode": self.config.mode})
+            example_id=ex.id,
+            evaluator=self.name,
+            target=system,
+            score=scores[key],
+            cost=cost,
+            explanation=(
+                f"{matched['recall']} of {len(ref[0])} reference aspects and {matched['precision']} of "
+                f"{len(out[0])} output aspects matched; {key} = {scores[key]:.3f}"
+            ),
+            details={
+                "recall": records["recall"],
+                "precision": records["precision"],
+                "scores": scores,
+                "failures": failures,
+                "no_aspects": [s for s, a in (("reference", ref[0]), ("output", out[0])) if not a],
+                "mode": self.config.mode,
+            },
+        )
 
 
 def _bad(text: str):
@@ -336,12 +390,20 @@ def check_reference_examples(examples: Sequence[ReferenceExample], data: Path | 
     systems = list(dict.fromkeys(s for ex in examples for s in ex.outputs))
     for ex in examples:
         if need_reference and not ex.reference.strip():
-            raise InputError(data, "ExPerT compares outputs with the user's own text, and this record has none",
-                             record=ex.id, field="reference")
+            raise InputError(
+                data,
+                "ExPerT compares outputs with the user's own text, and this record has none",
+                record=ex.id,
+                field="reference",
+            )
         missing = [s for s in systems if s not in ex.outputs]
         if missing:
-            raise InputError(data, f"no output of system(s) {', '.join(missing)} (other records have them)",
-                             record=ex.id, field="outputs")
+            raise InputError(
+                data,
+                f"no output of system(s) {', '.join(missing)} (other records have them)",
+                record=ex.id,
+                field="outputs",
+            )
     return systems
 
 
@@ -350,17 +412,21 @@ class ExPerT(Evaluator):
     tasks = ("reference",)
     Config = ExPerTConfig
 
-    def judge(self, examples: Sequence[ReferenceExample], engine: Engine | None,
-              context: JudgeContext) -> list[Judgment]:
+    def judge(
+        self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
+    ) -> list[Judgment]:
         check_reference_examples(examples, context.data, need_reference=True)
         if self.config.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {self.config.aggregation!r}; use one of {list(AGGREGATIONS)}")
         return ExPerTJudge(engine, self.config, context.system).run(examples)
 
-    def report(self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]],
-               metrics: Mapping[str, dict]) -> dict[str, str]:
-        return {f"ExPerT explanations: {name}": explanation_tables(found, self.config.examples_in_report)
-                for name, found in judgments.items()}
+    def report(
+        self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]
+    ) -> dict[str, str]:
+        return {
+            f"ExPerT explanations: {name}": explanation_tables(found, self.config.examples_in_report)
+            for name, found in judgments.items()
+        }
 
 
 def _cell(text: str) -> str:
@@ -376,15 +442,22 @@ def explanation_tables(judgments: Sequence[Judgment], k: int = 3) -> str:
             lines += [f"| {label} | matched aspect | content | style |", "|---|---|---|---|"]
             for r in j.details[side]:
                 matched = r["matched_aspect"]
-                verdicts = [f"{'yes' if r[kind] else 'no'}: {_cell(r[f'{kind}_reason'])}"
-                            if matched is not None else "—" for kind in ("content", "style")]
-                lines.append(f"| {_cell(r['aspect'])} | {_cell(matched) if matched is not None else 'none'} | "
-                             + " | ".join(verdicts) + " |")
+                verdicts = [
+                    f"{'yes' if r[kind] else 'no'}: {_cell(r[f'{kind}_reason'])}" if matched is not None else "—"
+                    for kind in ("content", "style")
+                ]
+                lines.append(
+                    f"| {_cell(r['aspect'])} | {_cell(matched) if matched is not None else 'none'} | "
+                    + " | ".join(verdicts)
+                    + " |"
+                )
             lines.append("")
         failures = {k: v for k, v in j.details["failures"].items() if v}
         if failures or j.details["no_aspects"]:
-            lines.append(f"Failed steps (counted as unmatched / not aligned): {failures or 'none'}; "
-                         f"sides without aspects: {j.details['no_aspects'] or 'none'}")
+            lines.append(
+                f"Failed steps (counted as unmatched / not aligned): {failures or 'none'}; "
+                f"sides without aspects: {j.details['no_aspects'] or 'none'}"
+            )
         blocks.append("\n".join(lines))
     unparsed = sum(not j.parsed for j in judgments)
     if unparsed:

@@ -58,17 +58,36 @@ def items_of(examples: Sequence, engine: Engine | None, max_tokens: int, needs_r
     items = []
     for ex in examples:
         if isinstance(ex, McqExample):
-            items += [Item(ex.id, str(k), {"input": ex.question, "preference": stated(ex.preference),
-                                           "history": stated(ex.preference),
-                                           "response": truncate(option, max_tokens, engine)})
-                      for k, option in enumerate(ex.options)]
+            items += [
+                Item(
+                    ex.id,
+                    str(k),
+                    {
+                        "input": ex.question,
+                        "preference": stated(ex.preference),
+                        "history": stated(ex.preference),
+                        "response": truncate(option, max_tokens, engine),
+                    },
+                )
+                for k, option in enumerate(ex.options)
+            ]
         elif isinstance(ex, ReferenceExample):
             if needs_reference and not ex.reference.strip():
                 raise ValueError(f"example {ex.id!r} has no reference; this judge compares outputs with one")
             history = stated("\n\n".join(truncate(s, max_tokens, engine) for s in ex.profile))
-            items += [Item(ex.id, system, {"input": ex.input, "reference": truncate(ex.reference, max_tokens, engine),
-                                           "history": history, "response": truncate(text, max_tokens, engine)})
-                      for system, text in ex.outputs.items()]
+            items += [
+                Item(
+                    ex.id,
+                    system,
+                    {
+                        "input": ex.input,
+                        "reference": truncate(ex.reference, max_tokens, engine),
+                        "history": history,
+                        "response": truncate(text, max_tokens, engine),
+                    },
+                )
+                for system, text in ex.outputs.items()
+            ]
         else:
             raise ValueError(f"cannot judge a {type(ex).__name__}; these judges take mcq and reference examples")
     return items
@@ -79,8 +98,16 @@ def to_ten(score: float | None, low: int, high: int) -> float | None:
     return None if score is None else SCORE_MAX * (score - low) / (high - low)
 
 
-def collect(examples: Sequence, items: Sequence[Item], scores: Sequence[float | None], costs: Sequence[Cost],
-            explanations: Sequence[str], raws: Sequence[str], system: str, scale: tuple[int, int]) -> list[Judgment]:
+def collect(
+    examples: Sequence,
+    items: Sequence[Item],
+    scores: Sequence[float | None],
+    costs: Sequence[Cost],
+    explanations: Sequence[str],
+    raws: Sequence[str],
+    system: str,
+    scale: tuple[int, int],
+) -> list[Judgment]:
     """Judgments in the shape each task kind expects (see the module docstring)."""
     judgments = []
     by_example: dict[str, list[int]] = {}
@@ -92,16 +119,32 @@ def collect(examples: Sequence, items: Sequence[Item], scores: Sequence[float | 
             native = [scores[k] for k in mine]
             parsed = all(s is not None for s in native)
             ten = [to_ten(s, *scale) for s in native] if parsed else None
-            judgments.append(Judgment(
-                example_id=ex.id, evaluator=system, parsed=parsed,
-                choice=None if strict_argmax(ten) is None else str(strict_argmax(ten)),
-                details={"scores": ten, "native_scores": native, "scale": list(scale)},
-                explanation="\n".join(f"option {items[k].target}: {explanations[k]}" for k in mine),
-                raw="\n".join(raws[k] for k in mine), cost=sum((costs[k] for k in mine), Cost())))
+            judgments.append(
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=system,
+                    parsed=parsed,
+                    choice=None if strict_argmax(ten) is None else str(strict_argmax(ten)),
+                    details={"scores": ten, "native_scores": native, "scale": list(scale)},
+                    explanation="\n".join(f"option {items[k].target}: {explanations[k]}" for k in mine),
+                    raw="\n".join(raws[k] for k in mine),
+                    cost=sum((costs[k] for k in mine), Cost()),
+                )
+            )
         else:
-            judgments += [Judgment(example_id=ex.id, evaluator=system, target=items[k].target, score=scores[k],
-                                   parsed=scores[k] is not None, explanation=explanations[k], raw=raws[k],
-                                   cost=costs[k]) for k in mine]
+            judgments += [
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=system,
+                    target=items[k].target,
+                    score=scores[k],
+                    parsed=scores[k] is not None,
+                    explanation=explanations[k],
+                    raw=raws[k],
+                    cost=costs[k],
+                )
+                for k in mine
+            ]
     return judgments
 
 
@@ -109,8 +152,14 @@ def digit_regex(low: int, high: int) -> str:
     return f"[{low}-{high}]\\}}"
 
 
-def sampled_scores(engine: Engine, requests: Sequence[ChatRequest], scale: tuple[int, int], samples: int,
-                   temperature: float, description: str) -> tuple[list[list[int | None]], list[Cost], list[str]]:
+def sampled_scores(
+    engine: Engine,
+    requests: Sequence[ChatRequest],
+    scale: tuple[int, int],
+    samples: int,
+    temperature: float,
+    description: str,
+) -> tuple[list[list[int | None]], list[Cost], list[str]]:
     """``samples`` structured answers per request (a digit and the closing brace), read as integers."""
     low, high = scale
     draws: list[list[int | None]] = [[] for _ in requests]
@@ -127,8 +176,9 @@ def sampled_scores(engine: Engine, requests: Sequence[ChatRequest], scale: tuple
     return draws, costs, ["|".join(t) for t in texts]
 
 
-def expected_scores(engine: Engine, requests: Sequence[ChatRequest], scale: tuple[int, int],
-                    description: str) -> tuple[list[float], list[Cost], list[dict[str, float]]]:
+def expected_scores(
+    engine: Engine, requests: Sequence[ChatRequest], scale: tuple[int, int], description: str
+) -> tuple[list[float], list[Cost], list[dict[str, float]]]:
     probs = engine.choice_probs(requests, [str(n) for n in range(scale[0], scale[1] + 1)], description=description)
     return [p.expectation() for p in probs], [p.cost for p in probs], [p.probs for p in probs]
 
@@ -155,8 +205,7 @@ class GEMBA(Evaluator):
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: GEMBAConfig = self.config
         items = items_of(examples, engine, config.max_tokens, needs_reference=True)
-        requests = [render("gemba", "mcq" if "preference" in it.values else "reference", **it.values)
-                    for it in items]
+        requests = [render("gemba", "mcq" if "preference" in it.values else "reference", **it.values) for it in items]
         if config.scoring == "choice_probs":
             scores, costs, probs = expected_scores(engine, requests, GEMBA_RANGE, f"{context.system}: scores")
             explanations, raws = [_prob_text(p) for p in probs], [""] * len(items)
@@ -191,10 +240,10 @@ class GEval(Evaluator):
         if config.samples < 1:
             raise ValueError(f"g-eval needs samples >= 1, got {config.samples}")
         items = items_of(examples, engine, config.max_tokens, needs_reference=True)
-        requests = [render("gemba", "mcq" if "preference" in it.values else "reference", **it.values)
-                    for it in items]
-        draws, costs, raws = sampled_scores(engine, requests, GEMBA_RANGE, config.samples, config.temperature,
-                                            f"{context.system}: samples")
+        requests = [render("gemba", "mcq" if "preference" in it.values else "reference", **it.values) for it in items]
+        draws, costs, raws = sampled_scores(
+            engine, requests, GEMBA_RANGE, config.samples, config.temperature, f"{context.system}: samples"
+        )
         scores, explanations = [], []
         for d in draws:
             read = [s for s in d if s is not None]
@@ -204,8 +253,16 @@ class GEval(Evaluator):
         judgments = collect(examples, items, scores, costs, explanations, raws, context.system, GEMBA_RANGE)
         if config.exact:
             exact, exact_costs, probs = expected_scores(engine, requests, GEMBA_RANGE, f"{context.system}: exact")
-            judgments += collect(examples, items, exact, exact_costs, [_prob_text(p) for p in probs],
-                                 [""] * len(items), f"{context.system}-exact", GEMBA_RANGE)
+            judgments += collect(
+                examples,
+                items,
+                exact,
+                exact_costs,
+                [_prob_text(p) for p in probs],
+                [""] * len(items),
+                f"{context.system}-exact",
+                GEMBA_RANGE,
+            )
         return judgments
 
 
@@ -225,8 +282,24 @@ class LLMJudge(Evaluator):
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: LLMJudgeConfig = self.config
         items = items_of(examples, engine, config.max_tokens, needs_reference=False)
-        requests = [render("llm-judge", "pointwise", history=it.values["history"], input=it.values["input"],
-                           response=it.values["response"]) for it in items]
+        requests = [
+            render(
+                "llm-judge",
+                "pointwise",
+                history=it.values["history"],
+                input=it.values["input"],
+                response=it.values["response"],
+            )
+            for it in items
+        ]
         scores, costs, probs = expected_scores(engine, requests, LLM_JUDGE_RANGE, f"{context.system}: scores")
-        return collect(examples, items, scores, costs, [_prob_text(p) for p in probs], [""] * len(items),
-                       context.system, LLM_JUDGE_RANGE)
+        return collect(
+            examples,
+            items,
+            scores,
+            costs,
+            [_prob_text(p) for p in probs],
+            [""] * len(items),
+            context.system,
+            LLM_JUDGE_RANGE,
+        )

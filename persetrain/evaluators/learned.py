@@ -79,8 +79,11 @@ def pairwise_person(profile: Sequence[PairwiseProfileItem], words: int = PAIRWIS
     pairs: dict[tuple[str, str, str], list[str]] = {}
     for item in profile:
         pairs.setdefault((item.premise, item.plot_a, item.plot_b), []).append(f"{item.aspect}: Plot {item.preferred}")
-    return "\n\n".join(f"Premise: {premise}\nPlot A: {truncate_words(a, words)}\nPlot B: {truncate_words(b, words)}\n"
-                       f"Preferred: {'; '.join(choices)}" for (premise, a, b), choices in pairs.items())
+    return "\n\n".join(
+        f"Premise: {premise}\nPlot A: {truncate_words(a, words)}\nPlot B: {truncate_words(b, words)}\n"
+        f"Preferred: {'; '.join(choices)}"
+        for (premise, a, b), choices in pairs.items()
+    )
 
 
 def items_of(examples: Sequence, config: LearnedJudgeConfig) -> list[Item]:
@@ -90,18 +93,21 @@ def items_of(examples: Sequence, config: LearnedJudgeConfig) -> list[Item]:
     for ex in examples:
         known = has_person(ex)
         if isinstance(ex, McqExample):
-            items += [Item(ex.id, str(k), ex.preference if known else None, PERSON_LABELS["preference"], ex.question,
-                           option) for k, option in enumerate(ex.options)]
+            items += [
+                Item(ex.id, str(k), ex.preference if known else None, PERSON_LABELS["preference"], ex.question, option)
+                for k, option in enumerate(ex.options)
+            ]
         elif isinstance(ex, ScalarExample):
             person = reviews_person(ex.profile, ex.score_max, config.profile_words) if known else None
             items.append(Item(ex.id, "", person, profile, PLOT_REQUEST, ex.query_plot))
         elif isinstance(ex, PairwiseExample):
             person = pairwise_person(ex.profile) if known else None
             request = f"{ex.premise}\n{ASPECT_QUESTIONS[ex.aspect]}"
-            items += [Item(ex.id, side, person, profile, request, plot)
-                      for side, plot in (("A", ex.plot_a), ("B", ex.plot_b))]
+            items += [
+                Item(ex.id, side, person, profile, request, plot) for side, plot in (("A", ex.plot_a), ("B", ex.plot_b))
+            ]
         elif isinstance(ex, ReferenceExample):
-            person = texts_person(ex.profile[-config.profile_items:], config.profile_words) if known else None
+            person = texts_person(ex.profile[-config.profile_items :], config.profile_words) if known else None
             items += [Item(ex.id, system, person, profile, ex.input, text) for system, text in ex.outputs.items()]
         else:
             raise ValueError(f"a learned judge cannot judge a {type(ex).__name__}")
@@ -119,8 +125,9 @@ class LearnedJudge(Evaluator):
         self._calibrations: dict[str, dict] = {}  # system -> how its scalar scores were calibrated
 
     @abstractmethod
-    def score_items(self, items: Sequence[Item], engine: Engine | None,
-                    context: JudgeContext) -> tuple[list[float], list[Cost], list[str]]:
+    def score_items(
+        self, items: Sequence[Item], engine: Engine | None, context: JudgeContext
+    ) -> tuple[list[float], list[Cost], list[str]]:
         """A raw score, its cost and a short note (e.g. "context cut to fit") per item."""
 
     @abstractmethod
@@ -148,14 +155,21 @@ class LearnedJudge(Evaluator):
         judgments = []
         for ex in examples:
             ks = mine[ex.id]
-            judgments += self._judgments(ex, [items[k] for k in ks], [scores[k] for k in ks], [costs[k] for k in ks],
-                                         [notes[k] for k in ks], context.system)
+            judgments += self._judgments(
+                ex,
+                [items[k] for k in ks],
+                [scores[k] for k in ks],
+                [costs[k] for k in ks],
+                [notes[k] for k in ks],
+                context.system,
+            )
         if examples and isinstance(examples[0], ScalarExample):
             return self._calibrated(judgments, examples, context.system)
         return judgments
 
-    def _judgments(self, ex, items: list[Item], raw: list[float], costs: list[Cost], notes: list[str],
-                   system: str) -> list[Judgment]:
+    def _judgments(
+        self, ex, items: list[Item], raw: list[float], costs: list[Cost], notes: list[str], system: str
+    ) -> list[Judgment]:
         """The example's judgment(s): one per question or pair, one per scalar example, one per reference output."""
         note = "".join(f"; {n}" for n in dict.fromkeys(notes) if n)
         blind = "" if items[0].person is not None else " (person-blind prompt)"
@@ -169,12 +183,29 @@ class LearnedJudge(Evaluator):
                 choice = "A" if raw[0] > raw[1] else "B" if raw[1] > raw[0] else None
                 probs, details = {"A": p_a, "B": 1 - p_a}, {"raw_scores": raw}
             listed = ", ".join(f"{item.target}: {score:.3f}" for item, score in zip(items, raw, strict=True))
-            return [Judgment(example_id=ex.id, evaluator=system, choice=choice, probs=probs, details=details,
-                             cost=sum(costs, Cost()), explanation=f"raw scores {listed}{blind}{note}")]
-        return [Judgment(example_id=ex.id, evaluator=system, target=item.target or None, score=score, cost=cost,
-                         details={"raw_score": score},
-                         explanation=f"raw score {score:.3f}{blind}" + (f"; {n}" if n else ""))
-                for item, score, cost, n in zip(items, raw, costs, notes, strict=True)]
+            return [
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=system,
+                    choice=choice,
+                    probs=probs,
+                    details=details,
+                    cost=sum(costs, Cost()),
+                    explanation=f"raw scores {listed}{blind}{note}",
+                )
+            ]
+        return [
+            Judgment(
+                example_id=ex.id,
+                evaluator=system,
+                target=item.target or None,
+                score=score,
+                cost=cost,
+                details={"raw_score": score},
+                explanation=f"raw score {score:.3f}{blind}" + (f"; {n}" if n else ""),
+            )
+            for item, score, cost, n in zip(items, raw, costs, notes, strict=True)
+        ]
 
     def _calibrated(self, judgments: list[Judgment], examples: Sequence[ScalarExample], system: str) -> list[Judgment]:
         """Scalar scores on the dataset's scale (``LearnedJudgeConfig.calibration``); the raw score stays in details."""

@@ -28,18 +28,27 @@ class LexicalMetric(Evaluator):
     metric: PairMetric
     label: str
 
-    def judge(self, examples: Sequence[ReferenceExample], engine: Engine | None,
-              context: JudgeContext) -> list[Judgment]:
+    def judge(
+        self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
+    ) -> list[Judgment]:
         pairs = []
         for ex in examples:
             if not ex.reference.strip():
-                raise ValueError(f"{self.name} compares outputs with the user's reference, but example {ex.id!r} "
-                                 "has none")
+                raise ValueError(
+                    f"{self.name} compares outputs with the user's reference, but example {ex.id!r} has none"
+                )
             pairs += [(ex.id, system, text, ex.reference) for system, text in ex.outputs.items()]
         scores = type(self).metric([p[2] for p in pairs], [p[3] for p in pairs])
-        return [Judgment(example_id=ex_id, evaluator=context.system, target=system, score=score,
-                         explanation=f"{self.label} against the reference: {score:.4f}")
-                for (ex_id, system, _, _), score in zip(pairs, scores, strict=True)]
+        return [
+            Judgment(
+                example_id=ex_id,
+                evaluator=context.system,
+                target=system,
+                score=score,
+                explanation=f"{self.label} against the reference: {score:.4f}",
+            )
+            for (ex_id, system, _, _), score in zip(pairs, scores, strict=True)
+        ]
 
 
 def _bleu(hypotheses: list[str], references: list[str]) -> list[float]:

@@ -36,14 +36,22 @@ class McqLetter(Evaluator):
         for n in sorted({len(ex.options) for ex in examples}):
             idx = [i for i, ex in enumerate(examples) if len(ex.options) == n]
             letters = list(LETTERS[:n])
-            requests = [letter_request(examples[i].preference, examples[i].question, examples[i].options,
-                                       id=examples[i].id) for i in idx]
-            for i, p in zip(idx, engine.choice_probs(requests, letters, description=f"{context.system}: letters"),
-                            strict=True):
+            requests = [
+                letter_request(examples[i].preference, examples[i].question, examples[i].options, id=examples[i].id)
+                for i in idx
+            ]
+            for i, p in zip(
+                idx, engine.choice_probs(requests, letters, description=f"{context.system}: letters"), strict=True
+            ):
                 scores = [SCORE_MAX * p.probs[letter] for letter in letters]
                 best = strict_argmax(scores)
                 judgments[i] = Judgment(
-                    example_id=examples[i].id, evaluator=context.system, probs=p.probs,
-                    choice=None if best is None else str(best), details={"scores": scores}, cost=p.cost,
-                    explanation="P(letter): " + ", ".join(f"{k} {v:.3f}" for k, v in p.probs.items()))
+                    example_id=examples[i].id,
+                    evaluator=context.system,
+                    probs=p.probs,
+                    choice=None if best is None else str(best),
+                    details={"scores": scores},
+                    cost=p.cost,
+                    explanation="P(letter): " + ", ".join(f"{k} {v:.3f}" for k, v in p.probs.items()),
+                )
         return judgments

@@ -34,9 +34,14 @@ class OddOneOut(Evaluator):
             odd = oddness(ex.options)
             scores = [SCORE_MAX * o for o in odd]
             best = strict_argmax(scores)
-            judgments.append(Judgment(
-                example_id=ex.id, evaluator=context.system, choice=None if best is None else str(best),
-                details={"scores": scores, "oddness": odd},
-                explanation="1 - mean TF-IDF cosine to the other options: "
-                            + ", ".join(f"{k}: {o:.3f}" for k, o in enumerate(odd))))
+            judgments.append(
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=context.system,
+                    choice=None if best is None else str(best),
+                    details={"scores": scores, "oddness": odd},
+                    explanation="1 - mean TF-IDF cosine to the other options: "
+                    + ", ".join(f"{k}: {o:.3f}" for k, o in enumerate(odd)),
+                )
+            )
         return judgments

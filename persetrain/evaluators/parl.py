@@ -83,21 +83,32 @@ def _judge_engine(config: PARLConfig, engine: Engine) -> Engine:
     return load_engine(config.judge_model, backend=config.judge_backend, **options)
 
 
-def induce(engine: Engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int,
-           judge_engine: Engine | None = None) -> list[UserRubrics]:
+def induce(
+    engine: Engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int, judge_engine: Engine | None = None
+) -> list[UserRubrics]:
     """Induce, validate and score every user's rubric set for one run (module docstring)."""
-    params = GenerationParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                              top_p=config.top_p, seed=seed, json_schema=RUBRIC_SCHEMA if config.structured else None)
-    requests = {ex.id: induction_request(ex.task, [h.input for h in ex.history], [h.output for h in ex.history],
-                                         id=ex.id) for ex in examples}
+    params = GenerationParams(
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=seed,
+        json_schema=RUBRIC_SCHEMA if config.structured else None,
+    )
+    requests = {
+        ex.id: induction_request(ex.task, [h.input for h in ex.history], [h.output for h in ex.history], id=ex.id)
+        for ex in examples
+    }
     texts: dict[str, str] = {}
     costs: dict[str, Cost] = {ex.id: Cost() for ex in examples}
     pending = [ex.id for ex in examples]
     for attempt in range(config.max_tries):
         if not pending:
             break
-        p = params if attempt == 0 else params.model_copy(
-            update={"seed": seed + 1000 * attempt, "temperature": max(params.temperature, 0.7)})
+        p = (
+            params
+            if attempt == 0
+            else params.model_copy(update={"seed": seed + 1000 * attempt, "temperature": max(params.temperature, 0.7)})
+        )
         generations = engine.generate([requests[i] for i in pending], p, description=f"rubrics (try {attempt + 1})")
         still = []
         for id, g in zip(pending, generations, strict=True):
@@ -110,8 +121,11 @@ def induce(engine: Engine, examples: Sequence[RubricExample], config: PARLConfig
     checks: list[tuple[str, str, str, str]] = []
     for ex in examples:
         rules = parsed[ex.id].rules or []
-        texts_of = [(h.input, h.output) for h in ex.history] + [(ex.input, ex.output)] + \
-                   [(ex.input, t) for t in ex.baselines.values()]
+        texts_of = (
+            [(h.input, h.output) for h in ex.history]
+            + [(ex.input, ex.output)]
+            + [(ex.input, t) for t in ex.baselines.values()]
+        )
         checks += [(ex.task, r, i, t) for r in rules for i, t in texts_of]
     judge = RubricJudge(judge_engine or engine)
     before = judge.engine.cost
@@ -128,8 +142,19 @@ def induce(engine: Engine, examples: Sequence[RubricExample], config: PARLConfig
         # the judge's cost is one batch: each user carries the share of its rules
         share = len(rules) / max(1, sum(len(parsed[e.id].rules or []) for e in examples))
         judge_share = Cost(calls=round(spent.calls * share), prompt_tokens=round(spent.prompt_tokens * share))
-        out.append(UserRubrics(ex, seed, texts[ex.id], got.rules is not None, got.total_rules, rules, p_history,
-                               p_targets, costs[ex.id] + judge_share))
+        out.append(
+            UserRubrics(
+                ex,
+                seed,
+                texts[ex.id],
+                got.rules is not None,
+                got.total_rules,
+                rules,
+                p_history,
+                p_targets,
+                costs[ex.id] + judge_share,
+            )
+        )
     return out
 
 
@@ -138,21 +163,36 @@ def judgments_of(user: UserRubrics, run: int, system: str, tau: float) -> list[J
     ex = user.example
     valid = user.valid(tau)
     kept = [r for r, ok in zip(user.rules, valid, strict=True) if ok]
-    dropped = [{"rule": r, "reason": "not satisfied by every history item"}
-               for r, ok in zip(user.rules, valid, strict=True) if not ok]
+    dropped = [
+        {"rule": r, "reason": "not satisfied by every history item"}
+        for r, ok in zip(user.rules, valid, strict=True)
+        if not ok
+    ]
     out = []
     for n, (target, ps) in enumerate(user.p_targets.items()):
         p_valid = [p for p, ok in zip(ps, valid, strict=True) if ok]
         satisfied = [p > tau for p in p_valid]
-        out.append(Judgment(
-            example_id=ex.id, evaluator=system, target=target, parsed=user.parsed,
-            score=(float(all(satisfied)) if kept else None) if user.parsed else None,
-            explanation="\n".join(f"- {r}" for r in kept) if user.parsed else "rubric set did not parse",
-            raw=user.raw if n == 0 else "",
-            details={"run": run, "rules": kept, "p_yes": p_valid, "satisfied": satisfied, "dropped": dropped,
-                     "total_rules": user.total_rules, "min_rules": MIN_RULES},
-            cost=user.cost if n == 0 else Cost(),
-        ))
+        out.append(
+            Judgment(
+                example_id=ex.id,
+                evaluator=system,
+                target=target,
+                parsed=user.parsed,
+                score=(float(all(satisfied)) if kept else None) if user.parsed else None,
+                explanation="\n".join(f"- {r}" for r in kept) if user.parsed else "rubric set did not parse",
+                raw=user.raw if n == 0 else "",
+                details={
+                    "run": run,
+                    "rules": kept,
+                    "p_yes": p_valid,
+                    "satisfied": satisfied,
+                    "dropped": dropped,
+                    "total_rules": user.total_rules,
+                    "min_rules": MIN_RULES,
+                },
+                cost=user.cost if n == 0 else Cost(),
+            )
+        )
     return out
 
 
@@ -169,8 +209,10 @@ class PARLEvaluator(Evaluator):
             raise ValueError("the parl evaluator needs a model (the rubric generator)")
         missing = [ex.id for ex in examples if not ex.baselines]
         if missing:
-            raise ValueError(f"examples without negatives cannot be judged by parl: {missing[:5]} (attach the "
-                             "outputs of generate-baselines with `persetrain prepare parl`)")
+            raise ValueError(
+                f"examples without negatives cannot be judged by parl: {missing[:5]} (attach the "
+                "outputs of generate-baselines with `persetrain prepare parl`)"
+            )
         judge_engine = _judge_engine(config, engine)
         out: list[Judgment] = []
         for run in range(config.runs):
@@ -181,16 +223,21 @@ class PARLEvaluator(Evaluator):
     def report(self, out: Path, examples: Sequence, judgments, metrics) -> dict[str, str]:
         lines = ["| system | coverage | rules/user | Max-Diff | user-level acc. (gt) |", "|---|---|---|---|---|"]
         for system, m in metrics.items():
+
             def fmt(key: str, m=m) -> str:
                 v, sd = m.get(key), m.get(f"{key}_std")
                 return "n/a" if v is None else f"{v:.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
-            lines.append(f"| {system} | {fmt('user_coverage')} | {fmt('avg_rules_per_user')} | {fmt('max_diff')} "
-                         f"| {fmt('user_acc/gt')} |")
+
+            lines.append(
+                f"| {system} | {fmt('user_coverage')} | {fmt('avg_rules_per_user')} | {fmt('max_diff')} "
+                f"| {fmt('user_acc/gt')} |"
+            )
         return {"PARL rubrics": "\n".join(lines)}
 
 
-def induce_to_file(engine: Engine, examples: Sequence[RubricExample], config: PARLConfig, out: Path,
-                   seed: int = 0) -> Path:
+def induce_to_file(
+    engine: Engine, examples: Sequence[RubricExample], config: PARLConfig, out: Path, seed: int = 0
+) -> Path:
     """``persetrain rubrics induce``: every user's rubric set per run, validated and scored, as JSON lines."""
     from persetrain.io import write_jsonl
 
@@ -199,15 +246,26 @@ def induce_to_file(engine: Engine, examples: Sequence[RubricExample], config: PA
     for run in range(config.runs):
         for user in induce(engine, examples, config, seed + run, judge_engine):
             valid = user.valid(config.tau)
-            records.append({
-                "id": user.example.id, "user_id": user.example.user_id, "task": user.example.task, "run": run,
-                "seed": user.seed, "parsed": user.parsed, "total_rules": user.total_rules,
-                "rules": [r for r, ok in zip(user.rules, valid, strict=True) if ok],
-                "dropped": [r for r, ok in zip(user.rules, valid, strict=True) if not ok],
-                "p_history": user.p_history,
-                "satisfied": {t: [p > config.tau for p, ok in zip(ps, valid, strict=True) if ok]
-                              for t, ps in user.p_targets.items()},
-                "p_yes": user.p_targets, "raw": user.raw, "cost": user.cost.model_dump(),
-            })
+            records.append(
+                {
+                    "id": user.example.id,
+                    "user_id": user.example.user_id,
+                    "task": user.example.task,
+                    "run": run,
+                    "seed": user.seed,
+                    "parsed": user.parsed,
+                    "total_rules": user.total_rules,
+                    "rules": [r for r, ok in zip(user.rules, valid, strict=True) if ok],
+                    "dropped": [r for r, ok in zip(user.rules, valid, strict=True) if not ok],
+                    "p_history": user.p_history,
+                    "satisfied": {
+                        t: [p > config.tau for p, ok in zip(ps, valid, strict=True) if ok]
+                        for t, ps in user.p_targets.items()
+                    },
+                    "p_yes": user.p_targets,
+                    "raw": user.raw,
+                    "cost": user.cost.model_dump(),
+                }
+            )
     write_jsonl(out, records)
     return out

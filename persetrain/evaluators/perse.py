@@ -88,21 +88,30 @@ class PerSEConfig(EvaluatorConfig):
     explanation_metrics: bool = True
 
 
-def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerSEConfig | None = None,
-                 name: str = "perse") -> dict[str, list[Judgment]]:
+def judge_scalar(
+    engine: Engine, examples: Sequence[ScalarExample], config: PerSEConfig | None = None, name: str = "perse"
+) -> dict[str, list[Judgment]]:
     """Judgments keyed by evaluator name: ``name`` (parsed text) and ``name-expected``."""
     config = config or PerSEConfig()
     words = config.profile_words or PROFILE_WORDS
     requests = [scalar_request(ex, profile_words=words) for ex in examples]
     out: dict[str, list[Judgment]] = {}
     if config.review:
-        params = GenerationParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                  seed=config.seed)
+        params = GenerationParams(
+            max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=config.seed
+        )
         generations = engine.generate(requests, params, description=f"{name}: reviews")
         parsed = [parse_scalar_output(g.text) for g in generations]
         out[name] = [
-            Judgment(example_id=ex.id, evaluator=name, score=score, explanation=review, raw=g.text,
-                     parsed=score is not None, cost=g.cost)
+            Judgment(
+                example_id=ex.id,
+                evaluator=name,
+                score=score,
+                explanation=review,
+                raw=g.text,
+                parsed=score is not None,
+                cost=g.cost,
+            )
             for ex, g, (review, score) in zip(examples, generations, parsed, strict=True)
         ]
         prefixes = [f"{REVIEW_MARKER} {review} {SCORE_MARKER} " for review, _ in parsed]
@@ -111,21 +120,32 @@ def judge_scalar(engine: Engine, examples: Sequence[ScalarExample], config: PerS
     scoring = [r.model_copy(update={"assistant_prefix": p}) for r, p in zip(requests, prefixes, strict=True)]
     probs = engine.choice_probs(scoring, SCORE_CHOICES, description=f"{name}: score probabilities")
     out[f"{name}-expected"] = [
-        Judgment(example_id=ex.id, evaluator=f"{name}-expected", score=p.expectation(), probs=p.probs,
-                 explanation=prefix.removeprefix(REVIEW_MARKER).removesuffix(f"{SCORE_MARKER} ").strip(),
-                 cost=p.cost)
+        Judgment(
+            example_id=ex.id,
+            evaluator=f"{name}-expected",
+            score=p.expectation(),
+            probs=p.probs,
+            explanation=prefix.removeprefix(REVIEW_MARKER).removesuffix(f"{SCORE_MARKER} ").strip(),
+            cost=p.cost,
+        )
         for ex, p, prefix in zip(examples, probs, prefixes, strict=True)
     ]
     return out
 
 
 def _swapped(example: PairwiseExample) -> PairwiseExample:
-    return example.model_copy(update={"plot_a": example.plot_b, "plot_b": example.plot_a,
-                                      "preferred": "B" if example.preferred == "A" else "A"})
+    return example.model_copy(
+        update={
+            "plot_a": example.plot_b,
+            "plot_b": example.plot_a,
+            "preferred": "B" if example.preferred == "A" else "A",
+        }
+    )
 
 
-def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_words: int | None = None,
-                   name: str = "perse") -> list[Judgment]:
+def judge_pairwise(
+    engine: Engine, examples: Sequence[PairwiseExample], profile_words: int | None = None, name: str = "perse"
+) -> list[Judgment]:
     """Per-aspect preference with position bias cancelled by asking in both orders."""
     profile_words = profile_words or PAIRWISE_PROFILE_WORDS
     requests: list[ChatRequest] = []
@@ -138,11 +158,16 @@ def judge_pairwise(engine: Engine, examples: Sequence[PairwiseExample], profile_
     for i, ex in enumerate(examples):
         forward, backward = probs[2 * i], probs[2 * i + 1]
         p_a = (forward.probs[a] + backward.probs[b]) / 2  # original Plot A sits in slot B when swapped
-        judgments.append(Judgment(
-            example_id=ex.id, evaluator=name, choice="A" if p_a >= 0.5 else "B", probs={"A": p_a, "B": 1 - p_a},
-            explanation=f"P(Plot A) = {forward.probs[a]:.3f} as shown, {backward.probs[b]:.3f} swapped",
-            cost=forward.cost + backward.cost,
-        ))
+        judgments.append(
+            Judgment(
+                example_id=ex.id,
+                evaluator=name,
+                choice="A" if p_a >= 0.5 else "B",
+                probs={"A": p_a, "B": 1 - p_a},
+                explanation=f"P(Plot A) = {forward.probs[a]:.3f} as shown, {backward.probs[b]:.3f} swapped",
+                cost=forward.cost + backward.cost,
+            )
+        )
     return judgments
 
 
@@ -154,8 +179,9 @@ def built_profile_words(data: Path) -> int | None:
     return json.loads(info.read_text(encoding="utf-8")).get("params", {}).get("profile_words")
 
 
-def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
-              method: str) -> tuple[list[Judgment], dict | None]:
+def calibrate(
+    found: list[Judgment], examples: Sequence[ScalarExample], method: str
+) -> tuple[list[Judgment], dict | None]:
     """Put the judge's 1-10 scores on the examples' own scale (PerSE on Amazon: 1-5 stars).
 
     Nothing changes on a 1-10 dataset. Elsewhere ``score`` becomes the calibrated value the
@@ -173,8 +199,9 @@ def calibrate(found: list[Judgment], examples: Sequence[ScalarExample],
     if method == "linear":
         mapped, record = apply_calibration(linear, pred), {"method": "linear", "map": linear.to_dict()}
     elif method == "quantile":
-        mapped, record = cross_fitted_quantile(pred, [ex.score for ex in examples], [ex.id for ex in examples],
-                                               fallback=linear)
+        mapped, record = cross_fitted_quantile(
+            pred, [ex.score for ex in examples], [ex.id for ex in examples], fallback=linear
+        )
         record["linear_folds"] = record.pop("fallback_folds")  # PerSE's fallback is the linear map
     else:
         raise ValueError(f"unknown calibration {method!r}; use linear or quantile")
@@ -214,8 +241,9 @@ class PerSE(Evaluator):
             return metrics
         if self.config.explanation_metrics and any(j.raw for j in judgments):
             ordered = by_example(examples, judgments)
-            metrics["explanation"] = similarity_summary([j.explanation if j else "" for j in ordered],
-                                                        [ex.review for ex in examples])
+            metrics["explanation"] = similarity_summary(
+                [j.explanation if j else "" for j in ordered], [ex.review for ex in examples]
+            )
         if judgments[0].evaluator in self._calibrations:
             metrics["calibration"] = self._calibrations[judgments[0].evaluator]
         return metrics

@@ -80,13 +80,21 @@ def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
     """Comparing candidates needs at least two; a one-answer list is a data error, not a score."""
     for ex in examples:
         if len(ex.options) < 2:
-            raise ValueError(f"{method} compares candidate answers, but example {ex.id!r} has "
-                             f"{len(ex.options)} candidate answer; give at least two")
+            raise ValueError(
+                f"{method} compares candidate answers, but example {ex.id!r} has "
+                f"{len(ex.options)} candidate answer; give at least two"
+            )
 
 
-def generate_parsed(engine: Engine, requests: Sequence[ChatRequest], params: Sequence[GenerationParams],
-                    parsers: Sequence[Callable[[str], object | None]], retries: int, temperature: float,
-                    description: str) -> list[tuple[object | None, str, Cost]]:
+def generate_parsed(
+    engine: Engine,
+    requests: Sequence[ChatRequest],
+    params: Sequence[GenerationParams],
+    parsers: Sequence[Callable[[str], object | None]],
+    retries: int,
+    temperature: float,
+    description: str,
+) -> list[tuple[object | None, str, Cost]]:
     """(parsed value or None, last text, cost of every attempt) per request, retrying what fails.
 
     ``parsers[i]`` reads request i's text (None: unreadable). Retries sample with a new seed each
@@ -97,8 +105,10 @@ def generate_parsed(engine: Engine, requests: Sequence[ChatRequest], params: Seq
     for attempt in range(retries + 1):
         if not todo:
             break
-        attempt_params = [params[i] if attempt == 0 else params[i].model_copy(
-            update={"temperature": temperature, "seed": attempt}) for i in todo]
+        attempt_params = [
+            params[i] if attempt == 0 else params[i].model_copy(update={"temperature": temperature, "seed": attempt})
+            for i in todo
+        ]
         label = description if attempt == 0 else f"{description} (retry {attempt})"
         generations = engine.generate([requests[i] for i in todo], attempt_params, description=label)
         failed = []
@@ -127,6 +137,7 @@ def parse_factors(text: str) -> dict[str, str] | None:
 
 def parse_weights(keys: Sequence[str]) -> Callable[[str], dict[str, int] | None]:
     """Stage 2 must weigh every coverage factor; added keys must carry the ``preh_`` prefix."""
+
     def parse(text: str) -> dict[str, int] | None:
         obj = _json(text)
         if not isinstance(obj, dict) or any(k not in obj for k in keys):
@@ -139,17 +150,22 @@ def parse_weights(keys: Sequence[str]) -> Callable[[str], dict[str, int] | None]
                 return None
             weights[key] = value
         return weights
+
     return parse
 
 
 def parse_scores(n: int) -> Callable[[str], list[float] | None]:
     def parse(text: str) -> list[float] | None:
         obj = _json(text)
-        if (not isinstance(obj, list) or len(obj) != n
-                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj)
-                or not all(SCORE_MIN <= v <= SCORE_MAX for v in obj)):
+        if (
+            not isinstance(obj, list)
+            or len(obj) != n
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj)
+            or not all(SCORE_MIN <= v <= SCORE_MAX for v in obj)
+        ):
             return None
         return [float(v) for v in obj]
+
     return parse
 
 
@@ -202,22 +218,36 @@ class PREF(Evaluator):
         judgments, start = [], 0
         for ex, rubric in zip(examples, rubrics, strict=True):
             end = start + len(rubric.shifts)
-            by_order = [_unrotate(found, shift) for found, shift in zip(flat_scores[start:end], rubric.shifts,
-                                                                         strict=True)]
+            by_order = [
+                _unrotate(found, shift) for found, shift in zip(flat_scores[start:end], rubric.shifts, strict=True)
+            ]
             s = _average(by_order)
             raw = "\n".join(r for r in flat_raws[start:end] if r)
             cost = sum(flat_costs[start:end], Cost())
             start = end
-            details = {"variant": config.variant, "scoring": config.scoring, "scores": s,
-                       "scores_by_order": by_order if len(by_order) > 1 else None,
-                       "factors": rubric.factors, "weights": rubric.weights,
-                       "added": {k: v for k, v in (rubric.weights or {}).items() if k.startswith(ADDED_PREFIX)},
-                       "notes": rubric.notes}
+            details = {
+                "variant": config.variant,
+                "scoring": config.scoring,
+                "scores": s,
+                "scores_by_order": by_order if len(by_order) > 1 else None,
+                "factors": rubric.factors,
+                "weights": rubric.weights,
+                "added": {k: v for k, v in (rubric.weights or {}).items() if k.startswith(ADDED_PREFIX)},
+                "notes": rubric.notes,
+            }
             best = strict_argmax(s)
-            judgments.append(Judgment(
-                example_id=ex.id, evaluator=context.system, choice=None if best is None else str(best),
-                raw=raw, parsed=s is not None, details=details,
-                explanation=_explain(rubric.guideline, s, rubric.notes), cost=rubric.cost + cost))
+            judgments.append(
+                Judgment(
+                    example_id=ex.id,
+                    evaluator=context.system,
+                    choice=None if best is None else str(best),
+                    raw=raw,
+                    parsed=s is not None,
+                    details=details,
+                    explanation=_explain(rubric.guideline, s, rubric.notes),
+                    cost=rubric.cost + cost,
+                )
+            )
         return judgments
 
     def metrics(self, task: TaskKind, examples: Sequence[McqExample], judgments: list[Judgment]) -> dict:
@@ -234,8 +264,13 @@ class PREF(Evaluator):
         }
         return metrics
 
-    def report(self, out: Path, examples: Sequence[McqExample], judgments: Mapping[str, list[Judgment]],
-               metrics: Mapping[str, dict]) -> dict[str, str]:
+    def report(
+        self,
+        out: Path,
+        examples: Sequence[McqExample],
+        judgments: Mapping[str, list[Judgment]],
+        metrics: Mapping[str, dict],
+    ) -> dict[str, str]:
         """One example rubric per system, with the scores it led to."""
         sections = {}
         for system, found in judgments.items():
@@ -245,7 +280,8 @@ class PREF(Evaluator):
                     f"Stage 1 unparsed: {rubric.get('stage1_unparsed')}, stage 2 unparsed: "
                     f"{rubric.get('stage2_unparsed')}; mean factors {rubric.get('mean_factors')}, mean preh_ "
                     f"additions {rubric.get('mean_added')}.\n\nExample `{found[0].example_id}`:\n\n```\n"
-                    f"{found[0].explanation}\n```")
+                    f"{found[0].explanation}\n```"
+                )
         return sections
 
     def rubrics(self, examples: Sequence[McqExample], engine: Engine | None, system: str = "pref") -> list[Rubric]:
@@ -266,13 +302,18 @@ class PREF(Evaluator):
         for ex, f, w, n, c in zip(examples, factors, weights, notes, costs, strict=True):
             guideline = None if config.variant == "base" else factor_lines(f or {}, w)
             shifts = list(range(len(ex.options))) if config.balance_positions and not config.scorer else [0]
-            requests = [score_request(ex.question, ex.preference, rotate(ex.options, shift), guideline,
-                                      weighted=w is not None, id=ex.id) for shift in shifts]
+            requests = [
+                score_request(
+                    ex.question, ex.preference, rotate(ex.options, shift), guideline, weighted=w is not None, id=ex.id
+                )
+                for shift in shifts
+            ]
             rubrics.append(Rubric(f, w, guideline, shifts, requests, n, c))
         return rubrics
 
-    def _trained_stage3(self, examples: Sequence[McqExample], rubrics: Sequence[Rubric],
-                        context: JudgeContext) -> tuple[list[list[float]], list[Cost]]:
+    def _trained_stage3(
+        self, examples: Sequence[McqExample], rubrics: Sequence[Rubric], context: JudgeContext
+    ) -> tuple[list[list[float]], list[Cost]]:
         """Stage 3 by the configured trained judge (``scorer``), loaded once per evaluator."""
         # Imported here: the learned judges import this module (refuse_single_answer).
         from persetrain.evaluators.learned import Item
@@ -284,8 +325,19 @@ class PREF(Evaluator):
         groups = []
         for ex, rubric in zip(examples, rubrics, strict=True):
             person = ex.preference + (f"\nGuideline:\n{rubric.guideline}" if rubric.guideline else "")
-            groups.append([Item(ex.id, str(k), person if ex.preference.strip() else None, PERSON_LABELS["preference"],
-                                ex.question, option) for k, option in enumerate(ex.options)])
+            groups.append(
+                [
+                    Item(
+                        ex.id,
+                        str(k),
+                        person if ex.preference.strip() else None,
+                        PERSON_LABELS["preference"],
+                        ex.question,
+                        option,
+                    )
+                    for k, option in enumerate(ex.options)
+                ]
+            )
         raw, costs = grouped_scores(self._scorer, groups, context)
         return [self._scorer.judge.option_scores(r) for r in raw], costs
 
@@ -295,9 +347,15 @@ class PREF(Evaluator):
         config: PREFConfig = self.config
         questions = list(dict.fromkeys(ex.question for ex in examples))
         params = GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=coverage_schema())
-        found = generate_parsed(engine, [coverage_request(q) for q in questions], [params] * len(questions),
-                                [parse_factors] * len(questions), config.max_retries, config.retry_temperature,
-                                f"{system}: stage 1 (coverage)")
+        found = generate_parsed(
+            engine,
+            [coverage_request(q) for q in questions],
+            [params] * len(questions),
+            [parse_factors] * len(questions),
+            config.max_retries,
+            config.retry_temperature,
+            f"{system}: stage 1 (coverage)",
+        )
         by_question = dict(zip(questions, found, strict=True))
         first = {}
         for i, ex in enumerate(examples):
@@ -316,12 +374,22 @@ class PREF(Evaluator):
     def _alignment(self, engine, examples, factors, costs, notes, system) -> list[dict[str, int] | None]:
         config: PREFConfig = self.config
         todo = [i for i, f in enumerate(factors) if f]
-        requests = [alignment_request(examples[i].question, factors[i], examples[i].preference, id=examples[i].id)
-                    for i in todo]
-        params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=alignment_schema(list(factors[i])))
-                  for i in todo]
-        found = generate_parsed(engine, requests, params, [parse_weights(list(factors[i])) for i in todo],
-                                config.max_retries, config.retry_temperature, f"{system}: stage 2 (user alignment)")
+        requests = [
+            alignment_request(examples[i].question, factors[i], examples[i].preference, id=examples[i].id) for i in todo
+        ]
+        params = [
+            GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=alignment_schema(list(factors[i])))
+            for i in todo
+        ]
+        found = generate_parsed(
+            engine,
+            requests,
+            params,
+            [parse_weights(list(factors[i])) for i in todo],
+            config.max_retries,
+            config.retry_temperature,
+            f"{system}: stage 2 (user alignment)",
+        )
         result: list[dict[str, int] | None] = [None] * len(examples)
         for i, (value, _, cost) in zip(todo, found, strict=True):
             costs[i] = costs[i] + cost
@@ -334,13 +402,16 @@ class PREF(Evaluator):
 def _explain(guideline: str | None, scores: list[float] | None, notes: list[str]) -> str:
     """The rubric the scores came from, then the scores, then anything that went wrong."""
     parts = [f"Guideline:\n{guideline}" if guideline else "No guideline (direct scoring)."]
-    parts.append("Scores: " + (", ".join(f"{k + 1}: {s:.2f}" for k, s in enumerate(scores)) if scores is not None
-                               else "unreadable"))
+    parts.append(
+        "Scores: "
+        + (", ".join(f"{k + 1}: {s:.2f}" for k, s in enumerate(scores)) if scores is not None else "unreadable")
+    )
     return "\n".join(parts + notes)
 
 
-def stage3_inputs(examples: Sequence[McqExample], rubrics: Sequence[Rubric]) -> tuple[list[list[str]],
-                                                                                 list[ChatRequest]]:
+def stage3_inputs(
+    examples: Sequence[McqExample], rubrics: Sequence[Rubric]
+) -> tuple[list[list[str]], list[ChatRequest]]:
     """Every stage-3 request of ``rubrics``, flat, with the candidate list each one shows (in its order)."""
     shown = [rotate(ex.options, shift) for ex, r in zip(examples, rubrics, strict=True) for shift in r.shifts]
     return shown, [request for r in rubrics for request in r.requests]
@@ -359,8 +430,9 @@ def _average(by_order: list[list[float] | None]) -> list[float] | None:
     return [sum(column) / len(read) for column in zip(*read, strict=True)] if read else None
 
 
-def score_by_probs(engine: Engine, shown: Sequence[list[str]], requests: Sequence[ChatRequest],
-                   system: str = "pref") -> tuple[list[list[float]], list[str], list[Cost]]:
+def score_by_probs(
+    engine: Engine, shown: Sequence[list[str]], requests: Sequence[ChatRequest], system: str = "pref"
+) -> tuple[list[list[float]], list[str], list[Cost]]:
     """Stage 3 from ``choice_probs``: each candidate's expected 0..10 score after a prefix restating it.
 
     ``shown[i]`` is the candidate list request i shows, in its order; scores come back in that order.
@@ -370,8 +442,11 @@ def score_by_probs(engine: Engine, shown: Sequence[list[str]], requests: Sequenc
     0.02 of each other, position noise (flip rate 0.79 on 24 dev questions; restated, 0.0 on 12 of them),
     though stage 3 then ran at 1.43x the sampled path instead of 0.88x.
     """
-    flat = [request.model_copy(update={"assistant_prefix": score_prefix(k, option)})
-            for options, request in zip(shown, requests, strict=True) for k, option in enumerate(options)]
+    flat = [
+        request.model_copy(update={"assistant_prefix": score_prefix(k, option)})
+        for options, request in zip(shown, requests, strict=True)
+        for k, option in enumerate(options)
+    ]
     probs = engine.choice_probs(flat, list(SCORE_CHOICES), description=f"{system}: stage 3 (scores)")
     scores, costs, start = [], [], 0
     for options in shown:
@@ -382,11 +457,25 @@ def score_by_probs(engine: Engine, shown: Sequence[list[str]], requests: Sequenc
     return scores, [""] * len(shown), costs
 
 
-def score_by_text(engine: Engine, shown: Sequence[list[str]], requests: Sequence[ChatRequest],
-                  config: PREFConfig, system: str = "pref") -> tuple[list[list[float] | None], list[str], list[Cost]]:
+def score_by_text(
+    engine: Engine,
+    shown: Sequence[list[str]],
+    requests: Sequence[ChatRequest],
+    config: PREFConfig,
+    system: str = "pref",
+) -> tuple[list[list[float] | None], list[str], list[Cost]]:
     """Stage 3 as the paper runs it: one sampled JSON list of scores per request (greedy, then retries)."""
-    params = [GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=scores_schema(len(options)))
-              for options in shown]
-    found = generate_parsed(engine, requests, params, [parse_scores(len(options)) for options in shown],
-                            config.max_retries, config.retry_temperature, f"{system}: stage 3 (scores)")
+    params = [
+        GenerationParams(max_new_tokens=config.max_new_tokens, json_schema=scores_schema(len(options)))
+        for options in shown
+    ]
+    found = generate_parsed(
+        engine,
+        requests,
+        params,
+        [parse_scores(len(options)) for options in shown],
+        config.max_retries,
+        config.retry_temperature,
+        f"{system}: stage 3 (scores)",
+    )
     return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]

@@ -52,19 +52,25 @@ class RewardModelJudge(LearnedJudge):
 
     def scorer(self, model: str) -> RewardModelScorer:
         if self._scorer is None or self._scorer.spec != model:
-            self._scorer = RewardModelScorer(model, batch_tokens=self.config.batch_tokens,
-                                             max_length=self.config.max_length)
+            self._scorer = RewardModelScorer(
+                model, batch_tokens=self.config.batch_tokens, max_length=self.config.max_length
+            )
         return self._scorer
 
-    def score_items(self, items: Sequence[Item], engine: Engine | None,
-                    context: JudgeContext) -> tuple[list[float], list[Cost], list[str]]:
+    def score_items(
+        self, items: Sequence[Item], engine: Engine | None, context: JudgeContext
+    ) -> tuple[list[float], list[Cost], list[str]]:
         if context.model is None:
             raise ValueError("rm needs a reward-model checkpoint: --evaluator rm --model DIR")
         contexts = [rm_context(it.person, it.request, it.person_label) for it in items]
-        scored = self.scorer(context.model).score_detailed(contexts, [it.candidate for it in items],
-                                                           description=f"{context.system}: rewards")
-        return ([s.score for s in scored], [Cost(calls=1, prompt_tokens=s.tokens) for s in scored],
-                ["context cut to fit the model" if s.truncated else "" for s in scored])
+        scored = self.scorer(context.model).score_detailed(
+            contexts, [it.candidate for it in items], description=f"{context.system}: rewards"
+        )
+        return (
+            [s.score for s in scored],
+            [Cost(calls=1, prompt_tokens=s.tokens) for s in scored],
+            ["context cut to fit the model" if s.truncated else "" for s in scored],
+        )
 
     def unit(self, scores: Sequence[float]) -> list[float]:
         return [sigmoid(s) for s in scores]

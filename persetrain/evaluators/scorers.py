@@ -24,8 +24,9 @@ def parse_scorer(spec: str) -> tuple[str, str]:
     """``"rm:PATH"`` -> ``("rm", "PATH")``; the model part may hold ':' (``verifier:embedded:NAME``)."""
     kind, _, model = spec.partition(":")
     if kind not in KINDS or not model:
-        raise ValueError(f"scorer {spec!r}: use rm:PATH (a reward-model checkpoint) or verifier:MODEL (a causal LM "
-                         "read as p(yes))")
+        raise ValueError(
+            f"scorer {spec!r}: use rm:PATH (a reward-model checkpoint) or verifier:MODEL (a causal LM read as p(yes))"
+        )
     return kind, model
 
 
@@ -53,14 +54,21 @@ class TrainedScorer:
 
                 self._engine = load_engine(self.model)
             engine = self._engine
-        scoring = JudgeContext(data=context.data, split=context.split, system=f"{context.system} scorer",
-                               out=context.out, seed=context.seed, model=self.model)
+        scoring = JudgeContext(
+            data=context.data,
+            split=context.split,
+            system=f"{context.system} scorer",
+            out=context.out,
+            seed=context.seed,
+            model=self.model,
+        )
         scores, costs, _ = self.judge.score_items(items, engine, scoring)
         return scores, costs
 
 
-def grouped_scores(scorer: TrainedScorer, groups: Sequence[Sequence[Item]],
-                   context: JudgeContext) -> tuple[list[list[float]], list[Cost]]:
+def grouped_scores(
+    scorer: TrainedScorer, groups: Sequence[Sequence[Item]], context: JudgeContext
+) -> tuple[list[list[float]], list[Cost]]:
     """Each group's raw scores and their summed cost, from one call to the judge for every group; the caller
     reads a group as the judge does (``judge.option_scores``: 0..10 each, ``judge.share``: split among them)."""
     flat = [item for group in groups for item in group]

@@ -33,8 +33,13 @@ def verifier_request(item: Item) -> ChatRequest:
     """The yes/no question about one candidate, with the person or (blind probe) without."""
     if item.person is None:
         return VERIFIER_BLIND.render(id=item.example_id, request=item.request, candidate=item.candidate)
-    return VERIFIER.render(id=item.example_id, person_label=item.person_label, person=item.person,
-                           request=item.request, candidate=item.candidate)
+    return VERIFIER.render(
+        id=item.example_id,
+        person_label=item.person_label,
+        person=item.person,
+        request=item.request,
+        candidate=item.candidate,
+    )
 
 
 @register("verifier")
@@ -46,12 +51,14 @@ class Verifier(LearnedJudge):
     def check_model(self, model: str) -> None:
         check_language_model(model)
 
-    def score_items(self, items: Sequence[Item], engine: Engine | None,
-                    context: JudgeContext) -> tuple[list[float], list[Cost], list[str]]:
+    def score_items(
+        self, items: Sequence[Item], engine: Engine | None, context: JudgeContext
+    ) -> tuple[list[float], list[Cost], list[str]]:
         if engine is None:
             raise ValueError("verifier needs a model")
-        probs = engine.choice_probs([verifier_request(it) for it in items], list(VERIFIER_CHOICES),
-                                    description=f"{context.system}: p(yes)")
+        probs = engine.choice_probs(
+            [verifier_request(it) for it in items], list(VERIFIER_CHOICES), description=f"{context.system}: p(yes)"
+        )
         return [p.probs[YES] for p in probs], [p.cost for p in probs], [""] * len(items)
 
     def unit(self, scores: Sequence[float]) -> list[float]:

@@ -39,13 +39,31 @@ from persetrain.io import InputError
 #: trainer name -> the module with its ``make_parser()`` and ``main()``
 TRAINERS = {"sft": "persetrain.train.sft", "grpo": "persetrain.train.grpo", "rm": "persetrain.train.rm"}
 #: accelerate config keys that accelerate refuses next to a ``deepspeed_config_file`` (the JSON holds them)
-_DEEPSPEED_JSON_KEYS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "gradient_clipping",
-                        "gradient_accumulation_steps", "zero3_save_16bit_model", "offload_param_nvme_path",
-                        "offload_optimizer_nvme_path")
+_DEEPSPEED_JSON_KEYS = (
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "gradient_clipping",
+    "gradient_accumulation_steps",
+    "zero3_save_16bit_model",
+    "offload_param_nvme_path",
+    "offload_optimizer_nvme_path",
+)
 # Keys only TRL's GRPOConfig has (SFTConfig has none of them). Listed rather than computed from the two
 # dataclasses because importing TRL takes seconds, and rendering a command should not.
-GRPO_ONLY_KEYS = frozenset({"num_generations", "reward_funcs", "reward_weights", "use_vllm", "vllm_mode",
-                            "max_completion_length", "beta", "num_iterations", "generation_batch_size"})
+GRPO_ONLY_KEYS = frozenset(
+    {
+        "num_generations",
+        "reward_funcs",
+        "reward_weights",
+        "use_vllm",
+        "vllm_mode",
+        "max_completion_length",
+        "beta",
+        "num_iterations",
+        "generation_batch_size",
+    }
+)
 # Keys only persetrain's RMConfig (TRL's RewardConfig) has.
 RM_ONLY_KEYS = frozenset({"loss", "person_contrast", "center_rewards_coefficient"})
 # transformers.TrainingArguments defaults, for recipes that leave the batch keys out.
@@ -175,14 +193,16 @@ def _read_deepspeed_json(name: str, named_by: Path) -> tuple[Path, dict[str, Any
         raise InputError(path, f"not valid JSON: {err}") from None
 
 
-def config_problems(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config_path: Path,
-                    config: dict[str, Any]) -> list[str]:
+def config_problems(
+    recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config_path: Path, config: dict[str, Any]
+) -> list[str]:
     """Every way a recipe (with its command-line overrides) and its accelerate config disagree.
 
     Launched together, a mismatch either fails deep inside accelerate or DeepSpeed after the processes
     started, or silently trains with one of the two settings; so all of them are reported at once, each
     naming the files, before anything starts. An unreadable DeepSpeed JSON is an :class:`InputError`.
     """
+
     def value(key: str) -> Any:
         return recipe_value(recipe, overrides, key)
 
@@ -194,30 +214,40 @@ def config_problems(recipe_path: Path, recipe: dict[str, Any], overrides: Sequen
     problems = []
     if config.get("use_cpu"):
         if bf16 or fp16:
-            problems.append(f"{where}: the recipe trains in {'bf16' if bf16 else 'fp16'}, which a CPU config "
-                            "cannot honour (pass --bf16 false --fp16 false)")
+            problems.append(
+                f"{where}: the recipe trains in {'bf16' if bf16 else 'fp16'}, which a CPU config "
+                "cannot honour (pass --bf16 false --fp16 false)"
+            )
     elif distributed != "DEEPSPEED":
         precision = config.get("mixed_precision") or "no"
         wanted = "bf16" if bf16 else "fp16" if fp16 else "no"
         if precision != wanted:
             problems.append(f"{where}: mixed_precision '{precision}' but the recipe trains in '{wanted}'")
-    if distributed == "FSDP" and value("activation_checkpointing") and \
-            (config.get("fsdp_config") or {}).get("fsdp_activation_checkpointing"):
+    if (
+        distributed == "FSDP"
+        and value("activation_checkpointing")
+        and (config.get("fsdp_config") or {}).get("fsdp_activation_checkpointing")
+    ):
         problems.append(f"{where}: activation checkpointing is on in both the recipe and fsdp_config")
     if distributed != "DEEPSPEED":
         if ds_section:
-            problems.append(f"{config_path}: has a deepspeed_config section but distributed_type is "
-                            f"{distributed}; set distributed_type: DEEPSPEED or remove the section")
+            problems.append(
+                f"{config_path}: has a deepspeed_config section but distributed_type is "
+                f"{distributed}; set distributed_type: DEEPSPEED or remove the section"
+            )
         if recipe_json:
-            problems.append(f"{recipe_path}: 'deepspeed' names a DeepSpeed config ({recipe_json}) but the "
-                            f"accelerate config {config_path} runs distributed_type {distributed}; launch with "
-                            "a DeepSpeed accelerate config (accelerate_configs/deepspeed_zero*.yaml)")
+            problems.append(
+                f"{recipe_path}: 'deepspeed' names a DeepSpeed config ({recipe_json}) but the "
+                f"accelerate config {config_path} runs distributed_type {distributed}; launch with "
+                "a DeepSpeed accelerate config (accelerate_configs/deepspeed_zero*.yaml)"
+            )
         return problems
     return problems + _deepspeed_problems(recipe_path, value, config_path, config, where)
 
 
-def _deepspeed_problems(recipe_path: Path, value: Callable[[str], Any], config_path: Path,
-                        config: dict[str, Any], where: str) -> list[str]:
+def _deepspeed_problems(
+    recipe_path: Path, value: Callable[[str], Any], config_path: Path, config: dict[str, Any], where: str
+) -> list[str]:
     """The DeepSpeed part of :func:`config_problems`; ``value(key)`` is a recipe key with its overrides."""
     section = config.get("deepspeed_config") or {}
     stages: dict[str, int] = {}
@@ -236,11 +266,17 @@ def _deepspeed_problems(recipe_path: Path, value: Callable[[str], Any], config_p
     problems = []
     if section.get("deepspeed_config_file"):
         json_name = jsons[0][0].name
-        problems += [f"{where}: '{key}' is set in the accelerate config, which accelerate refuses next to "
-                     f"{json_name} (set it there)" for key in _DEEPSPEED_JSON_KEYS if key in section]
+        problems += [
+            f"{where}: '{key}' is set in the accelerate config, which accelerate refuses next to "
+            f"{json_name} (set it there)"
+            for key in _DEEPSPEED_JSON_KEYS
+            if key in section
+        ]
         if config.get("mixed_precision") not in (None, "no"):
-            problems.append(f"{where}: mixed_precision is set in the accelerate config; {json_name}'s bf16/fp16 "
-                            "decide it (accelerate refuses both)")
+            problems.append(
+                f"{where}: mixed_precision is set in the accelerate config; {json_name}'s bf16/fp16 "
+                "decide it (accelerate refuses both)"
+            )
     for path, ds in jsons:
         zero = ds.get("zero_optimization") or {}
         if isinstance(zero.get("stage"), int):
@@ -249,9 +285,11 @@ def _deepspeed_problems(recipe_path: Path, value: Callable[[str], Any], config_p
             enabled = _enabled((ds.get(key) or {}).get("enabled", False))
             if enabled is not None and enabled != bool(value(key)):
                 problems.append(f"{where}: {path.name} sets {key}.enabled {enabled}, the recipe {key} {value(key)}")
-        for ds_key, recipe_key in (("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
-                                   ("gradient_accumulation_steps", "gradient_accumulation_steps"),
-                                   ("gradient_clipping", "max_grad_norm")):
+        for ds_key, recipe_key in (
+            ("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
+            ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+            ("gradient_clipping", "max_grad_norm"),
+        ):
             given, wanted = ds.get(ds_key, "auto"), value(recipe_key)
             if given != "auto" and wanted is not None and given != wanted:
                 problems.append(f"{where}: {path.name} sets {ds_key} {given}, the recipe {recipe_key} {wanted}")
@@ -260,19 +298,28 @@ def _deepspeed_problems(recipe_path: Path, value: Callable[[str], Any], config_p
         return [f"DeepSpeed ZeRO stages disagree: {listed}", *problems]
     stage = next(iter(stages.values()), 0)
     if "zero3_init_flag" in section and bool(section["zero3_init_flag"]) != (stage == 3):
-        problems.append(f"{where}: zero3_init_flag {section['zero3_init_flag']} does not fit ZeRO stage {stage} "
-                        "(it shards weights at load time, for stage 3 only)")
+        problems.append(
+            f"{where}: zero3_init_flag {section['zero3_init_flag']} does not fit ZeRO stage {stage} "
+            "(it shards weights at load time, for stage 3 only)"
+        )
     # A config's file name states what it is for (deepspeed_zero3_offload.yaml): its settings must do that.
     named = re.search(r"zero(\d)(_offload)?", config_path.stem)
     if named and int(named.group(1)) != stage:
         problems.append(f"{where}: named for ZeRO-{named.group(1)} but sets stage {stage}")
-    offloads = sorted({part for _, ds in jsons for part in ("offload_optimizer", "offload_param")
-                       if ((ds.get("zero_optimization") or {}).get(part) or {}).get("device", "none") != "none"}
-                      | {part for part in ("offload_optimizer", "offload_param")
-                         if section.get(f"{part}_device", "none") != "none"})
+    offloads = sorted(
+        {
+            part
+            for _, ds in jsons
+            for part in ("offload_optimizer", "offload_param")
+            if ((ds.get("zero_optimization") or {}).get(part) or {}).get("device", "none") != "none"
+        }
+        | {part for part in ("offload_optimizer", "offload_param") if section.get(f"{part}_device", "none") != "none"}
+    )
     if named and bool(named.group(2)) != bool(offloads):
-        problems.append(f"{where}: {'named' if named.group(2) else 'not named'} for offload but offloads "
-                        f"{', '.join(offloads) or 'nothing'}")
+        problems.append(
+            f"{where}: {'named' if named.group(2) else 'not named'} for offload but offloads "
+            f"{', '.join(offloads) or 'nothing'}"
+        )
     return problems
 
 
@@ -302,8 +349,10 @@ def plan_launch(
         raise LaunchError(f"unknown trainer '{trainer}' (known: {', '.join(TRAINERS)})")
     named = accelerate_config or recipe_value(recipe, overrides, "accelerate_config")
     if not named:
-        raise LaunchError(f"{recipe_path}: no 'accelerate_config' key naming the accelerate config it was tuned "
-                          "for; add one or pass --accelerate-config")
+        raise LaunchError(
+            f"{recipe_path}: no 'accelerate_config' key naming the accelerate config it was tuned "
+            "for; add one or pass --accelerate-config"
+        )
     config_path = resolve_relative(named, recipe_path)
     config = read_yaml_mapping(config_path, "accelerate config")
     problems = config_problems(recipe_path, recipe, overrides, config_path, config)
@@ -332,34 +381,41 @@ def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequenc
     dataset = recipe_value(recipe, overrides, "dataset_path")
     if dataset and not Path(str(dataset)).exists():
         source = "--dataset_path" if override_value(overrides, "dataset_path") is not None else "recipe key"
-        raise LaunchError(f"{recipe_path}: {source} 'dataset_path' names {dataset}, which does not exist; write it "
-                          f"with `persetrain prepare` (e.g. persetrain prepare perse --raw RAW --out "
-                          f"{Path(str(dataset)).parent.as_posix()}) or pass -- --dataset_path DIR")
+        raise LaunchError(
+            f"{recipe_path}: {source} 'dataset_path' names {dataset}, which does not exist; write it "
+            f"with `persetrain prepare` (e.g. persetrain prepare perse --raw RAW --out "
+            f"{Path(str(dataset)).parent.as_posix()}) or pass -- --dataset_path DIR"
+        )
 
 
 def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
     """Rescale gradient accumulation so that ``plan.num_processes`` ranks see the recipe's global batch."""
-    per_device = int(recipe_value(plan.recipe, plan.overrides, "per_device_train_batch_size",
-                                  DEFAULT_PER_DEVICE_BATCH))
-    accumulation = int(recipe_value(plan.recipe, plan.overrides, "gradient_accumulation_steps",
-                                    DEFAULT_GRADIENT_ACCUMULATION))
+    per_device = int(recipe_value(plan.recipe, plan.overrides, "per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
+    accumulation = int(
+        recipe_value(plan.recipe, plan.overrides, "gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION)
+    )
     global_batch = per_device * accumulation * tuned_world
     if plan.num_processes == tuned_world:
         return
     if override_value(plan.overrides, "gradient_accumulation_steps") is not None:
-        plan.notes.append(f"gradient_accumulation_steps {accumulation} given on the command line: global batch "
-                          f"{per_device * accumulation * plan.num_processes} instead of the recipe's {global_batch}")
+        plan.notes.append(
+            f"gradient_accumulation_steps {accumulation} given on the command line: global batch "
+            f"{per_device * accumulation * plan.num_processes} instead of the recipe's {global_batch}"
+        )
         return
     if global_batch % (per_device * plan.num_processes):
         raise LaunchError(
             f"{plan.recipe_path}: {plan.num_processes} processes do not divide the global batch {global_batch} "
             f"(per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
             f"{tuned_world} processes of {plan.accelerate_config_path}); use a number of processes that divides "
-            f"{global_batch // per_device}, or choose another global batch with --gradient_accumulation_steps")
+            f"{global_batch // per_device}, or choose another global batch with --gradient_accumulation_steps"
+        )
     new_accumulation = global_batch // (per_device * plan.num_processes)
     plan.overrides += ["--gradient_accumulation_steps", str(new_accumulation)]
-    plan.notes.append(f"gradient_accumulation_steps {accumulation} -> {new_accumulation}: {plan.num_processes} "
-                      f"processes keep the global batch {global_batch} tuned on {tuned_world}")
+    plan.notes.append(
+        f"gradient_accumulation_steps {accumulation} -> {new_accumulation}: {plan.num_processes} "
+        f"processes keep the global batch {global_batch} tuned on {tuned_world}"
+    )
 
 
 def cpu_threads_per_process(num_processes: int) -> int:
@@ -369,8 +425,15 @@ def cpu_threads_per_process(num_processes: int) -> int:
 def local_command(plan: LaunchPlan) -> LaunchCommand:
     """The command that runs ``plan`` on this machine."""
     if plan.cpu and plan.num_processes > 1:
-        argv = ["torchrun", "--standalone", "--nproc_per_node", str(plan.num_processes), "-m", plan.module,
-                *plan.trainer_args]
+        argv = [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node",
+            str(plan.num_processes),
+            "-m",
+            plan.module,
+            *plan.trainer_args,
+        ]
         env = {"ACCELERATE_USE_CPU": "true"}
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(cpu_threads_per_process(plan.num_processes))

@@ -83,8 +83,11 @@ def default_env_activation() -> str | None:
 
 
 def _uses_vllm_server(plan: LaunchPlan) -> bool:
-    return (plan.trainer == "grpo" and bool(recipe_value(plan.recipe, plan.overrides, "use_vllm", False))
-            and recipe_value(plan.recipe, plan.overrides, "vllm_mode", "colocate") == "server")
+    return (
+        plan.trainer == "grpo"
+        and bool(recipe_value(plan.recipe, plan.overrides, "use_vllm", False))
+        and recipe_value(plan.recipe, plan.overrides, "vllm_mode", "colocate") == "server"
+    )
 
 
 def plan_slurm(
@@ -103,21 +106,36 @@ def plan_slurm(
     the job runs on CPUs comes from the accelerate config alone (``use_cpu``), never from the machine
     that submits it. ``num_processes`` (the whole job's) overrides both.
     """
-    first = plan_launch(recipe_path, accelerate_config=accelerate_config, trainer=trainer, overrides=overrides,
-                        detect_gpu=False, check_data=check_data)
+    first = plan_launch(
+        recipe_path,
+        accelerate_config=accelerate_config,
+        trainer=trainer,
+        overrides=overrides,
+        detect_gpu=False,
+        check_data=check_data,
+    )
     if options.nodes < 1:
         raise LaunchError(f"--nodes must be at least 1, not {options.nodes}")
     vllm = _uses_vllm_server(first)
     if vllm and options.nodes < 2:
-        raise LaunchError(f"{first.recipe_path}: GRPO with vllm_mode: server needs --nodes 2 or more (one node "
-                          "serves vLLM, the others train); or set vllm_mode: colocate")
+        raise LaunchError(
+            f"{first.recipe_path}: GRPO with vllm_mode: server needs --nodes 2 or more (one node "
+            "serves vLLM, the others train); or set vllm_mode: colocate"
+        )
     training_nodes = options.nodes - 1 if vllm else options.nodes
     per_node = options.gpus_per_node or max(1, first.num_processes // first.num_machines)
     world = num_processes or per_node * training_nodes
     if world % training_nodes:
         raise LaunchError(f"{world} processes do not split evenly over {training_nodes} training node(s)")
-    return plan_launch(recipe_path, accelerate_config=accelerate_config, num_processes=world, trainer=trainer,
-                       overrides=overrides, cpu=first.cpu, check_data=check_data)
+    return plan_launch(
+        recipe_path,
+        accelerate_config=accelerate_config,
+        num_processes=world,
+        trainer=trainer,
+        overrides=overrides,
+        cpu=first.cpu,
+        check_data=check_data,
+    )
 
 
 def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
@@ -139,17 +157,37 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
     if plan.cpu and (multi or per_node > 1):
         launcher: list[str] = ["torchrun", "--nproc_per_node", str(per_node)]
         if multi:
-            launcher += ["--nnodes", _Raw("$NNODES"), "--node_rank", _Raw("\\$SLURM_PROCID"),
-                         "--rdzv_backend", "c10d", "--rdzv_endpoint", _Raw("$MAIN_NODE:$MAIN_PORT"),
-                         "--rdzv_id", _Raw("$SLURM_JOB_ID")]
+            launcher += [
+                "--nnodes",
+                _Raw("$NNODES"),
+                "--node_rank",
+                _Raw("\\$SLURM_PROCID"),
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                _Raw("$MAIN_NODE:$MAIN_PORT"),
+                "--rdzv_id",
+                _Raw("$SLURM_JOB_ID"),
+            ]
         else:
             launcher.append("--standalone")
     else:
         launcher = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
         if multi:
-            launcher += ["--num_machines", _Raw("$NNODES"), "--num_processes", _Raw("$WORLD_SIZE"),
-                         "--machine_rank", _Raw("\\$SLURM_PROCID"), "--main_process_ip", _Raw("$MAIN_NODE"),
-                         "--main_process_port", _Raw("$MAIN_PORT"), "--rdzv_backend", "c10d"]
+            launcher += [
+                "--num_machines",
+                _Raw("$NNODES"),
+                "--num_processes",
+                _Raw("$WORLD_SIZE"),
+                "--machine_rank",
+                _Raw("\\$SLURM_PROCID"),
+                "--main_process_ip",
+                _Raw("$MAIN_NODE"),
+                "--main_process_port",
+                _Raw("$MAIN_PORT"),
+                "--rdzv_backend",
+                "c10d",
+            ]
         elif plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
             launcher += ["--num_processes", str(plan.num_processes)]
     launch = _double_quoted([*launcher, "-m", plan.module, *overrides])
@@ -162,16 +200,30 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
     else:
         loader = jinja2.FileSystemLoader(str(TEMPLATES))
         name = "multi_node.sbatch.j2" if multi else "single_node.sbatch.j2"
-    template = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                  autoescape=False).get_template(name)
+    template = jinja2.Environment(
+        loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    ).get_template(name)
     return template.render(
-        trainer=plan.trainer, recipe=str(plan.recipe_path), launch=launch, vllm=vllm,
+        trainer=plan.trainer,
+        recipe=str(plan.recipe_path),
+        launch=launch,
+        vllm=vllm,
         vllm_model=shlex.quote(str(recipe_value(plan.recipe, plan.overrides, "model_name_or_path", ""))),
-        vllm_port=VLLM_PORT, job_name=options.job_name or plan.recipe_path.stem, partition=options.partition,
-        nodes=options.nodes, gpus_per_node=gpus, cpus_per_task=cpus_per_task, mem=options.mem,
-        time=options.time, log_dir=Path(options.log_dir).resolve(), workdir=Path.cwd(),
-        signal_seconds=options.signal_seconds, extra_sbatch=options.extra_sbatch, port=options.port,
-        processes_per_node=per_node, env=env,
+        vllm_port=VLLM_PORT,
+        job_name=options.job_name or plan.recipe_path.stem,
+        partition=options.partition,
+        nodes=options.nodes,
+        gpus_per_node=gpus,
+        cpus_per_task=cpus_per_task,
+        mem=options.mem,
+        time=options.time,
+        log_dir=Path(options.log_dir).resolve(),
+        workdir=Path.cwd(),
+        signal_seconds=options.signal_seconds,
+        extra_sbatch=options.extra_sbatch,
+        port=options.port,
+        processes_per_node=per_node,
+        env=env,
         env_activate=options.env_activate if options.env_activate is not None else default_env_activation(),
     )
 
@@ -179,8 +231,10 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
 def _slurm_command(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise LaunchError(f"`{name}` is not on PATH: run this on a Slurm login node (or install the Slurm client "
-                          "tools); `persetrain launch --slurm --dry-run` writes the script without submitting it")
+        raise LaunchError(
+            f"`{name}` is not on PATH: run this on a Slurm login node (or install the Slurm client "
+            "tools); `persetrain launch --slurm --dry-run` writes the script without submitting it"
+        )
     return path
 
 
@@ -232,8 +286,18 @@ def job_info(job_id: str) -> dict[str, str]:
     return info
 
 
-STATUS_KEYS = ("JobId", "JobName", "JobState", "Reason", "Restarts", "RunTime", "TimeLimit", "NodeList",
-               "Partition", "StdOut")
+STATUS_KEYS = (
+    "JobId",
+    "JobName",
+    "JobState",
+    "Reason",
+    "Restarts",
+    "RunTime",
+    "TimeLimit",
+    "NodeList",
+    "Partition",
+    "StdOut",
+)
 
 
 def status(job_id: str) -> dict[str, str]:

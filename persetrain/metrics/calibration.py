@@ -117,8 +117,13 @@ def apply_calibration(calibration: Calibration, pred: Sequence[float | None]) ->
     return out
 
 
-def cross_fitted_quantile(pred: Sequence[float | None], gold: Sequence[float], keys: Sequence[str],
-                          fallback: Calibration | None = None, folds: int = 2) -> tuple[list[float | None], dict]:
+def cross_fitted_quantile(
+    pred: Sequence[float | None],
+    gold: Sequence[float],
+    keys: Sequence[str],
+    fallback: Calibration | None = None,
+    folds: int = 2,
+) -> tuple[list[float | None], dict]:
     """The quantile map without leaking labels into their own predictions: k-fold cross-fitting.
 
     Each item goes to a fold by a hash of its ``key`` (an example id), and is mapped by a quantile

@@ -38,8 +38,9 @@ def expected(rating: float, opponent: float) -> float:
     return 1.0 / (1.0 + 10.0 ** ((opponent - rating) / SCALE))
 
 
-def elo_reference(games: Sequence[tuple[int, int, float]], n_players: int, k: float = K,
-                  start: float = START) -> list[float]:
+def elo_reference(
+    games: Sequence[tuple[int, int, float]], n_players: int, k: float = K, start: float = START
+) -> list[float]:
     """Ratings after playing ``games`` (first player, second player, first player's score) in order."""
     ratings = [start] * n_players
     for a, b, s in games:
@@ -50,8 +51,9 @@ def elo_reference(games: Sequence[tuple[int, int, float]], n_players: int, k: fl
     return ratings
 
 
-def elo_sequences(a: np.ndarray, b: np.ndarray, s: np.ndarray, n_players: int, k: float = K,
-                  start: float = START) -> np.ndarray:
+def elo_sequences(
+    a: np.ndarray, b: np.ndarray, s: np.ndarray, n_players: int, k: float = K, start: float = START
+) -> np.ndarray:
     """Ratings after each of many game sequences, all updated in one pass over the positions.
 
     ``a``, ``b``, ``s`` have shape (n_games, n_sequences): the players and the first player's score
@@ -80,8 +82,16 @@ def elo_sequences(a: np.ndarray, b: np.ndarray, s: np.ndarray, n_players: int, k
     return ratings.reshape(n_seq, n_players)
 
 
-def bootstrap_elo(a: Sequence[int], b: Sequence[int], s: Sequence[float], n_players: int,
-                  n_boot: int = 1000, seed: int = 0, k: float = K, start: float = START) -> dict:
+def bootstrap_elo(
+    a: Sequence[int],
+    b: Sequence[int],
+    s: Sequence[float],
+    n_players: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+    k: float = K,
+    start: float = START,
+) -> dict:
     """Median and 95% interval of each player's rating over ``n_boot`` random orders of the games.
 
     Returns ``{"median", "low", "high"}`` arrays of length ``n_players`` and the raw ``ratings``
@@ -113,8 +123,9 @@ def binomial_p(wins: np.ndarray, losses: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, 2.0 * binom.cdf(low, n, 0.5))
 
 
-def consistency_sensitivity(outcomes: Sequence[float], sizes: Sequence[int], draws: int = 5000,
-                            alpha: float = 0.05, seed: int = 0) -> dict:
+def consistency_sensitivity(
+    outcomes: Sequence[float], sizes: Sequence[int], draws: int = 5000, alpha: float = 0.05, seed: int = 0
+) -> dict:
     """Consistency and sensitivity of one comparison at each sample size N.
 
     ``outcomes`` holds one score per test case for the first system (1 win, 0.5 tie, 0 loss).

@@ -33,8 +33,7 @@ SCORE_NAMES: tuple[str, ...] = tuple(f"{a}_{m}" for a in AGGREGATIONS for m in (
 def _side(records: Sequence[Mapping], aggregate) -> float:
     if not records:
         return 0.0
-    total = sum(aggregate(bool(r["content"]), bool(r["style"])) for r in records
-                if r.get("matched_aspect") is not None)
+    total = sum(aggregate(bool(r["content"]), bool(r["style"])) for r in records if r.get("matched_aspect") is not None)
     return total / len(records)
 
 
@@ -62,8 +61,9 @@ def mean_scores(per_instance: Sequence[Mapping[str, float]]) -> dict[str, float]
     return {name: sum(s[name] for s in per_instance) / len(per_instance) for name in SCORE_NAMES}
 
 
-def per_target_means(targets: Sequence[str | None], scores: Sequence[float | None],
-                     details: Sequence[Mapping[str, float] | None]) -> dict[str, dict]:
+def per_target_means(
+    targets: Sequence[str | None], scores: Sequence[float | None], details: Sequence[Mapping[str, float] | None]
+) -> dict[str, dict]:
     """Reference-task metrics of one evaluator: per generator system (the judged ``target``), the mean
     score, and the mean of each of the 15 ExPerT numbers where judgments carry them.
 
@@ -75,8 +75,11 @@ def per_target_means(targets: Sequence[str | None], scores: Sequence[float | Non
     result = {}
     for target, rows in grouped.items():
         scored = [i for i in rows if scores[i] is not None]
-        entry: dict = {"score": sum(scores[i] for i in scored) / len(scored) if scored else float("nan"),
-                       "n": len(rows), "n_unparsed": len(rows) - len(scored)}
+        entry: dict = {
+            "score": sum(scores[i] for i in scored) / len(scored) if scored else float("nan"),
+            "n": len(rows),
+            "n_unparsed": len(rows) - len(scored),
+        }
         with_numbers = [details[i] for i in scored if details[i]]
         if with_numbers:
             entry.update(mean_scores(with_numbers))

@@ -27,9 +27,7 @@ def accuracy(pred: Sequence[str | None], gold: Sequence[str]) -> dict:
     }
 
 
-def pairwise_accuracy(
-    pred: Sequence[str | None], gold: Sequence[str], aspects: Sequence[str]
-) -> dict:
+def pairwise_accuracy(pred: Sequence[str | None], gold: Sequence[str], aspects: Sequence[str]) -> dict:
     """Accuracy per aspect, their unweighted mean (``macro_accuracy``) and the pooled accuracy.
 
     The paper's "Average" column is the macro mean, so an aspect with fewer test examples weighs

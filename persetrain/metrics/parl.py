@@ -64,8 +64,9 @@ def max_diff(run: Run) -> float | None:
 
 def paired_t_test(run: Run, target: str) -> dict[str, float | None]:
     """t and one-sided p of "``gt`` is satisfied all-or-nothing more often than ``target``", paired by user."""
-    pairs = [(float(all(user[GT])), float(all(user[target])))
-             for user in _covered(run) if GT in user and target in user]
+    pairs = [
+        (float(all(user[GT])), float(all(user[target]))) for user in _covered(run) if GT in user and target in user
+    ]
     if len(pairs) < 2 or len({a - b for a, b in pairs}) == 1:  # no variance of the differences: no t
         return {"t": None, "p": None, "n": len(pairs)}
     result = stats.ttest_rel([a for a, _ in pairs], [b for _, b in pairs], alternative="greater")
@@ -75,8 +76,12 @@ def paired_t_test(run: Run, target: str) -> dict[str, float | None]:
 
 def run_metrics(run: Run) -> dict:
     """Every number of one run (flat keys, so runs can be averaged key by key)."""
-    out: dict[str, float | None] = {"user_coverage": user_coverage(run), "avg_rules_per_user": average_rules(run),
-                                    "max_diff": max_diff(run), "users": float(len(run))}
+    out: dict[str, float | None] = {
+        "user_coverage": user_coverage(run),
+        "avg_rules_per_user": average_rules(run),
+        "max_diff": max_diff(run),
+        "users": float(len(run)),
+    }
     for t in targets(run):
         out[f"user_acc/{t}"] = user_level_accuracy(run, t)
         out[f"rubric_acc/{t}"] = rubric_level_accuracy(run, t)
@@ -109,8 +114,9 @@ def parl_metrics(runs: Sequence[Run]) -> dict:
     return out
 
 
-def runs_from_checks(example_ids: Sequence[str],
-                     checks: Sequence[tuple[str, str, int, Sequence[bool] | None]]) -> list[list[dict]]:
+def runs_from_checks(
+    example_ids: Sequence[str], checks: Sequence[tuple[str, str, int, Sequence[bool] | None]]
+) -> list[list[dict]]:
     """Runs in the ``Run`` layout from ``(example id, target, run, satisfaction per valid rule)``.
 
     ``None`` satisfaction (an unparsable rubric set) and an empty one both make the user uncovered.

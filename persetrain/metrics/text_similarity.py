@@ -94,17 +94,20 @@ def wordnet_dir(cache: Path | None = None) -> Path:
     if (target / "lexnames").is_file():
         return root
     if not (DEBIAN_WORDNET / "data.noun").is_file() or not (DEBIAN_WORDNET / "index.sense").is_file():
-        raise RuntimeError(f"METEOR needs WordNet 3.0 and {DEBIAN_WORDNET} does not hold it; install it with "
-                           "`apt-get install wordnet-base wordnet-sense-index` "
-                           "(no PyPI package ships it for nltk offline)")
+        raise RuntimeError(
+            f"METEOR needs WordNet 3.0 and {DEBIAN_WORDNET} does not hold it; install it with "
+            "`apt-get install wordnet-base wordnet-sense-index` "
+            "(no PyPI package ships it for nltk offline)"
+        )
     partial = target.with_name("wordnet.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     tables = [f"{kind}.{pos}" for kind in ("data", "index") for pos in ("adj", "adv", "noun", "verb")]
     for name in ("adj.exc", "adv.exc", "noun.exc", "verb.exc", "cntlist.rev", "index.sense", *tables):
         shutil.copyfile(DEBIAN_WORDNET / name, partial / name)
-    (partial / "lexnames").write_text("".join(f"{k:02d}\t{name}\t{_CATEGORY[name.split('.')[0]]}\n"
-                                              for k, name in enumerate(_LEXNAMES)))
+    (partial / "lexnames").write_text(
+        "".join(f"{k:02d}\t{name}\t{_CATEGORY[name.split('.')[0]]}\n" for k, name in enumerate(_LEXNAMES))
+    )
     partial.rename(target)
     return root
 
@@ -126,8 +129,10 @@ def meteor(hypotheses: Sequence[str], references: Sequence[str]) -> list[float]:
 
     _check_pairs(hypotheses, references)
     wordnet = _wordnet()
-    return [float(meteor_score([ref.lower().split()], hyp.lower().split(), wordnet=wordnet))
-            for hyp, ref in zip(hypotheses, references, strict=True)]
+    return [
+        float(meteor_score([ref.lower().split()], hyp.lower().split(), wordnet=wordnet))
+        for hyp, ref in zip(hypotheses, references, strict=True)
+    ]
 
 
 def minilm_dir() -> Path:
@@ -145,9 +150,14 @@ def _scorer(model_dir: str, num_layers: int, idf_sents: tuple[str, ...] | None, 
     ``persetrain.metrics`` for a correlation does not load torch and transformers."""
     from bert_score import BERTScorer
 
-    return BERTScorer(model_type=model_dir, num_layers=num_layers, idf=idf_sents is not None,
-                      idf_sents=list(idf_sents) if idf_sents is not None else None, batch_size=batch_size,
-                      device="cpu")
+    return BERTScorer(
+        model_type=model_dir,
+        num_layers=num_layers,
+        idf=idf_sents is not None,
+        idf_sents=list(idf_sents) if idf_sents is not None else None,
+        batch_size=batch_size,
+        device="cpu",
+    )
 
 
 def bertscore(

@@ -35,9 +35,7 @@ class PromptTemplate:
         if self.system:
             messages.append(Message(role="system", content=self.system.format(**values)))
         messages.append(Message(role="user", content=self.user.format(**values)))
-        return ChatRequest(
-            messages=tuple(messages), assistant_prefix=self.assistant_prefix.format(**values), id=id
-        )
+        return ChatRequest(messages=tuple(messages), assistant_prefix=self.assistant_prefix.format(**values), id=id)
 
 
 _REGISTRY: dict[tuple[str, str], PromptTemplate] = {}

@@ -19,55 +19,61 @@ _POINTWISE_INTRO = (
     "instruction below. Be as objective as possible."
 )
 
-POINTWISE_REFERENCE = register(PromptTemplate(
-    method="gemba",
-    task="reference",
-    system=_POINTWISE_INTRO,
-    user=(
-        "Compare the response with the reference (the answer the user actually wanted), considering both "
-        "content and writing style.\n\n"
-        "Scores:\n"
-        "0: the response has nothing to do with the reference.\n"
-        "1: the response is slightly related but does not match the reference.\n"
-        "2: the response is fairly related but has mistakes.\n"
-        "3: the response matches the reference with small omissions.\n"
-        "4: the response matches the reference fully.\n\n"
-        "instruction: {input}\n\nreference: {reference}\n\nresponse: {response}\n\n"
-        'Reply with a JSON object {{"score": <an integer from 0 to 4>}}.'
-    ),
-    assistant_prefix='{{"score": ',
-))
+POINTWISE_REFERENCE = register(
+    PromptTemplate(
+        method="gemba",
+        task="reference",
+        system=_POINTWISE_INTRO,
+        user=(
+            "Compare the response with the reference (the answer the user actually wanted), considering both "
+            "content and writing style.\n\n"
+            "Scores:\n"
+            "0: the response has nothing to do with the reference.\n"
+            "1: the response is slightly related but does not match the reference.\n"
+            "2: the response is fairly related but has mistakes.\n"
+            "3: the response matches the reference with small omissions.\n"
+            "4: the response matches the reference fully.\n\n"
+            "instruction: {input}\n\nreference: {reference}\n\nresponse: {response}\n\n"
+            'Reply with a JSON object {{"score": <an integer from 0 to 4>}}.'
+        ),
+        assistant_prefix='{{"score": ',
+    )
+)
 
-POINTWISE_PREFERENCE = register(PromptTemplate(
-    method="gemba",
-    task="mcq",
-    system=_POINTWISE_INTRO,
-    user=(
-        "Judge how well the response answers the instruction for this user, given the user's preference.\n\n"
-        "Scores:\n"
-        "0: the response has nothing to do with the instruction or goes against the preference.\n"
-        "1: the response is slightly relevant but ignores the preference.\n"
-        "2: the response is relevant but only partly fits the preference.\n"
-        "3: the response fits the instruction and the preference with small gaps.\n"
-        "4: the response answers the instruction and fully respects the preference.\n\n"
-        "user's preference: {preference}\n\ninstruction: {input}\n\nresponse: {response}\n\n"
-        'Reply with a JSON object {{"score": <an integer from 0 to 4>}}.'
-    ),
-    assistant_prefix='{{"score": ',
-))
+POINTWISE_PREFERENCE = register(
+    PromptTemplate(
+        method="gemba",
+        task="mcq",
+        system=_POINTWISE_INTRO,
+        user=(
+            "Judge how well the response answers the instruction for this user, given the user's preference.\n\n"
+            "Scores:\n"
+            "0: the response has nothing to do with the instruction or goes against the preference.\n"
+            "1: the response is slightly relevant but ignores the preference.\n"
+            "2: the response is relevant but only partly fits the preference.\n"
+            "3: the response fits the instruction and the preference with small gaps.\n"
+            "4: the response answers the instruction and fully respects the preference.\n\n"
+            "user's preference: {preference}\n\ninstruction: {input}\n\nresponse: {response}\n\n"
+            'Reply with a JSON object {{"score": <an integer from 0 to 4>}}.'
+        ),
+        assistant_prefix='{{"score": ',
+    )
+)
 
-LLM_JUDGE = register(PromptTemplate(
-    method="llm-judge",
-    task="pointwise",
-    system=(
-        "You are an expert personalization evaluator. Given what a user wrote or said before, the task "
-        "input and a text to evaluate, judge how well the text matches this user's preferences.\n"
-        "Output only the score of the text: a number between 1 and 5. No markdown, no other text."
-    ),
-    user=(
-        "<User History>\n{history}\n</User History>\n"
-        "<Task Input>\n{input}\n</Task Input>\n"
-        "<Text>\n{response}\n</Text>"
-    ),
-    assistant_prefix="Score: ",
-))
+LLM_JUDGE = register(
+    PromptTemplate(
+        method="llm-judge",
+        task="pointwise",
+        system=(
+            "You are an expert personalization evaluator. Given what a user wrote or said before, the task "
+            "input and a text to evaluate, judge how well the text matches this user's preferences.\n"
+            "Output only the score of the text: a number between 1 and 5. No markdown, no other text."
+        ),
+        user=(
+            "<User History>\n{history}\n</User History>\n"
+            "<Task Input>\n{input}\n</Task Input>\n"
+            "<Text>\n{response}\n</Text>"
+        ),
+        assistant_prefix="Score: ",
+    )
+)

@@ -53,28 +53,51 @@ HISTORY_ARTICLE_WORDS = 60
 # its subject, the history tag, how the task is analysed).
 _WORDING: dict[str, dict[str, str]] = {
     "amazon": dict(
-        text="review text", texts="review texts", history="historical reviews", agnostic="Item-Agnosticism",
-        unit="review", subject="items", tag="User Historical Reviews",
+        text="review text",
+        texts="review texts",
+        history="historical reviews",
+        agnostic="Item-Agnosticism",
+        unit="review",
+        subject="items",
+        tag="User Historical Reviews",
         schema="A collection of historical review texts written by the target user.",
-        task=("Analyze the user's historical reviews from multiple dimensions (e.g., writing style, linguistic "
-              "features, structure, tone, content focus, expression patterns) and generate 10 highly "
-              "personalized rubrics that cover different aspects of the user's preferences."),
+        task=(
+            "Analyze the user's historical reviews from multiple dimensions (e.g., writing style, linguistic "
+            "features, structure, tone, content focus, expression patterns) and generate 10 highly "
+            "personalized rubrics that cover different aspects of the user's preferences."
+        ),
     ),
     "reddit": dict(
-        text="reddit post content", texts="reddit post contents", history="historical reddit posts",
-        agnostic="Topic-Agnosticism", unit="post", subject="topics", tag="User Historical Reddit Posts",
+        text="reddit post content",
+        texts="reddit post contents",
+        history="historical reddit posts",
+        agnostic="Topic-Agnosticism",
+        unit="post",
+        subject="topics",
+        tag="User Historical Reddit Posts",
         schema="A collection of historical reddit post contents written by the target user.",
-        task=("Analyze the user's historical reddit posts from multiple dimensions (e.g., writing style, "
-              "linguistic features, structure, tone, content focus, expression patterns) and generate 10 "
-              "highly personalized rubrics that cover different aspects of the user's preferences."),
+        task=(
+            "Analyze the user's historical reddit posts from multiple dimensions (e.g., writing style, "
+            "linguistic features, structure, tone, content focus, expression patterns) and generate 10 "
+            "highly personalized rubrics that cover different aspects of the user's preferences."
+        ),
     ),
     "news": dict(
-        text="news headline", texts="news headlines", history="historical news", agnostic="News-Agnosticism",
-        unit="headline", subject="news", tag="User Historical News",
-        schema=("A collection of historical news contents and their corresponding news headlines written by "
-                "the target user."),
-        task=("Analyze how user transforms news content into news headline and generate 10 highly "
-              "personalized rubrics that cover different aspects of the user's preferences."),
+        text="news headline",
+        texts="news headlines",
+        history="historical news",
+        agnostic="News-Agnosticism",
+        unit="headline",
+        subject="news",
+        tag="User Historical News",
+        schema=(
+            "A collection of historical news contents and their corresponding news headlines written by "
+            "the target user."
+        ),
+        task=(
+            "Analyze how user transforms news content into news headline and generate 10 highly "
+            "personalized rubrics that cover different aspects of the user's preferences."
+        ),
     ),
 }
 
@@ -118,8 +141,11 @@ def _induction_system(task: str) -> str:
 
 def _judge_system(task: str) -> str:
     w = _WORDING[task]
-    given = {"amazon": "the metadata of the item and the review to be evaluated",
-             "reddit": "the reddit post summary", "news": "the news content"}[task]
+    given = {
+        "amazon": "the metadata of the item and the review to be evaluated",
+        "reddit": "the reddit post summary",
+        "news": "the news content",
+    }[task]
     return (
         f"# Role\nYou are an expert Personalization Evaluator. Your job is to evaluate the quality of a {w['text']} "
         f"based on a personalized evaluation rubric for the user. Given {given}, the {w['text']} to be evaluated, "
@@ -130,21 +156,43 @@ def _judge_system(task: str) -> str:
     )
 
 
-_JUDGE_TAGS = {"amazon": ("Review Metadata", "Review Text"), "reddit": ("Reddit Post Summary", "Reddit Post Content"),
-               "news": ("News Content", "News Headline")}
+_JUDGE_TAGS = {
+    "amazon": ("Review Metadata", "Review Text"),
+    "reddit": ("Reddit Post Summary", "Reddit Post Content"),
+    "news": ("News Content", "News Headline"),
+}
 
-INDUCE = {task: register(PromptTemplate(
-    method="parl", task=f"induce-{task}", system=_induction_system(task).replace("{", "{{").replace("}", "}}"),
-    user=(f"Given the following {_WORDING[task]['history']}, please generate a self-contained set of personalized "
-          f"evaluation rubrics for the user.\n<{_WORDING[task]['tag']}>\n{{history}}\n</{_WORDING[task]['tag']}>"),
-)) for task in TASKS}
+INDUCE = {
+    task: register(
+        PromptTemplate(
+            method="parl",
+            task=f"induce-{task}",
+            system=_induction_system(task).replace("{", "{{").replace("}", "}}"),
+            user=(
+                f"Given the following {_WORDING[task]['history']}, please generate a self-contained set of "
+                f"personalized evaluation rubrics for the user.\n<{_WORDING[task]['tag']}>\n{{history}}\n"
+                f"</{_WORDING[task]['tag']}>"
+            ),
+        )
+    )
+    for task in TASKS
+}
 
-JUDGE = {task: register(PromptTemplate(
-    method="parl", task=f"judge-{task}", system=_judge_system(task),
-    user=(f"<{_JUDGE_TAGS[task][0]}>\n{{input}}\n</{_JUDGE_TAGS[task][0]}>\n"
-          f"<{_JUDGE_TAGS[task][1]}>\n{{response}}\n</{_JUDGE_TAGS[task][1]}>\n"
-          "<Personalized Evaluation Rubric>\n{rule}\n</Personalized Evaluation Rubric>"),
-)) for task in TASKS}
+JUDGE = {
+    task: register(
+        PromptTemplate(
+            method="parl",
+            task=f"judge-{task}",
+            system=_judge_system(task),
+            user=(
+                f"<{_JUDGE_TAGS[task][0]}>\n{{input}}\n</{_JUDGE_TAGS[task][0]}>\n"
+                f"<{_JUDGE_TAGS[task][1]}>\n{{response}}\n</{_JUDGE_TAGS[task][1]}>\n"
+                "<Personalized Evaluation Rubric>\n{rule}\n</Personalized Evaluation Rubric>"
+            ),
+        )
+    )
+    for task in TASKS
+}
 
 
 def check_task(task: str) -> str:
@@ -157,8 +205,10 @@ def format_history(task: str, inputs: Sequence[str], outputs: Sequence[str]) -> 
     """The history block of an induction prompt: the user's texts (news: each with its article)."""
     check_task(task)
     if task == "news":
-        items = [f"[News {n}]\nContent: {truncate_words(article, HISTORY_ARTICLE_WORDS)}\nHeadline: {headline}"
-                 for n, (article, headline) in enumerate(zip(inputs, outputs, strict=True), start=1)]
+        items = [
+            f"[News {n}]\nContent: {truncate_words(article, HISTORY_ARTICLE_WORDS)}\nHeadline: {headline}"
+            for n, (article, headline) in enumerate(zip(inputs, outputs, strict=True), start=1)
+        ]
     else:
         label = "Review" if task == "amazon" else "Post"
         items = [f"[{label} {n}]\n{text}" for n, text in enumerate(outputs, start=1)]
@@ -183,23 +233,33 @@ def judge_request(task: str, input: str, response: str, rule: str) -> ChatReques
 # ------------------------------------------------------------------ generators of the negatives
 #: What a generator is asked to write for a task input, and how many new tokens it may use.
 _GENERATE_USER = {
-    "amazon": ("Write the review text a customer would write for this item, given the rating and the review "
-               "title.\n{input}\nReply with the review text only."),
-    "reddit": ("Write the content of a reddit post with this summary.\nSummary: {input}\n"
-               "Reply with the post content only."),
+    "amazon": (
+        "Write the review text a customer would write for this item, given the rating and the review "
+        "title.\n{input}\nReply with the review text only."
+    ),
+    "reddit": (
+        "Write the content of a reddit post with this summary.\nSummary: {input}\nReply with the post content only."
+    ),
     "news": "Write a headline for this news article.\nArticle: {input}\nReply with the headline only.",
 }
 GENERATE_TOKENS = {"amazon": 160, "reddit": 200, "news": 32}
 
-GENERATE = {task: register(PromptTemplate(
-    method="parl", task=f"generate-{task}",
-    system="You are a helpful writing assistant.",
-    user="{examples}" + _GENERATE_USER[task],
-)) for task in TASKS}
+GENERATE = {
+    task: register(
+        PromptTemplate(
+            method="parl",
+            task=f"generate-{task}",
+            system="You are a helpful writing assistant.",
+            user="{examples}" + _GENERATE_USER[task],
+        )
+    )
+    for task in TASKS
+}
 
 
-def generation_request(task: str, input: str, examples: Sequence[tuple[str, str]] = (),
-                       id: str | None = None) -> ChatRequest:
+def generation_request(
+    task: str, input: str, examples: Sequence[tuple[str, str]] = (), id: str | None = None
+) -> ChatRequest:
     """The Non generator's prompt (no ``examples``) or the RAG generator's (retrieved history items first)."""
     shown = ""
     if examples:

@@ -27,32 +27,36 @@ ADDED_PREFIX = "preh_"
 #: Bounds that keep small models from looping inside a JSON object.
 MAX_FACTORS, MAX_ADDED, KEY_CHARS, DESCRIPTION_CHARS = 6, 3, 30, 100
 
-COVERAGE = register(PromptTemplate(
-    method="pref",
-    task="coverage",
-    user=(
-        "Question:\n{question}\n\n"
-        "What makes a good answer to this question? List the points to check, each as a short keyword "
-        "and one sentence, for example\n"
-        '"Goals": "Understands what the person asking wants to achieve"\n\n'
-        "Reply with a JSON object that maps each keyword to its sentence."
-    ),
-))
+COVERAGE = register(
+    PromptTemplate(
+        method="pref",
+        task="coverage",
+        user=(
+            "Question:\n{question}\n\n"
+            "What makes a good answer to this question? List the points to check, each as a short keyword "
+            "and one sentence, for example\n"
+            '"Goals": "Understands what the person asking wants to achieve"\n\n'
+            "Reply with a JSON object that maps each keyword to its sentence."
+        ),
+    )
+)
 
-ALIGNMENT = register(PromptTemplate(
-    method="pref",
-    task="alignment",
-    user=(
-        "Question:\n{question}\n\n"
-        "An expert listed these factors to consider when answering it:\n{factors}\n\n"
-        "The user who asks has this preference:\n{preference}\n\n"
-        "Which factors matter for this user's preference when answering the question? Give every factor "
-        "of the list a weight from 0 to 10: high when it is closely tied to the preference, 0 when the "
-        "preference does not touch it. Most factors are not closely tied. If the preference calls for a "
-        f"factor the list lacks, add it under a keyword that starts with '{ADDED_PREFIX}'.\n\n"
-        "Reply with a JSON object that maps each factor keyword to its weight."
-    ),
-))
+ALIGNMENT = register(
+    PromptTemplate(
+        method="pref",
+        task="alignment",
+        user=(
+            "Question:\n{question}\n\n"
+            "An expert listed these factors to consider when answering it:\n{factors}\n\n"
+            "The user who asks has this preference:\n{preference}\n\n"
+            "Which factors matter for this user's preference when answering the question? Give every factor "
+            "of the list a weight from 0 to 10: high when it is closely tied to the preference, 0 when the "
+            "preference does not touch it. Most factors are not closely tied. If the preference calls for a "
+            f"factor the list lacks, add it under a keyword that starts with '{ADDED_PREFIX}'.\n\n"
+            "Reply with a JSON object that maps each factor keyword to its weight."
+        ),
+    )
+)
 
 _SCORE_TAIL = (
     "Taking the user's preference{with_factors} into account, score every candidate answer from "
@@ -60,39 +64,44 @@ _SCORE_TAIL = (
     "and nothing else."
 )
 
-SCORE = register(PromptTemplate(
-    method="pref",
-    task="score",
-    user=(
-        "Question:\n{question}\n\n"
-        "The user's preference:\n{preference}\n\n"
-        "Candidate answers:\n{candidates}\n\n"
-        "Factors to consider when judging an answer{factor_note}:\n{factors}\n\n"
-        + _SCORE_TAIL.format(with_factors=" and the factors")
-    ),
-))
+SCORE = register(
+    PromptTemplate(
+        method="pref",
+        task="score",
+        user=(
+            "Question:\n{question}\n\n"
+            "The user's preference:\n{preference}\n\n"
+            "Candidate answers:\n{candidates}\n\n"
+            "Factors to consider when judging an answer{factor_note}:\n{factors}\n\n"
+            + _SCORE_TAIL.format(with_factors=" and the factors")
+        ),
+    )
+)
 
-SCORE_BASE = register(PromptTemplate(
-    method="pref",
-    task="score-base",
-    user=(
-        "Question:\n{question}\n\n"
-        "The user's preference:\n{preference}\n\n"
-        "Candidate answers:\n{candidates}\n\n"
-        + _SCORE_TAIL.format(with_factors="")
-    ),
-))
+SCORE_BASE = register(
+    PromptTemplate(
+        method="pref",
+        task="score-base",
+        user=(
+            "Question:\n{question}\n\n"
+            "The user's preference:\n{preference}\n\n"
+            "Candidate answers:\n{candidates}\n\n" + _SCORE_TAIL.format(with_factors="")
+        ),
+    )
+)
 
-LETTER = register(PromptTemplate(
-    method="mcq-letter",
-    task="choose",
-    user=(
-        "{preference}\n\n{question}\n\n"
-        "Options:\n{options}\n\n"
-        "Which option is the best answer for me? Reply with the letter of the option only."
-    ),
-    assistant_prefix="Answer: ",
-))
+LETTER = register(
+    PromptTemplate(
+        method="mcq-letter",
+        task="choose",
+        user=(
+            "{preference}\n\n{question}\n\n"
+            "Options:\n{options}\n\n"
+            "Which option is the best answer for me? Reply with the letter of the option only."
+        ),
+        assistant_prefix="Answer: ",
+    )
+)
 
 #: Shown after "Factors to consider" so the model knows how to read the numbers.
 WEIGHTED_NOTE = " (weight 0-10: a high weight means the factor matters a lot for this user)"
@@ -118,14 +127,21 @@ def alignment_request(question: str, factors: dict[str, str], preference: str, i
     return ALIGNMENT.render(id=id, question=question, factors=factor_lines(factors), preference=stated(preference))
 
 
-def score_request(question: str, preference: str, options: list[str], factors: str | None,
-                  weighted: bool, id: str | None = None) -> ChatRequest:
+def score_request(
+    question: str, preference: str, options: list[str], factors: str | None, weighted: bool, id: str | None = None
+) -> ChatRequest:
     """Stage 3; ``factors=None`` is the ``base`` ablation (no guideline at all)."""
     preference = stated(preference)
     if factors is None:
         return SCORE_BASE.render(id=id, question=question, preference=preference, candidates=candidate_list(options))
-    return SCORE.render(id=id, question=question, preference=preference, candidates=candidate_list(options),
-                        factors=factors or "(none)", factor_note=WEIGHTED_NOTE if weighted else "")
+    return SCORE.render(
+        id=id,
+        question=question,
+        preference=preference,
+        candidates=candidate_list(options),
+        factors=factors or "(none)",
+        factor_note=WEIGHTED_NOTE if weighted else "",
+    )
 
 
 def score_prefix(index: int, option: str) -> str:

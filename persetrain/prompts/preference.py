@@ -59,25 +59,25 @@ def rm_context(person: str | None, request: str, person_label: str = PERSON_LABE
     return f"{head}Question: {request.strip()}\nAnswer:\n"
 
 
-VERIFIER = register(PromptTemplate(
-    method="verifier",
-    task="preference",
-    system="You check whether an answer follows what a specific user wants. Reply with yes or no.",
-    user=(
-        "{person_label}: {person}\n\n"
-        "Question: {request}\n\n"
-        "Answer: {candidate}\n\n"
-        "Does this answer follow the user's preference? Reply yes or no."
-    ),
-))
+VERIFIER = register(
+    PromptTemplate(
+        method="verifier",
+        task="preference",
+        system="You check whether an answer follows what a specific user wants. Reply with yes or no.",
+        user=(
+            "{person_label}: {person}\n\n"
+            "Question: {request}\n\n"
+            "Answer: {candidate}\n\n"
+            "Does this answer follow the user's preference? Reply yes or no."
+        ),
+    )
+)
 
-VERIFIER_BLIND = register(PromptTemplate(
-    method="verifier",
-    task="preference-blind",
-    system="You check whether an answer is a good answer for the user. Reply with yes or no.",
-    user=(
-        "Question: {request}\n\n"
-        "Answer: {candidate}\n\n"
-        "Is this a good answer for the user? Reply yes or no."
-    ),
-))
+VERIFIER_BLIND = register(
+    PromptTemplate(
+        method="verifier",
+        task="preference-blind",
+        system="You check whether an answer is a good answer for the user. Reply with yes or no.",
+        user=("Question: {request}\n\nAnswer: {candidate}\n\nIs this a good answer for the user? Reply yes or no."),
+    )
+)

@@ -182,8 +182,9 @@ def reward_parts(
         core = s_gt * c
     else:  # parl-a and its linear-cardinality ablation
         core = s_gt * c * d
-    return RewardParts(total_rules, n, s_gt, s_neg, d, c, config.base + config.scale * core, config.variant,
-                       rules=valid)
+    return RewardParts(
+        total_rules, n, s_gt, s_neg, d, c, config.base + config.scale * core, config.variant, rules=valid
+    )
 
 
 def unparsable_parts(total_rules: int, config: RewardConfig = RewardConfig()) -> RewardParts:
@@ -226,13 +227,16 @@ class RubricJudge:
         try:  # the engine computes identical checks once
             results = self.engine.choice_probs(requests, list(JUDGE_CHOICES), description="rubric checks")
         except Exception as err:
-            raise RewardError(f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(checks)} "
-                              f"checks: {type(err).__name__}: {err}") from err
+            raise RewardError(
+                f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(checks)} "
+                f"checks: {type(err).__name__}: {err}"
+            ) from err
         return [r.probs[JUDGE_CHOICES[0]] for r in results]
 
 
-def score_batch(judge: RubricJudge, samples: Sequence[RubricSample],
-                config: RewardConfig = RewardConfig()) -> list[RewardParts]:
+def score_batch(
+    judge: RubricJudge, samples: Sequence[RubricSample], config: RewardConfig = RewardConfig()
+) -> list[RewardParts]:
     """The reward parts of every sample, with every yes/no check of the batch in one engine call."""
     parsed = [parse_rubric(s.completion) for s in samples]
     checks: list[tuple[str, str, str, str]] = []
@@ -241,8 +245,11 @@ def score_batch(judge: RubricJudge, samples: Sequence[RubricSample],
             continue  # nothing to score: 0.0 or 0.1 whatever the judge says
         if not s.history_outputs:
             raise ValueError("a PARL sample needs at least one history item to validate rules against")
-        texts = [*zip(s.history_inputs, s.history_outputs, strict=True), (s.target_input, s.ground_truth),
-                 *((s.target_input, neg) for neg in s.negatives)]
+        texts = [
+            *zip(s.history_inputs, s.history_outputs, strict=True),
+            (s.target_input, s.ground_truth),
+            *((s.target_input, neg) for neg in s.negatives),
+        ]
         checks += [(s.task, rule, inp, text) for rule in p.rules for inp, text in texts]
     scores = dict(zip(checks, judge.p_yes_many(checks), strict=True))
     out: list[RewardParts] = []
@@ -257,16 +264,18 @@ def score_batch(judge: RubricJudge, samples: Sequence[RubricSample],
         def score(rule: str, inp: str, text: str, s=s) -> float:
             return scores[(s.task, rule, inp, text)]
 
-        p_history = [[score(r, i, o) for i, o in zip(s.history_inputs, s.history_outputs, strict=True)]
-                     for r in p.rules]
+        p_history = [
+            [score(r, i, o) for i, o in zip(s.history_inputs, s.history_outputs, strict=True)] for r in p.rules
+        ]
         p_gt = [score(r, s.target_input, s.ground_truth) for r in p.rules]
         p_neg = [[score(r, s.target_input, neg) for r in p.rules] for neg in s.negatives]
         out.append(reward_parts(p.total_rules, p.rules, p_history, p_gt, p_neg, config))
     return out
 
 
-def score_sequential(judge: RubricJudge, samples: Sequence[RubricSample],
-                     config: RewardConfig = RewardConfig()) -> list[RewardParts]:
+def score_sequential(
+    judge: RubricJudge, samples: Sequence[RubricSample], config: RewardConfig = RewardConfig()
+) -> list[RewardParts]:
     """The reference code's way: one judge call per (rule, text), one after another.
 
     Kept as the equivalence reference for ``score_batch`` (tests, ``benchmarks/parl.py``); it
@@ -281,16 +290,25 @@ def score_sequential(judge: RubricJudge, samples: Sequence[RubricSample],
         if len(p.rules) < MIN_RULES:
             out.append(reward_parts(p.total_rules, p.rules, [[] for _ in p.rules], [], [], config))
             continue
-        p_history = [[judge.p_yes(s.task, [(r, i, o)])[0] for i, o in zip(s.history_inputs, s.history_outputs,
-                                                                            strict=True)] for r in p.rules]
+        p_history = [
+            [judge.p_yes(s.task, [(r, i, o)])[0] for i, o in zip(s.history_inputs, s.history_outputs, strict=True)]
+            for r in p.rules
+        ]
         keep = valid_rule_mask(p_history, config.tau)
         if sum(keep) < MIN_RULES:  # 0.1 without scoring anything else
             out.append(reward_parts(p.total_rules, p.rules, p_history, [], [], config))
             continue
         nan = float("nan")  # never read: reward_parts only reads the valid rules' scores
-        p_gt = [judge.p_yes(s.task, [(r, s.target_input, s.ground_truth)])[0] if ok else nan
-                for r, ok in zip(p.rules, keep, strict=True)]
-        p_neg = [[judge.p_yes(s.task, [(r, s.target_input, neg)])[0] if ok else nan
-                  for r, ok in zip(p.rules, keep, strict=True)] for neg in s.negatives]
+        p_gt = [
+            judge.p_yes(s.task, [(r, s.target_input, s.ground_truth)])[0] if ok else nan
+            for r, ok in zip(p.rules, keep, strict=True)
+        ]
+        p_neg = [
+            [
+                judge.p_yes(s.task, [(r, s.target_input, neg)])[0] if ok else nan
+                for r, ok in zip(p.rules, keep, strict=True)
+            ]
+            for neg in s.negatives
+        ]
         out.append(reward_parts(p.total_rules, p.rules, p_history, p_gt, p_neg, config))
     return out

@@ -42,19 +42,34 @@ class PARLReward:
         self.__name__ = self.config.variant.replace("-", "_")  # TRL names the reward column after it
         self.last_parts: list[RewardParts] = []
 
-    def __call__(self, prompts: Sequence | None = None, completions: Sequence | None = None,
-                 completion_ids: Sequence | None = None, *, log_extra: Callable | None = None,
-                 log_metric: Callable | None = None, trainer_state: Any = None, **columns: Any) -> list[float]:
+    def __call__(
+        self,
+        prompts: Sequence | None = None,
+        completions: Sequence | None = None,
+        completion_ids: Sequence | None = None,
+        *,
+        log_extra: Callable | None = None,
+        log_metric: Callable | None = None,
+        trainer_state: Any = None,
+        **columns: Any,
+    ) -> list[float]:
         missing = [c for c in COLUMNS if c not in columns]
         if missing:
-            raise KeyError(f"the PARL reward needs the dataset columns {missing} (write the dataset with "
-                           "`persetrain prepare parl`)")
+            raise KeyError(
+                f"the PARL reward needs the dataset columns {missing} (write the dataset with "
+                "`persetrain prepare parl`)"
+            )
         completions = list(completions or [])
         samples = [
-            RubricSample(task=columns["task"][i], completion=completion_text(c),
-                         history_inputs=columns["history_inputs"][i], history_outputs=columns["history_outputs"][i],
-                         target_input=columns["target_input"][i], ground_truth=columns["ground_truth"][i],
-                         negatives=columns["negatives"][i])
+            RubricSample(
+                task=columns["task"][i],
+                completion=completion_text(c),
+                history_inputs=columns["history_inputs"][i],
+                history_outputs=columns["history_outputs"][i],
+                target_input=columns["target_input"][i],
+                ground_truth=columns["ground_truth"][i],
+                negatives=columns["negatives"][i],
+            )
             for i, c in enumerate(completions)
         ]
         parts = score_batch(self.judge, samples, self.config)
@@ -64,8 +79,9 @@ class PARLReward:
         self._log(parts, log_extra, log_metric, step)
         return [p.reward for p in parts]
 
-    def _log(self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None,
-             step: int | None) -> None:
+    def _log(
+        self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None, step: int | None
+    ) -> None:
         if log_extra is not None:
             for key in ("total_rules", "valid_rules", "s_gt", "d", "c"):
                 log_extra(f"parl/{key}", [getattr(p, key) for p in parts])

@@ -35,16 +35,28 @@ def sample_from_verl(data_source: str, solution_str: str, ground_truth: str, ext
     baseline = extra_info.get("baseline") or {}
     if isinstance(baseline, str):  # a JSON object, as some parquet writers store a dict of varying keys
         baseline = json.loads(baseline)
-    return RubricSample(task=task, completion=solution_str,
-                        history_inputs=[item["input"] for item in profile],
-                        history_outputs=[item["output"] for item in profile],
-                        target_input=extra_info.get("metadata") or "", ground_truth=ground_truth,
-                        negatives=[baseline[name] for name in sorted(baseline)])
+    return RubricSample(
+        task=task,
+        completion=solution_str,
+        history_inputs=[item["input"] for item in profile],
+        history_outputs=[item["output"] for item in profile],
+        target_input=extra_info.get("metadata") or "",
+        ground_truth=ground_truth,
+        negatives=[baseline[name] for name in sorted(baseline)],
+    )
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
-                  judge_model: str = DEFAULT_MODEL, judge_backend: str = "hf", judge_base_url: str | None = None,
-                  variant: str = "parl-a", **_: Any) -> dict:
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: dict | None = None,
+    judge_model: str = DEFAULT_MODEL,
+    judge_backend: str = "hf",
+    judge_base_url: str | None = None,
+    variant: str = "parl-a",
+    **_: Any,
+) -> dict:
     """verl's per-sample reward: ``{"score": reward, <every reward part>}`` (None-free, same keys always)."""
     judge = _judge(judge_model, judge_backend, judge_base_url)
     sample = sample_from_verl(data_source, solution_str, ground_truth, extra_info or {})

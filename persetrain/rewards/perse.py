@@ -40,9 +40,16 @@ class PerSEReward:
         self.engine = engine
         self.profile_words = profile_words
 
-    def __call__(self, prompts: Sequence | None = None, completions: Sequence | None = None,
-                 completion_ids: Sequence | None = None, *, profile: Sequence, log_metric: Callable | None = None,
-                 **columns: Any) -> list[float]:
+    def __call__(
+        self,
+        prompts: Sequence | None = None,
+        completions: Sequence | None = None,
+        completion_ids: Sequence | None = None,
+        *,
+        profile: Sequence,
+        log_metric: Callable | None = None,
+        **columns: Any,
+    ) -> list[float]:
         texts = [completion_text(c).strip() for c in completions or []]
         requests, scored = [], []
         for i, text in enumerate(texts):
@@ -51,10 +58,15 @@ class PerSEReward:
             example = ScalarExample(  # the score fields are placeholders: only the prompt is used
                 id=str((columns.get("id") or [i] * len(texts))[i]),
                 reviewer_id=str((columns.get("reviewer_id") or [""] * len(texts))[i]),
-                profile=profile[i], query_plot_id=GENERATED_ID, query_plot=text, score=1,
-                score_max=(columns.get("score_max") or [10] * len(texts))[i])
-            requests.append(scalar_request(example, self.profile_words)
-                            .model_copy(update={"assistant_prefix": f"{SCORE_MARKER} "}))
+                profile=profile[i],
+                query_plot_id=GENERATED_ID,
+                query_plot=text,
+                score=1,
+                score_max=(columns.get("score_max") or [10] * len(texts))[i],
+            )
+            requests.append(
+                scalar_request(example, self.profile_words).model_copy(update={"assistant_prefix": f"{SCORE_MARKER} "})
+            )
             scored.append(i)
         rewards = [float(SCORE_MIN)] * len(texts)
         for i, probs in zip(scored, self.engine.choice_probs(requests, SCORE_CHOICES, "perse reward"), strict=True):

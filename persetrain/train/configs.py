@@ -33,8 +33,10 @@ class HardwarePrecision:
 
     bf16: bool | None = field(
         default=None,
-        metadata={"help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
-                          "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."},
+        metadata={
+            "help": "bf16 mixed precision. Default: on where the hardware computes in bf16 natively "
+            "(Ampere and later), off elsewhere (a CPU runs bf16 >10x slower than fp32)."
+        },
     )
     fp16: bool | None = field(
         default=None, metadata={"help": "fp16 mixed precision. Default: on for GPUs without bf16, off elsewhere."}
@@ -74,8 +76,10 @@ class ScriptArguments:
 
     dataset_path: str | None = field(
         default=None,
-        metadata={"help": "Directory written by `persetrain prepare` (e.g. data/perse/per_mpst_k3) whose rows "
-                          "have TRL's prompt-completion columns `prompt` and `completion`."},
+        metadata={
+            "help": "Directory written by `persetrain prepare` (e.g. data/perse/per_mpst_k3) whose rows "
+            "have TRL's prompt-completion columns `prompt` and `completion`."
+        },
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (when eval is on)."})
@@ -93,21 +97,27 @@ class ModelConfig(trl.ModelConfig):
 
     model_name_or_path: str = field(
         default=DEFAULT_MODEL,
-        metadata={"help": "A persetrain model spec: 'embedded:<name>', a local model directory, a .gguf file "
-                          "or a Hub id such as 'meta-llama/Llama-2-7b-chat-hf'."},
+        metadata={
+            "help": "A persetrain model spec: 'embedded:<name>', a local model directory, a .gguf file "
+            "or a Hub id such as 'meta-llama/Llama-2-7b-chat-hf'."
+        },
     )
     dtype: str = field(
         default="auto",
-        metadata={"help": "Dtype of the loaded weights. 'auto' follows the hardware (not the checkpoint): bfloat16 "
-                          "where it computes natively (Ampere and later), float32 elsewhere (CPUs; fp16 GPUs "
-                          "train in fp32 with fp16 autocast).",
-                  "choices": ["auto", "float32", "bfloat16", "float16"]},
+        metadata={
+            "help": "Dtype of the loaded weights. 'auto' follows the hardware (not the checkpoint): bfloat16 "
+            "where it computes natively (Ampere and later), float32 elsewhere (CPUs; fp16 GPUs "
+            "train in fp32 with fp16 autocast).",
+            "choices": ["auto", "float32", "bfloat16", "float16"],
+        },
     )
     attn_implementation: str = field(
         default="sdpa",
-        metadata={"help": "Attention kernel ('sdpa', 'eager', 'flash_attention_2', ...). sdpa is "
-                          "exact for packed, padding-free batches: transformers builds the block-diagonal mask "
-                          "from the position ids."},
+        metadata={
+            "help": "Attention kernel ('sdpa', 'eager', 'flash_attention_2', ...). sdpa is "
+            "exact for packed, padding-free batches: transformers builds the block-diagonal mask "
+            "from the position ids."
+        },
     )
     lora_target_modules: list[str] | None = field(
         default_factory=lambda: ["all-linear"],
@@ -125,17 +135,23 @@ class SFTConfig(HardwarePrecision, trl.SFTConfig):
 
     auto_resume: bool = field(
         default=True,
-        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one, so "
-                          "rerunning an interrupted command continues it. `resume_from_checkpoint` takes "
-                          "precedence."},
+        metadata={
+            "help": "Resume from the newest complete checkpoint-N in output_dir when there is one, so "
+            "rerunning an interrupted command continues it. `resume_from_checkpoint` takes "
+            "precedence."
+        },
     )
     completion_logits_only: bool = field(
         default=True,
-        metadata={"help": "Project onto the vocabulary only the positions whose next token carries a label "
-                          "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."},
+        metadata={
+            "help": "Project onto the vocabulary only the positions whose next token carries a label "
+            "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."
+        },
     )
     merge_adapter: bool = field(
         default=True,
-        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
-                          "<output_dir>/merged, which persetrain.models.load_model can load."},
+        metadata={
+            "help": "After LoRA training on an unquantised base, also write the merged full model to "
+            "<output_dir>/merged, which persetrain.models.load_model can load."
+        },
     )

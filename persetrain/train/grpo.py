@@ -76,8 +76,10 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
 
     max_prompt_length: int | None = field(
         default=None,
-        metadata={"help": "Drop training prompts longer than this many tokens (verl's filter_overlong_prompts; "
-                          "TRL itself never truncates a prompt). The paper: 10240."},
+        metadata={
+            "help": "Drop training prompts longer than this many tokens (verl's filter_overlong_prompts; "
+            "TRL itself never truncates a prompt). The paper: 10240."
+        },
     )
     verl_train_files: str | None = field(
         default=None,
@@ -85,9 +87,11 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["parl-a"],
-        metadata={"help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
-                          "(the PARL reward variants), perse (a PerSE judge's expected score), or a dotted import "
-                          "path to a TRL reward function."},
+        metadata={
+            "help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
+            "(the PARL reward variants), perse (a PerSE judge's expected score), or a dotted import "
+            "path to a TRL reward function."
+        },
     )
     judge_model: str = field(
         default=DEFAULT_MODEL,
@@ -99,18 +103,24 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
     )
     judge_cache: str | None = field(
         default=None,
-        metadata={"help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
-                          "resumed run re-scores nothing it already scored."},
+        metadata={
+            "help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
+            "resumed run re-scores nothing it already scored."
+        },
     )
     auto_resume: bool = field(
         default=True,
-        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one. "
-                          "`resume_from_checkpoint` takes precedence."},
+        metadata={
+            "help": "Resume from the newest complete checkpoint-N in output_dir when there is one. "
+            "`resume_from_checkpoint` takes precedence."
+        },
     )
     merge_adapter: bool = field(
         default=True,
-        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
-                          "<output_dir>/merged, which persetrain.models.load_model can load."},
+        metadata={
+            "help": "After LoRA training on an unquantised base, also write the merged full model to "
+            "<output_dir>/merged, which persetrain.models.load_model can load."
+        },
     )
 
     def __post_init__(self):
@@ -167,8 +177,9 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
             from persetrain.rewards.parl_trl import PARLReward
 
             engine = engine or _judge_engine(config)
-            funcs.append(PARLReward(engine, RewardConfig(variant=name),
-                                    parts_path=Path(config.output_dir) / REWARD_PARTS_FILE))
+            funcs.append(
+                PARLReward(engine, RewardConfig(variant=name), parts_path=Path(config.output_dir) / REWARD_PARTS_FILE)
+            )
         elif name == "perse":
             from persetrain.rewards.perse import PerSEReward
 
@@ -181,8 +192,10 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
             except (ImportError, AttributeError) as err:
                 raise RecipeError(f"reward_funcs: cannot import '{name}' ({err})") from None
         else:
-            raise RecipeError(f"reward_funcs: unknown reward '{name}'; expected one of {', '.join(NAMED_REWARDS)} "
-                              "or a dotted import path")
+            raise RecipeError(
+                f"reward_funcs: unknown reward '{name}'; expected one of {', '.join(NAMED_REWARDS)} "
+                "or a dotted import path"
+            )
     if not funcs:
         raise RecipeError("reward_funcs is empty: GRPO needs at least one reward function")
     return funcs
@@ -212,22 +225,32 @@ class PARLGRPOTrainer(GRPOTrainer):
         with no repeated prompt take TRL's path.
         """
         groups = _rows_by_prompt(prompt_ids)
-        if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
-                or self.generation_config.cache_implementation is not None or self.args.generation_kwargs
-                or len(groups) == len(prompt_ids) or min(len(prompt) for prompt in groups) < 2):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
+        if (
+            self.use_vllm
+            or self.use_transformers_continuous_batching
+            or images is not None
+            or multimodal_fields
+            or self.generation_config.cache_implementation is not None
+            or self.args.generation_kwargs
+            or len(groups) == len(prompt_ids)
+            or min(len(prompt) for prompt in groups) < 2
+        ):
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
         config, device = self.generation_config, self.accelerator.device
         processors = sampling_processors(config)
         eos = torch.tensor(self.eos_token_ids, device=device)
         completions: list[list[int]] = [[] for _ in prompt_ids]
         with (
             profiling_context(self, "transformers.generate"),
-            unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                                        generation_kwargs=self.generation_kwargs,
-                                        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
-            as unwrapped_model,
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped_model,
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
@@ -237,11 +260,15 @@ class PARLGRPOTrainer(GRPOTrainer):
                 sequences = torch.tensor([prompt] * len(rows), device=device)
                 active = list(rows)  # batch row b holds the rollout of row active[b]
                 for step in range(config.max_new_tokens):
-                    logits = unwrapped_model(input_ids=sequences[:, -1:], **cache_argument(unwrapped_model, cache),
-                                             use_cache=True).logits
+                    logits = unwrapped_model(
+                        input_ids=sequences[:, -1:], **cache_argument(unwrapped_model, cache), use_cache=True
+                    ).logits
                     scores = processors(sequences, logits[:, -1].float())
-                    tokens = (torch.multinomial(scores.softmax(-1), 1) if config.do_sample
-                              else scores.argmax(-1, keepdim=True))
+                    tokens = (
+                        torch.multinomial(scores.softmax(-1), 1)
+                        if config.do_sample
+                        else scores.argmax(-1, keepdim=True)
+                    )
                     sequences = torch.cat([sequences, tokens], dim=1)
                     ended = torch.isin(tokens[:, 0], eos) | (step == config.max_new_tokens - 1)
                     for b in ended.nonzero()[:, 0].tolist():
@@ -255,8 +282,17 @@ class PARLGRPOTrainer(GRPOTrainer):
                         active = [active[b] for b in keep.tolist()]
         return completions, None
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
         """TRL's per-token log-probs (and entropies) of the completions, each distinct prompt computed once.
 
         The ``num_generations`` rollouts of one prompt share it token for token, and the prompt is most of
@@ -273,11 +309,23 @@ class PARLGRPOTrainer(GRPOTrainer):
         """
         prompt_ids, prompt_mask = input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]
         groups = _rows_by_prompt(ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True))
-        if (compute_aux_loss or any(v is not None for v in multimodal.values()) or self.args.activation_checkpointing
-                or len(groups) == input_ids.size(0) or min(len(prompt) for prompt in groups) < 2):
-            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                              batch_size, compute_entropy, compute_aux_loss,
-                                                              **multimodal)
+        if (
+            compute_aux_loss
+            or any(v is not None for v in multimodal.values())
+            or self.args.activation_checkpointing
+            or len(groups) == input_ids.size(0)
+            or min(len(prompt) for prompt in groups) < 2
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
         batch_size = batch_size or input_ids.size(0)
         completion_ids, completion_mask = input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:]
         lengths = completion_mask.sum(-1).tolist()  # TRL right-pads completions
@@ -289,15 +337,19 @@ class PARLGRPOTrainer(GRPOTrainer):
                 cache = prefill(model, list(prompt[:-1]), config, input_ids.device)
             for chunk in length_chunks(rows, lengths, batch_size):
                 width = max(1, max(lengths[row] for row in chunk))
-                found = self._shared_prompt_logps(model, cache, prompt[-1], completion_ids[chunk, :width],
-                                                  completion_mask[chunk, :width])
+                found = self._shared_prompt_logps(
+                    model, cache, prompt[-1], completion_ids[chunk, :width], completion_mask[chunk, :width]
+                )
                 pad = (0, logits_to_keep - width)  # zeros where TRL's rows hold padding, which its loss masks
                 logps.update(zip(chunk, torch.nn.functional.pad(found.log_probs[:, -width:], pad), strict=True))
                 if compute_entropy:
                     entropies.update(zip(chunk, torch.nn.functional.pad(found.entropy[:, -width:], pad), strict=True))
         order = range(input_ids.size(0))
-        return (torch.stack([logps[row] for row in order]),
-                torch.stack([entropies[row] for row in order]) if compute_entropy else None, None)
+        return (
+            torch.stack([logps[row] for row in order]),
+            torch.stack([entropies[row] for row in order]) if compute_entropy else None,
+            None,
+        )
 
     def _shared_prompt_logps(self, model, cache: DynamicCache, last: int, completion_ids, completion_mask):
         """TRL's fused-head output over ``completion_ids`` (rows of one prompt) after the prompt.
@@ -307,15 +359,19 @@ class PARLGRPOTrainer(GRPOTrainer):
         head scores every completion token as TRL's path does.
         """
         n, length = completion_ids.size(0), cache.get_seq_length() + 1
-        expanded = DynamicCache(ddp_cache_data=[(layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-                                                for layer in cache.layers],
-                                config=self.accelerator.unwrap_model(model).config)
+        expanded = DynamicCache(
+            ddp_cache_data=[
+                (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1)) for layer in cache.layers
+            ],
+            config=self.accelerator.unwrap_model(model).config,
+        )
         ids = torch.cat([completion_ids.new_full((n, 1), last), completion_ids], dim=1)
         mask = torch.cat([completion_mask.new_ones((n, length)), completion_mask], dim=1)
         labels = ids.masked_fill(mask[:, length - 1 :] == 0, -100)  # the head scores labels[:, 1:]
         with self.accelerator.autocast():
-            return model(input_ids=ids, attention_mask=mask, **cache_argument(model, expanded), labels=labels,
-                         fused_lm_head=True)
+            return model(
+                input_ids=ids, attention_mask=mask, **cache_argument(model, expanded), labels=labels, fused_lm_head=True
+            )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         start = time.perf_counter()
@@ -338,8 +394,9 @@ def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
     path = Path(script_args.dataset_path)
     if not path.is_dir():
-        raise InputError(path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
-                               "persetrain prepare parl")
+        raise InputError(
+            path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: persetrain prepare parl"
+        )
     loaded = load_from_disk(str(path))
     splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
     split = script_args.dataset_train_split
@@ -347,8 +404,10 @@ def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
         raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
     ds = splits[split]
     if "prompt" not in ds.column_names:
-        raise InputError(path, f"split '{split}' lacks the column 'prompt' that GRPO samples from "
-                               f"(has: {', '.join(ds.column_names)})")
+        raise InputError(
+            path,
+            f"split '{split}' lacks the column 'prompt' that GRPO samples from (has: {', '.join(ds.column_names)})",
+        )
     limit = script_args.max_train_samples
     if limit is not None and limit < len(ds):
         ds = ds.shuffle(seed=seed).select(range(limit))
@@ -359,13 +418,17 @@ def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None
     """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped."""
     if max_prompt_length is None:
         return ds
-    encoded = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
-               for p in ds["prompt"]]
+    encoded = [
+        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
+        for p in ds["prompt"]
+    ]
     lengths = [len(e["input_ids"]) for e in encoded]
     keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
     if len(keep) < len(ds):
-        console.print(f"dropped {len(ds) - len(keep)} of {len(ds)} prompts longer than max_prompt_length "
-                      f"{max_prompt_length} tokens (longest: {max(lengths)})")
+        console.print(
+            f"dropped {len(ds) - len(keep)} of {len(ds)} prompts longer than max_prompt_length "
+            f"{max_prompt_length} tokens (longest: {max(lengths)})"
+        )
     if not keep:
         raise RecipeError(f"max_prompt_length: every prompt is longer than {max_prompt_length} tokens")
     return ds.select(keep)
@@ -379,8 +442,9 @@ def build_grpo_trainer(
 ) -> PARLGRPOTrainer:
     """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
     tokenizer = load_tokenizer(model_args.model_name_or_path)
-    train_dataset = _drop_overlong_prompts(_load_train_split(script_args, seed=training_args.seed), tokenizer,
-                                           training_args.max_prompt_length)
+    train_dataset = _drop_overlong_prompts(
+        _load_train_split(script_args, seed=training_args.seed), tokenizer, training_args.max_prompt_length
+    )
     reward_funcs = build_reward_funcs(training_args)
     prepare_model_init(training_args, model_args)
     quantization = get_quantization_config(model_args)
@@ -397,11 +461,16 @@ def build_grpo_trainer(
     )
 
 
-def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
-         callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
+def main(
+    script_args: ScriptArguments,
+    training_args: GRPOConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> GRPOResult:
     """Train, save the final model and tokenizer, and return where they are (as ``persetrain sft`` does)."""
-    return run_trainer(build_grpo_trainer, script_args, training_args, model_args, callbacks,
-                       step_logs=[REWARD_PARTS_FILE])
+    return run_trainer(
+        build_grpo_trainer, script_args, training_args, model_args, callbacks, step_logs=[REWARD_PARTS_FILE]
+    )
 
 
 def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:

@@ -66,22 +66,28 @@ class RMConfig(HardwarePrecision, trl.RewardConfig):
 
     gradient_checkpointing: bool = field(
         default=False,
-        metadata={"help": "Recompute activations in the backward pass to save memory (TRL's RewardConfig turns it "
-                          "on). Off by default: a listwise batch computes each context once only without it, and "
-                          "on a CPU the recomputation costs a third more time. Paper-scale recipes turn it on."},
+        metadata={
+            "help": "Recompute activations in the backward pass to save memory (TRL's RewardConfig turns it "
+            "on). Off by default: a listwise batch computes each context once only without it, and "
+            "on a CPU the recomputation costs a third more time. Paper-scale recipes turn it on."
+        },
     )
     loss: str = field(
         default="listwise",
-        metadata={"help": "Loss on a listwise dataset: 'listwise' (softmax over a question's options) or "
-                          "'bradley_terry' (mean over every (gold, distractor) pair, TRL's loss).",
-                  "choices": list(LOSSES)},
+        metadata={
+            "help": "Loss on a listwise dataset: 'listwise' (softmax over a question's options) or "
+            "'bradley_terry' (mean over every (gold, distractor) pair, TRL's loss).",
+            "choices": list(LOSSES),
+        },
     )
     person_contrast: float = field(
         default=0.0,
-        metadata={"help": "Weight of the person-contrast term on a listwise dataset: the gold option must score "
-                          "higher under its own person than under another row's person with the same request "
-                          "(persetrain.train.rm_listwise.person_contrast_loss). 0 turns it off; it needs the "
-                          "'prompt_blind' column."},
+        metadata={
+            "help": "Weight of the person-contrast term on a listwise dataset: the gold option must score "
+            "higher under its own person than under another row's person with the same request "
+            "(persetrain.train.rm_listwise.person_contrast_loss). 0 turns it off; it needs the "
+            "'prompt_blind' column."
+        },
     )
     auto_resume: bool = field(
         default=True,
@@ -89,8 +95,10 @@ class RMConfig(HardwarePrecision, trl.RewardConfig):
     )
     merge_adapter: bool = field(
         default=True,
-        metadata={"help": "After LoRA training on an unquantised base, also write the merged full model to "
-                          "<output_dir>/merged."},
+        metadata={
+            "help": "After LoRA training on an unquantised base, also write the merged full model to "
+            "<output_dir>/merged."
+        },
     )
 
     def __post_init__(self):
@@ -174,8 +182,11 @@ def check_backbone(model_name_or_path: str) -> None:
     location = local_weights_dir(model_name_or_path)
     config = AutoConfig.from_pretrained(location)
     if type(config) not in AutoModelForSequenceClassification._model_mapping:
-        raise InputError(location, f"model_name_or_path: a {config.model_type!r} model has no sequence-"
-                                   "classification head in transformers, so it cannot be a reward model")
+        raise InputError(
+            location,
+            f"model_name_or_path: a {config.model_type!r} model has no sequence-"
+            "classification head in transformers, so it cannot be a reward model",
+        )
 
 
 def make_parser(prog: str | None = None) -> RecipeParser:
@@ -191,8 +202,9 @@ def build_rm_trainer(
 ) -> ListwiseRewardTrainer:
     """The trainer a run uses (data loaded, backbone checked); split from :func:`main` for the benchmarks."""
     check_backbone(model_args.model_name_or_path)
-    train_dataset, eval_dataset = load_reward_splits(script_args, want_eval=training_args.eval_strategy != "no",
-                                                     seed=training_args.seed)
+    train_dataset, eval_dataset = load_reward_splits(
+        script_args, want_eval=training_args.eval_strategy != "no", seed=training_args.seed
+    )
     prepare_model_init(training_args, model_args)
     # LoRA on a classifier: PEFT then also trains (and saves) the new score head, which a causal-LM
     # adapter, TRL's ModelConfig default, would leave at its random initialisation.
@@ -227,8 +239,11 @@ def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int)
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
     path = Path(script_args.dataset_path)
     if not path.is_dir():
-        raise InputError(path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
-                               "persetrain prepare preference --prefeval DIR --out OUT")
+        raise InputError(
+            path,
+            "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
+            "persetrain prepare preference --prefeval DIR --out OUT",
+        )
     loaded = load_from_disk(str(path))
     splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
 
@@ -239,16 +254,22 @@ def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int)
         columns = next((cols for cols in REWARD_FORMATS.values() if set(cols) <= set(ds.column_names)), None)
         if columns is None:
             wanted = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in REWARD_FORMATS.items())
-            raise InputError(path, f"split '{split}' has no preference pairs (columns: {', '.join(ds.column_names)}); "
-                                   f"a reward model needs {wanted}")
+            raise InputError(
+                path,
+                f"split '{split}' has no preference pairs (columns: {', '.join(ds.column_names)}); "
+                f"a reward model needs {wanted}",
+            )
         if len(ds) == 0:
             raise InputError(path, f"split '{split}' has no rows")
         if "options" in columns:
             for i, row in enumerate(ds.select_columns(["options", "gold"])):
                 if len(row["options"]) < 2 or not 0 <= row["gold"] < len(row["options"]):
-                    raise InputError(path, f"split '{split}' row {i}: field 'options' needs at least 2 options and "
-                                           f"'gold' an index among them (has {len(row['options'])} options, "
-                                           f"gold {row['gold']})")
+                    raise InputError(
+                        path,
+                        f"split '{split}' row {i}: field 'options' needs at least 2 options and "
+                        f"'gold' an index among them (has {len(row['options'])} options, "
+                        f"gold {row['gold']})",
+                    )
         keep = ("prompt", *columns, "prompt_blind", "topic")
         ds = ds.select_columns([c for c in dict.fromkeys(keep) if c in ds.column_names])
         if limit is None or limit >= len(ds):
@@ -260,8 +281,12 @@ def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int)
     return train, evaluation
 
 
-def main(script_args: ScriptArguments, training_args: RMConfig, model_args: ModelConfig,
-         callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+def main(
+    script_args: ScriptArguments,
+    training_args: RMConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> SFTResult:
     """Train, save the final model and tokenizer, and return where they are."""
     return run_trainer(build_rm_trainer, script_args, training_args, model_args, callbacks)
 

@@ -30,8 +30,9 @@ from persetrain.reward_inputs import encode, is_encoder
 LISTWISE_COLUMNS = ("context_ids", "option_ids", "gold", "swap_context_ids")
 
 
-def tokenize_listwise(dataset: Dataset, tokenizer, max_length: int | None, name: str,
-                      swap_seed: int | None = None) -> Dataset:
+def tokenize_listwise(
+    dataset: Dataset, tokenizer, max_length: int | None, name: str, swap_seed: int | None = None
+) -> Dataset:
     """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_inputs``).
 
     With ``swap_seed``, each row also gets ``swap_context_ids``: its own request under another row's person
@@ -59,8 +60,10 @@ def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
     request without the person), so this works for any wording ``persetrain prepare preference`` writes.
     """
     if "prompt_blind" not in dataset.column_names:
-        raise ValueError("the person-contrast term needs a 'prompt_blind' column (persetrain prepare preference "
-                         "writes it) to tell the person from the request")
+        raise ValueError(
+            "the person-contrast term needs a 'prompt_blind' column (persetrain prepare preference "
+            "writes it) to tell the person from the request"
+        )
     prompts, blinds = dataset["prompt"], dataset["prompt_blind"]
     topics = dataset["topic"] if "topic" in dataset.column_names else [""] * len(prompts)
     persons = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
@@ -98,8 +101,13 @@ class ListwiseCollator:
         pad = self.tokenizer.pad_token_id
         swapped = [False] * len(rows)
         if rows and "swap_context_ids" in rows[0]:
-            rows = [*rows, *({"context_ids": r["swap_context_ids"], "option_ids": [r["option_ids"][r["gold"]]],
-                              "gold": 0} for r in rows)]
+            rows = [
+                *rows,
+                *(
+                    {"context_ids": r["swap_context_ids"], "option_ids": [r["option_ids"][r["gold"]]], "gold": 0}
+                    for r in rows
+                ),
+            ]
             swapped += [True] * (len(rows) - len(swapped))
         k = max(len(row["option_ids"]) for row in rows)
         options = [[row["option_ids"][i] if i < len(row["option_ids"]) else [pad] for i in range(k)] for row in rows]
@@ -138,16 +146,20 @@ def option_rewards(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return out.logits.reshape(b, k).float()
     context_mask = batch["context_mask"]
     positions = torch.arange(context_mask.size(1), device=context_mask.device).expand_as(context_mask)
-    context = model(input_ids=batch["context_ids"], attention_mask=context_mask, position_ids=positions,
-                    use_cache=True)
+    context = model(input_ids=batch["context_ids"], attention_mask=context_mask, position_ids=positions, use_cache=True)
     cache = context.cache if hasattr(context, "cache") else context.past_key_values
     cache.batch_repeat_interleave(k)
     option_ids = batch["option_ids"]
     lengths = context_mask.sum(1).repeat_interleave(k)
     option_positions = lengths[:, None] + torch.arange(option_ids.size(1), device=option_ids.device)
     attention = torch.cat([context_mask.repeat_interleave(k, 0), batch["option_attention"]], dim=1)
-    out = model(input_ids=option_ids, attention_mask=attention, position_ids=option_positions, use_cache=False,
-                **cache_argument(model, cache))
+    out = model(
+        input_ids=option_ids,
+        attention_mask=attention,
+        position_ids=option_positions,
+        use_cache=False,
+        **cache_argument(model, cache),
+    )
     return out.logits.reshape(b, k).float()
 
 

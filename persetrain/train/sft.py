@@ -54,6 +54,8 @@ from persetrain.train.signals import CheckpointOnSignal, exit_code
 METRICS_FILE = "metrics.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.json"
 MERGED_DIR = "merged"
+
+
 class CompletionOnlySFTTrainer(SFTTrainer):
     """``SFTTrainer`` whose loss projects only the labelled positions onto the vocabulary.
 
@@ -166,13 +168,19 @@ class JsonlMetricsCallback(TrainerCallback):
         if state.is_world_process_zero:
             for log in (self.path, *self.step_logs):
                 trim_step_log(log, state.global_step)
-            self._append({"event": "train_begin", "step": state.global_step, "max_steps": state.max_steps,
-                          "world_size": args.world_size, "time": time.time()})
+            self._append(
+                {
+                    "event": "train_begin",
+                    "step": state.global_step,
+                    "max_steps": state.max_steps,
+                    "world_size": args.world_size,
+                    "time": time.time(),
+                }
+            )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
-            self._append({"event": "log", "step": state.global_step, "epoch": state.epoch, "time": time.time(),
-                          **logs})
+            self._append({"event": "log", "step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs})
 
 
 @dataclass
@@ -203,8 +211,9 @@ def _prepare_command(dataset_path: Path) -> str:
     match = re.fullmatch(r"per_mpst_k(\d+)", dataset_path.name)
     if match or dataset_path.name in {"per_doc", "amazon_books"}:
         k = f" --k {match.group(1)}" if match and match.group(1) != "3" else ""
-        return (f"persetrain prepare perse --raw RAW --out {out}{k}  "
-                "(synthetic RAW: persetrain prepare sample --out RAW)")
+        return (
+            f"persetrain prepare perse --raw RAW --out {out}{k}  (synthetic RAW: persetrain prepare sample --out RAW)"
+        )
     return f"persetrain prepare perse --raw RAW --out {out}  (it writes per_mpst_k3, per_doc, amazon_books)"
 
 
@@ -218,8 +227,10 @@ def _load_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tu
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
     path = Path(script_args.dataset_path)
     if not path.is_dir():
-        raise InputError(path, f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
-                               f"{_prepare_command(path)}")
+        raise InputError(
+            path,
+            f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: {_prepare_command(path)}",
+        )
     loaded = load_from_disk(str(path))
     splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
 
@@ -229,8 +240,11 @@ def _load_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tu
         ds = splits[split]
         missing = {"prompt", "completion"} - set(ds.column_names)
         if missing:
-            raise InputError(path, f"split '{split}' lacks column(s) {sorted(missing)}: SFT needs TRL's "
-                                   f"prompt-completion format (has: {', '.join(ds.column_names)})")
+            raise InputError(
+                path,
+                f"split '{split}' lacks column(s) {sorted(missing)}: SFT needs TRL's "
+                f"prompt-completion format (has: {', '.join(ds.column_names)})",
+            )
         ds = ds.select_columns(["prompt", "completion"])
         if limit is None or limit >= len(ds):
             return ds
@@ -299,8 +313,9 @@ def build_sft_trainer(
 
     Split from :func:`main` so that benchmarks time exactly what a recipe runs.
     """
-    train_dataset, eval_dataset = _load_splits(script_args, want_eval=training_args.eval_strategy != "no",
-                                               seed=training_args.seed)
+    train_dataset, eval_dataset = _load_splits(
+        script_args, want_eval=training_args.eval_strategy != "no", seed=training_args.seed
+    )
     prepare_model_init(training_args, model_args)
     return CompletionOnlySFTTrainer(
         model=str(local_weights_dir(model_args.model_name_or_path)),
@@ -315,14 +330,24 @@ def build_sft_trainer(
     )
 
 
-def main(script_args: ScriptArguments, training_args: SFTConfig, model_args: ModelConfig,
-         callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
+def main(
+    script_args: ScriptArguments,
+    training_args: SFTConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> SFTResult:
     """Train, save the final model and tokenizer, and return where they are."""
     return run_trainer(build_sft_trainer, script_args, training_args, model_args, callbacks)
 
 
-def run_trainer(build: Callable[..., Any], script_args: ScriptArguments, training_args, model_args: ModelConfig,
-                callbacks: Sequence[TrainerCallback] = (), step_logs: Sequence[str] = ()) -> SFTResult:
+def run_trainer(
+    build: Callable[..., Any],
+    script_args: ScriptArguments,
+    training_args,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+    step_logs: Sequence[str] = (),
+) -> SFTResult:
     """What every persetrain trainer (SFT, GRPO) does around ``build(...)``'s trainer, so they run alike.
 
     The run resumes from its newest complete checkpoint and records its resolved configuration; the
@@ -333,23 +358,30 @@ def run_trainer(build: Callable[..., Any], script_args: ScriptArguments, trainin
     output_dir = Path(training_args.output_dir)
     stop = CheckpointOnSignal()
     resume = checkpoint_to_resume(training_args)
-    trainer = build(script_args, training_args, model_args,
-                    [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]),
-                     stop, *callbacks])
+    trainer = build(
+        script_args,
+        training_args,
+        model_args,
+        [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]), stop, *callbacks],
+    )
     if trainer.is_world_process_zero():
-        write_json(output_dir / RESOLVED_CONFIG_FILE, {
-            "script": asdict(script_args),
-            "model": asdict(model_args),
-            "training": trainer.args.to_dict(),
-            "resume_from_checkpoint": resume,
-            "environment": _environment(getattr(torch, model_args.dtype)),
-        })
+        write_json(
+            output_dir / RESOLVED_CONFIG_FILE,
+            {
+                "script": asdict(script_args),
+                "model": asdict(model_args),
+                "training": trainer.args.to_dict(),
+                "resume_from_checkpoint": resume,
+                "environment": _environment(getattr(torch, model_args.dtype)),
+            },
+        )
     result = trainer.train(resume_from_checkpoint=resume)
     return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
 
 
-def _finish(trainer, result, output_dir: Path, resume: str | None, model_args, training_args,
-            stopped_by_signal: int | None) -> SFTResult:
+def _finish(
+    trainer, result, output_dir: Path, resume: str | None, model_args, training_args, stopped_by_signal: int | None
+) -> SFTResult:
     """A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
     model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
     ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
@@ -357,9 +389,14 @@ def _finish(trainer, result, output_dir: Path, resume: str | None, model_args, t
     """
     if stopped_by_signal is not None:
         trainer.end()
-        return SFTResult(output_dir=output_dir, model_dir=output_dir, resumed_from=resume,
-                         global_step=trainer.state.global_step, metrics=dict(result.metrics),
-                         stopped_by_signal=stopped_by_signal)
+        return SFTResult(
+            output_dir=output_dir,
+            model_dir=output_dir,
+            resumed_from=resume,
+            global_step=trainer.state.global_step,
+            metrics=dict(result.metrics),
+            stopped_by_signal=stopped_by_signal,
+        )
     trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
@@ -367,15 +404,25 @@ def _finish(trainer, result, output_dir: Path, resume: str | None, model_args, t
 
     model_dir = output_dir
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
-    if (model_args.use_peft and training_args.merge_adapter and not quantized
-            and not trainer.is_deepspeed_enabled and trainer.is_world_process_zero()):
+    if (
+        model_args.use_peft
+        and training_args.merge_adapter
+        and not quantized
+        and not trainer.is_deepspeed_enabled
+        and trainer.is_world_process_zero()
+    ):
         model_dir = output_dir / MERGED_DIR
         merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
         merged.save_pretrained(str(model_dir))
         trainer.processing_class.save_pretrained(str(model_dir))
     trainer.end()
-    return SFTResult(output_dir=output_dir, model_dir=model_dir, resumed_from=resume,
-                     global_step=trainer.state.global_step, metrics=dict(result.metrics))
+    return SFTResult(
+        output_dir=output_dir,
+        model_dir=model_dir,
+        resumed_from=resume,
+        global_step=trainer.state.global_step,
+        metrics=dict(result.metrics),
+    )
 
 
 def run_sft(argv: Sequence[str] | None = None) -> SFTResult:

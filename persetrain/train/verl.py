@@ -59,8 +59,12 @@ REWARD_FUNCTION = "compute_score"
 #: The venv that ``make verl-env`` builds (verl pins an older transformers than persetrain's main venv).
 VERL_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python"
 
-_LOSS_AGG_MODE = {"dapo": "token-mean", "bnpo": "token-mean", "grpo": "seq-mean-token-mean",
-                  "dr_grpo": "seq-mean-token-sum-norm"}
+_LOSS_AGG_MODE = {
+    "dapo": "token-mean",
+    "bnpo": "token-mean",
+    "grpo": "seq-mean-token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+}
 
 
 def _accelerate_settings(path: str | None) -> tuple[int, bool]:
@@ -76,8 +80,9 @@ def _accelerate_settings(path: str | None) -> tuple[int, bool]:
     if deepspeed.get("deepspeed_config_file"):  # relative to the working directory, as accelerate reads it
         zero = json.loads(Path(deepspeed["deepspeed_config_file"]).read_text(encoding="utf-8"))
         offload_devices.append((zero.get("zero_optimization", {}).get("offload_param") or {}).get("device"))
-    offload = (any(d not in (None, "none") for d in offload_devices)
-               or bool((config.get("fsdp_config") or {}).get("fsdp_offload_params", False)))
+    offload = any(d not in (None, "none") for d in offload_devices) or bool(
+        (config.get("fsdp_config") or {}).get("fsdp_offload_params", False)
+    )
     return int(config.get("num_processes", 1)), offload
 
 
@@ -87,19 +92,27 @@ def _prompts_per(completions: int, n: int, key: str) -> int:
     return completions // n
 
 
-def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig,
-                accelerate_config: str | None = None) -> dict[str, Any]:
+def verl_config(
+    script_args: ScriptArguments,
+    training_args: GRPOConfig,
+    model_args: ModelConfig,
+    accelerate_config: str | None = None,
+) -> dict[str, Any]:
     """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe."""
     rewards = [name for name in training_args.reward_funcs if name in PARL_REWARDS]
     if len(rewards) != 1 or len(training_args.reward_funcs) != 1:
-        raise RecipeError(f"reward_funcs: the verl backend takes exactly one PARL reward ({', '.join(PARL_REWARDS)}), "
-                          f"got {training_args.reward_funcs}")
+        raise RecipeError(
+            f"reward_funcs: the verl backend takes exactly one PARL reward ({', '.join(PARL_REWARDS)}), "
+            f"got {training_args.reward_funcs}"
+        )
     if training_args.loss_type not in _LOSS_AGG_MODE:
-        raise RecipeError(f"loss_type: verl has no equivalent of '{training_args.loss_type}' "
-                          f"(one of {', '.join(_LOSS_AGG_MODE)})")
+        raise RecipeError(
+            f"loss_type: verl has no equivalent of '{training_args.loss_type}' (one of {', '.join(_LOSS_AGG_MODE)})"
+        )
     if training_args.verl_train_files is None:
-        raise RecipeError("verl_train_files is not set: the verl backend reads the parquet export of "
-                          "`persetrain prepare parl`")
+        raise RecipeError(
+            "verl_train_files is not set: the verl backend reads the parquet export of `persetrain prepare parl`"
+        )
     processes, offload = _accelerate_settings(accelerate_config)
     n = training_args.num_generations
     per_step = training_args.per_device_train_batch_size * processes
@@ -155,8 +168,11 @@ def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_a
                 "kl_loss_type": "low_var_kl",
                 "entropy_coeff": training_args.entropy_coef,
                 "grad_clip": training_args.max_grad_norm,
-                "fsdp_config": {"param_offload": offload, "optimizer_offload": offload,
-                                "model_dtype": "bf16" if training_args.bf16 else "fp32"},
+                "fsdp_config": {
+                    "param_offload": offload,
+                    "optimizer_offload": offload,
+                    "model_dtype": "bf16" if training_args.bf16 else "fp32",
+                },
             },
             "rollout": {
                 "name": "vllm",
@@ -206,10 +222,11 @@ def verl_config(script_args: ScriptArguments, training_args: GRPOConfig, model_a
 
 def write_verl_config(config: dict[str, Any], path: Path) -> Path:
     """Write ``config`` as a Hydra config that extends verl's ``ppo_trainer`` (atomically)."""
-    document = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"],
-                **config}
-    header = ("# Written by `persetrain grpo --backend verl`; run with:\n"
-              f"#   python -m verl.trainer.main_ppo --config-path {path.parent} --config-name {path.stem}\n")
+    document = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"], **config}
+    header = (
+        "# Written by `persetrain grpo --backend verl`; run with:\n"
+        f"#   python -m verl.trainer.main_ppo --config-path {path.parent} --config-name {path.stem}\n"
+    )
     with atomic_write(path) as f:
         f.write(header + yaml.safe_dump(document, sort_keys=False))
     return path
@@ -219,8 +236,15 @@ def verl_command(config_path: Path, python: str | None = None) -> list[str]:
     """The command that trains with ``config_path``: verl's own entry point."""
     if python is None:
         python = str(VERL_VENV_PYTHON) if VERL_VENV_PYTHON.exists() else sys.executable
-    return [python, "-m", "verl.trainer.main_ppo", "--config-path", str(config_path.parent.resolve()),
-            "--config-name", config_path.stem]
+    return [
+        python,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(config_path.parent.resolve()),
+        "--config-name",
+        config_path.stem,
+    ]
 
 
 def main(argv: Sequence[str] | None = None, run: bool = False, python: str | None = None) -> list[str]:

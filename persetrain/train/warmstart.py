@@ -27,8 +27,9 @@ from persetrain.prompts.parl import MIN_RULES, induction_messages
 from persetrain.schema import RubricExample
 
 
-def warmstart_rows(engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int = 0,
-                   judge_engine=None) -> tuple[list[dict], dict]:
+def warmstart_rows(
+    engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int = 0, judge_engine=None
+) -> tuple[list[dict], dict]:
     """SFT rows from every run's rubric sets that keep at least ``MIN_RULES`` valid rules, and counts."""
     rows: list[dict] = []
     counts = {"sets": 0, "parsed": 0, "valid": 0}
@@ -41,29 +42,47 @@ def warmstart_rows(engine, examples: Sequence[RubricExample], config: PARLConfig
                 continue
             counts["valid"] += 1
             ex = user.example
-            rows.append({
-                "prompt": induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history]),
-                "completion": [{"role": "assistant",
-                                "content": json.dumps([{"rule": r} for r in kept], ensure_ascii=False)}],
-                "id": ex.id, "run": run,
-            })
+            rows.append(
+                {
+                    "prompt": induction_messages(
+                        ex.task, [h.input for h in ex.history], [h.output for h in ex.history]
+                    ),
+                    "completion": [
+                        {"role": "assistant", "content": json.dumps([{"rule": r} for r in kept], ensure_ascii=False)}
+                    ],
+                    "id": ex.id,
+                    "run": run,
+                }
+            )
     return rows, counts
 
 
-def write_warmstart_data(engine, examples: Sequence[RubricExample], out_dir: Path, config: PARLConfig,
-                         seed: int = 0, judge_engine=None) -> dict:
+def write_warmstart_data(
+    engine, examples: Sequence[RubricExample], out_dir: Path, config: PARLConfig, seed: int = 0, judge_engine=None
+) -> dict:
     """Write the warm-start dataset (train split) atomically; return the counts (also in ``build_info.json``)."""
     from datasets import Dataset, DatasetDict
 
     rows, counts = warmstart_rows(engine, examples, config, seed, judge_engine)
     if not rows:
-        raise ValueError(f"no rubric set of {counts['sets']} passed validation ({counts['parsed']} parsed): nothing "
-                         "to warm-start from; try more --runs or a larger --max-new-tokens")
+        raise ValueError(
+            f"no rubric set of {counts['sets']} passed validation ({counts['parsed']} parsed): nothing "
+            "to warm-start from; try more --runs or a larger --max-new-tokens"
+        )
     counts["valid_share"] = counts["valid"] / counts["sets"]
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
-    write_json(tmp / "build_info.json", {"task": "warmstart", "structured": config.structured, "runs": config.runs,
-                                         "tau": config.tau, "seed": seed, **counts})
+    write_json(
+        tmp / "build_info.json",
+        {
+            "task": "warmstart",
+            "structured": config.structured,
+            "runs": config.runs,
+            "tau": config.tau,
+            "seed": seed,
+            **counts,
+        },
+    )
     if out_dir.exists():
         import shutil
 

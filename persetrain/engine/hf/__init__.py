@@ -39,6 +39,12 @@ from persetrain.engine.hf.plan import PADDING, length_chunks, within_padding
 from persetrain.engine.hf.sampling import sampling_processors
 
 __all__ = [
-    "PADDING", "ContextOverflowError", "HFBackend", "Truncation", "length_chunks", "prefill",
-    "sampling_processors", "within_padding",
+    "PADDING",
+    "ContextOverflowError",
+    "HFBackend",
+    "Truncation",
+    "length_chunks",
+    "prefill",
+    "sampling_processors",
+    "within_padding",
 ]

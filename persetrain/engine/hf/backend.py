@@ -69,8 +69,10 @@ class HFBackend(Backend):
         if len(tokens) <= budget:
             return tokens
         where = f"request {request.id!r}" if request.id else "a request"
-        message = (f"{where} has {len(tokens)} tokens but the context window leaves room for {budget} "
-                   f"(window {self.context_window})")
+        message = (
+            f"{where} has {len(tokens)} tokens but the context window leaves room for {budget} "
+            f"(window {self.context_window})"
+        )
         if self.truncation == "error":
             raise ContextOverflowError(message + "; shorten it or set truncation='left'")
         warn(message + f"; dropping the first {len(tokens) - budget} tokens")
@@ -103,8 +105,16 @@ class HFBackend(Backend):
             pending[request] -= 1
             if pending[request] == 0:
                 per_row = [row_logprobs.pop(k) for k in rows_of[request]]
-                on_done(request, choice_result(per_row, planned.paths[request], planned.choice_tokens[request],
-                                               choices, len(planned.contexts[request])))
+                on_done(
+                    request,
+                    choice_result(
+                        per_row,
+                        planned.paths[request],
+                        planned.choice_tokens[request],
+                        choices,
+                        len(planned.contexts[request]),
+                    ),
+                )
 
     def _choice_rows(self, requests: Sequence[ChatRequest], choices: Sequence[str]) -> ChoiceRows:
         """The rows that score ``choices`` after each request: the context, extended by each path of
@@ -170,14 +180,17 @@ class HFBackend(Backend):
         for request, p in zip(requests, params, strict=True):
             budget = self.context_window - p.max_new_tokens
             if budget <= 0:
-                raise ValueError(f"max_new_tokens={p.max_new_tokens} leaves no room in the "
-                                 f"context window of {self.context_window} tokens")
+                raise ValueError(
+                    f"max_new_tokens={p.max_new_tokens} leaves no room in the "
+                    f"context window of {self.context_window} tokens"
+                )
             prompts.append(self._fit(self.encode(self.render(request)), budget, request))
         # Rows of one batch share the decoding settings; each row may still carry its own grammar.
         groups: dict[GenerationParams, list[int]] = {}
         for i, p in enumerate(params):
             groups.setdefault(p.model_copy(update={"json_schema": None, "regex": None}), []).append(i)
-        decoder = Decoder(self.model, self.tokenizer, self.device, self.eos_ids, self.limits, self._grammars,
-                          self.prefix_cache)
+        decoder = Decoder(
+            self.model, self.tokenizer, self.device, self.eos_ids, self.limits, self._grammars, self.prefix_cache
+        )
         for shared, members in groups.items():
             decoder.decode(sorted(members, key=lambda i: len(prompts[i])), prompts, requests, shared, params, on_done)

@@ -48,8 +48,15 @@ class Decoder:
     prefix_cache: PrefixCache
 
     @torch.inference_mode()
-    def decode(self, order: list[int], prompts: list[list[int]], requests: Sequence[ChatRequest],
-               params: GenerationParams, row_params: Sequence[GenerationParams], on_done: OnDone) -> None:
+    def decode(
+        self,
+        order: list[int],
+        prompts: list[list[int]],
+        requests: Sequence[ChatRequest],
+        params: GenerationParams,
+        row_params: Sequence[GenerationParams],
+        on_done: OnDone,
+    ) -> None:
         """Generate for requests ``order`` (sorted by prompt length), continuously batched.
 
         A request joins the running batch as soon as it fits next to the running ones (by ``BatchLimits.admits``:
@@ -61,24 +68,27 @@ class Decoder:
         batched with (``tests/test_engine.py``).
         """
         pending = list(reversed(order))  # popped from the end: shortest prompts first
-        generators = ({i: request_generator(params, requests[i], self.device) for i in order}
-                      if params.temperature > 0 else None)
+        generators = (
+            {i: request_generator(params, requests[i], self.device) for i in order} if params.temperature > 0 else None
+        )
         matchers = self.grammars.matchers([row_params[i] for i in order])
         grammar = dict(zip(order, matchers, strict=True)) if matchers is not None else {}
         active: list[Decoding] = []  # batch row b decodes active[b]
         batch: Batch | None = None  # full layers, as in Forward.packed: _remember keeps whole sequences
         while pending or active:
             joining: list[int] = []
-            while pending and self.limits.admits(len(active) + len(joining),
-                                                 len(prompts[pending[-1]]) + params.max_new_tokens,
-                                                 self.limits.max_tokens):
+            while pending and self.limits.admits(
+                len(active) + len(joining), len(prompts[pending[-1]]) + params.max_new_tokens, self.limits.max_tokens
+            ):
                 joining.append(pending.pop())
             if joining:
-                new = prefill_left_padded(self.model, [prompts[i] for i in joining], self.tokenizer.pad_token_id,
-                                          self.device)
+                new = prefill_left_padded(
+                    self.model, [prompts[i] for i in joining], self.tokenizer.pad_token_id, self.device
+                )
                 batch = new if batch is None else join(batch, new)
-                active += [Decoding(i, prompts[i], generators[i] if generators else None, grammar.get(i))
-                           for i in joining]
+                active += [
+                    Decoding(i, prompts[i], generators[i] if generators else None, grammar.get(i)) for i in joining
+                ]
             logits = batch.logits
             if matchers is not None:
                 logits = self.grammars.mask(logits, [row.matcher for row in active])
@@ -95,8 +105,9 @@ class Decoder:
                 continue
             batch = self._step(batch, [row.generated[-1] for row in active])
 
-    def _ended(self, row: Decoding, token: int, params: GenerationParams, batch: Batch, b: int,
-               on_done: OnDone) -> bool:
+    def _ended(
+        self, row: Decoding, token: int, params: GenerationParams, batch: Batch, b: int, on_done: OnDone
+    ) -> bool:
         """Take ``row``'s drawn ``token``; when the row ends, remember its states (batch row ``b``) and hand on its
         generation."""
         row.sampled += 1
@@ -122,15 +133,19 @@ class Decoder:
         last = torch.tensor([[token] for token in tokens], device=self.device)
         positions = batch.mask.sum(-1, keepdim=True)
         mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        out = self.model(input_ids=last, attention_mask=mask, position_ids=positions,
-                         **cache_kwargs(self.model, batch.cache))
+        out = self.model(
+            input_ids=last, attention_mask=mask, position_ids=positions, **cache_kwargs(self.model, batch.cache)
+        )
         return Batch(batch.cache, mask, out.logits[:, -1].float(), batch.pads)
 
     def _generation(self, row: Decoding, finish: str, params: GenerationParams) -> Generation:
         text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
         cut = first_stop(text, params.stop) if params.stop else None
-        return Generation(text=text[:cut] if cut is not None else text, finish_reason=finish,
-                          cost=Cost(calls=1, prompt_tokens=len(row.prompt), completion_tokens=row.sampled))
+        return Generation(
+            text=text[:cut] if cut is not None else text,
+            finish_reason=finish,
+            cost=Cost(calls=1, prompt_tokens=len(row.prompt), completion_tokens=row.sampled),
+        )
 
     def _remember(self, batch: Batch, b: int, row: Decoding) -> None:
         """Put batch row ``b``'s states (its left padding cut off) into the prefix cache."""

@@ -19,8 +19,9 @@ class Found:
     states: LayerStates | None
 
 
-def prefix_states(fwd: Forward, heads: list[list[int]], cache: PrefixCache, limits: BatchLimits,
-                  min_shared: int) -> list[LayerStates]:
+def prefix_states(
+    fwd: Forward, heads: list[list[int]], cache: PrefixCache, limits: BatchLimits, min_shared: int
+) -> list[LayerStates]:
     """KV states of every head, each from its longest cached prefix on, many heads to a forward pass.
 
     Heads that share a long prefix with each other but not with the cache run in waves: PREF's four

@@ -46,8 +46,13 @@ def prefill_left_padded(model, prompts: list[list[int]], pad_id: int, device) ->
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                **cache_kwargs(model, cache), logits_to_keep=1)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+        **cache_kwargs(model, cache),
+        logits_to_keep=1,
+    )
     return Batch(cache, mask, out.logits[:, -1].float(), [width - len(p) for p in prompts])
 
 
@@ -63,14 +68,19 @@ def left_pad(x: torch.Tensor, to: int, dim: int) -> torch.Tensor:
 def join(running: Batch, new: Batch) -> Batch:
     """The rows of ``running`` then those of ``new``, both left-padded to the wider of the two."""
     width = max(running.mask.size(1), new.mask.size(1))
-    layers = [(torch.cat([left_pad(a.keys, width, 2), left_pad(b.keys, width, 2)]),
-               torch.cat([left_pad(a.values, width, 2), left_pad(b.values, width, 2)]))
-              for a, b in zip(running.cache.layers, new.cache.layers, strict=True)]
-    return Batch(DynamicCache(ddp_cache_data=layers),
-                 torch.cat([left_pad(running.mask, width, 1), left_pad(new.mask, width, 1)]),
-                 torch.cat([running.logits, new.logits]),
-                 [p + width - running.mask.size(1) for p in running.pads] + [p + width - new.mask.size(1)
-                                                                             for p in new.pads])
+    layers = [
+        (
+            torch.cat([left_pad(a.keys, width, 2), left_pad(b.keys, width, 2)]),
+            torch.cat([left_pad(a.values, width, 2), left_pad(b.values, width, 2)]),
+        )
+        for a, b in zip(running.cache.layers, new.cache.layers, strict=True)
+    ]
+    return Batch(
+        DynamicCache(ddp_cache_data=layers),
+        torch.cat([left_pad(running.mask, width, 1), left_pad(new.mask, width, 1)]),
+        torch.cat([running.logits, new.logits]),
+        [p + width - running.mask.size(1) for p in running.pads] + [p + width - new.mask.size(1) for p in new.pads],
+    )
 
 
 def select_rows(batch: Batch, keep: list[int]) -> Batch:
@@ -82,14 +92,17 @@ def select_rows(batch: Batch, keep: list[int]) -> Batch:
 
 def row_states(cache: DynamicCache, row: int, start: int, end: int) -> LayerStates:
     """The states of batch row ``row`` at positions ``start..end-1``, per layer (views, one row each)."""
-    return [(layer.keys[row : row + 1, :, start:end], layer.values[row : row + 1, :, start:end])
-            for layer in cache.layers]
+    return [
+        (layer.keys[row : row + 1, :, start:end], layer.values[row : row + 1, :, start:end]) for layer in cache.layers
+    ]
 
 
 def cat_states(first: LayerStates, second: LayerStates) -> LayerStates:
     """``first``'s positions followed by ``second``'s, per layer."""
-    return [(torch.cat([k1, k2], dim=2), torch.cat([v1, v2], dim=2))
-            for (k1, v1), (k2, v2) in zip(first, second, strict=True)]
+    return [
+        (torch.cat([k1, k2], dim=2), torch.cat([v1, v2], dim=2))
+        for (k1, v1), (k2, v2) in zip(first, second, strict=True)
+    ]
 
 
 def right_padded(states: Sequence[LayerStates | None], lengths: Sequence[int], width: int) -> DynamicCache:

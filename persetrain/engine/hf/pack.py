@@ -100,8 +100,9 @@ class Forward:
         mask[:, 0, diagonal, past + diagonal] = 0  # padding positions see themselves: no all-masked row
         for row, (pack, n) in enumerate(zip(packs, lengths, strict=True)):
             total = sum(n)
-            segment = torch.repeat_interleave(torch.arange(len(pack.tails), device=device),
-                                              torch.tensor(n, device=device))
+            segment = torch.repeat_interleave(
+                torch.arange(len(pack.tails), device=device), torch.tensor(n, device=device)
+            )
             offset = torch.cat([torch.arange(k, device=device) for k in n])
             visible = (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :])
             ids[row, :total] = torch.tensor([token for tail in pack.tails for token in tail], device=device)
@@ -109,11 +110,15 @@ class Forward:
             mask[row, 0, :total, : pack.prefix_len] = 0
             mask[row, 0, :total, past : past + total].masked_fill_(visible, 0)
         cache = right_padded([pack.states for pack in packs], [pack.prefix_len for pack in packs], past)
-        out = self.model.base_model(input_ids=ids, position_ids=positions,
-                                    attention_mask=self.windowed(mask, positions),
-                                    **cache_kwargs(self.model.base_model, cache))
-        return Packed([list(out.last_hidden_state[row, : sum(n)].split(n)) for row, n in enumerate(lengths)],
-                      cache, past)
+        out = self.model.base_model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=self.windowed(mask, positions),
+            **cache_kwargs(self.model.base_model, cache),
+        )
+        return Packed(
+            [list(out.last_hidden_state[row, : sum(n)].split(n)) for row, n in enumerate(lengths)], cache, past
+        )
 
     def windowed(self, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """``mask`` (over the padded prefix, then the new tokens at ``positions``) with the model's sliding

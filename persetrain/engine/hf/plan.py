@@ -98,9 +98,12 @@ class BatchLimits:
         (:func:`within_padding`)."""
         widths = [shape.tokens for shape in shapes]
         width, past = max(widths), max(shape.prefix_len for shape in shapes)
-        return (len(shapes) <= self.max_rows and len(shapes) * width <= self.max_tokens
-                and len(shapes) * (past + width) <= 2 * self.max_tokens
-                and within_padding(widths))
+        return (
+            len(shapes) <= self.max_rows
+            and len(shapes) * width <= self.max_tokens
+            and len(shapes) * (past + width) <= 2 * self.max_tokens
+            and within_padding(widths)
+        )
 
     def held(self, groups: list[PrefixGroup]) -> list[list[PrefixGroup]]:
         """The groups cut into chunks whose prefix states are computed and held together: at most
@@ -116,8 +119,9 @@ class BatchLimits:
         return chunks
 
 
-def prefix_groups(rows: list[Row], min_shared: int, cached_length: Callable[[list[int]], int],
-                  sharing: bool = True) -> list[PrefixGroup]:
+def prefix_groups(
+    rows: list[Row], min_shared: int, cached_length: Callable[[list[int]], int], sharing: bool = True
+) -> list[PrefixGroup]:
     """Group row indices that share a token prefix (``sharing`` False: one group of prefix length 0).
 
     Rows are sorted so that sequences with a common head are adjacent; a group takes the next

@@ -62,17 +62,24 @@ class Scorer:
             for batch in self.limits.batches(members, lambda k: len(rows[k].tokens), self.limits.max_tokens):
                 yield from self._read(rows, batch, [0] * len(batch), self.fwd.padded([rows[k].tokens for k in batch]))
         for chunk in self.limits.held(shared):
-            heads = prefix_states(self.fwd, [rows[group.members[0]].tokens[: group.prefix_len] for group in chunk],
-                                  self.prefix_cache, self.limits, self.min_shared_prefix)
+            heads = prefix_states(
+                self.fwd,
+                [rows[group.members[0]].tokens[: group.prefix_len] for group in chunk],
+                self.prefix_cache,
+                self.limits,
+                self.min_shared_prefix,
+            )
             for group, prefix_kv in zip(chunk, heads, strict=True):
                 # A pack attends over all of its tails, masked out but computed: its tails hold no more
                 # tokens than the prefix whose copies they save (see Forward.packed).
                 prefix_len = group.prefix_len
                 budget = min(prefix_len, self.limits.max_tokens)
-                for members in self.limits.batches(group.members, lambda k, p=prefix_len: len(rows[k].tokens) - p,
-                                                   budget):
-                    entry = RowPack(members, Pack([rows[k].tokens[prefix_len:] for k in members], prefix_kv,
-                                                  prefix_len))
+                for members in self.limits.batches(
+                    group.members, lambda k, p=prefix_len: len(rows[k].tokens) - p, budget
+                ):
+                    entry = RowPack(
+                        members, Pack([rows[k].tokens[prefix_len:] for k in members], prefix_kv, prefix_len)
+                    )
                     if waiting and not self.limits.fits([e.pack.shape for e in [*waiting, entry]]):
                         yield from self._run_packs(rows, waiting)
                         waiting = []
@@ -86,15 +93,18 @@ class Scorer:
         starts = [p.pack.prefix_len for p in packs for _ in p.members]
         yield from self._read(rows, members, starts, [h for per_pack in out.hidden for h in per_pack])
 
-    def _read(self, rows: list[Row], members: list[int], starts: list[int],
-              hidden: list[torch.Tensor]) -> Iterator[tuple[int, torch.Tensor]]:
+    def _read(
+        self, rows: list[Row], members: list[int], starts: list[int], hidden: list[torch.Tensor]
+    ) -> Iterator[tuple[int, torch.Tensor]]:
         """(row index, log-probs at its needed positions) from the hidden states of each row's tail.
 
         One LM-head call for all rows: at a few positions per row the head's cost is reading its
         weights (49152 x 576 for the embedded model, ~28 ms a call here), not the arithmetic.
         """
-        needed = [states[rows[k].first_needed - start : len(rows[k].tokens) - start]
-                  for k, start, states in zip(members, starts, hidden, strict=True)]
+        needed = [
+            states[rows[k].first_needed - start : len(rows[k].tokens) - start]
+            for k, start, states in zip(members, starts, hidden, strict=True)
+        ]
         logprobs = self.fwd.logprobs(torch.cat(needed)).split([len(n) for n in needed])
         yield from zip(members, logprobs, strict=True)
 
@@ -108,19 +118,23 @@ def read_paths(choice_tokens: list[list[int]]) -> list[list[int]]:
     "0".."10" (one row instead of one per choice: PREF's stage 3 scores 11 choices per candidate).
     """
     needed = {tuple(t[:p]) for t in choice_tokens for p in range(len(t))}
-    needed |= {tuple(t) for t in choice_tokens
-               if any(len(o) > len(t) and o[: len(t)] == t for o in choice_tokens)}
-    return [list(p) for p in sorted(needed)
-            if not any(len(q) > len(p) and q[: len(p)] == p for q in needed)]
+    needed |= {tuple(t) for t in choice_tokens if any(len(o) > len(t) and o[: len(t)] == t for o in choice_tokens)}
+    return [list(p) for p in sorted(needed) if not any(len(q) > len(p) and q[: len(p)] == p for q in needed)]
 
 
-def choice_result(per_row: list[torch.Tensor], paths: list[list[int]], choice_tokens: list[list[int]],
-                  choices, prompt_tokens: int) -> ChoiceProbs:
+def choice_result(
+    per_row: list[torch.Tensor], paths: list[list[int]], choice_tokens: list[list[int]], choices, prompt_tokens: int
+) -> ChoiceProbs:
     """Choice probabilities from the rows' log-probs (row r, index j: after context + paths[r][:j])."""
 
     def logprob(prefix: list[int], token: int) -> float:
-        return next(lp[len(prefix), token].item() for path, lp in zip(paths, per_row, strict=True)
-                    if path[: len(prefix)] == prefix)
+        return next(
+            lp[len(prefix), token].item()
+            for path, lp in zip(paths, per_row, strict=True)
+            if path[: len(prefix)] == prefix
+        )
 
-    return normalized(choice_logprobs(choice_tokens, logprob, choices),
-                      Cost(calls=1, prompt_tokens=prompt_tokens + sum(len(p) for p in paths), completion_tokens=0))
+    return normalized(
+        choice_logprobs(choice_tokens, logprob, choices),
+        Cost(calls=1, prompt_tokens=prompt_tokens + sum(len(p) for p in paths), completion_tokens=0),
+    )
