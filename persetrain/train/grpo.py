@@ -52,6 +52,7 @@ from persetrain.models import DEFAULT_MODEL, cache_argument, load_tokenizer, loc
 from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
+from persetrain.train.trl_compat import pick_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -380,6 +381,10 @@ class PARLGRPOTrainer(GRPOTrainer):
         return rewards
 
 
+#: The trainer runs use: PARLGRPOTrainer where the installed TRL has the private methods it overrides.
+GRPO_TRAINER = pick_trainer(PARLGRPOTrainer, GRPOTrainer, trl.__version__)
+
+
 def _rows_by_prompt(prompts) -> dict[tuple[int, ...], list[int]]:
     """Row indices per distinct prompt (token ids without padding), in order of first appearance."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -439,7 +444,7 @@ def build_grpo_trainer(
     training_args: GRPOConfig,
     model_args: ModelConfig,
     callbacks: Sequence[TrainerCallback] = (),
-) -> PARLGRPOTrainer:
+) -> GRPOTrainer:
     """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     train_dataset = _drop_overlong_prompts(
@@ -450,7 +455,7 @@ def build_grpo_trainer(
     quantization = get_quantization_config(model_args)
     if quantization is not None:
         training_args.model_init_kwargs.setdefault("quantization_config", quantization)
-    return PARLGRPOTrainer(
+    return GRPO_TRAINER(
         model=str(local_weights_dir(model_args.model_name_or_path)),
         reward_funcs=reward_funcs,
         args=training_args,
