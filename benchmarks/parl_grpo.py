@@ -45,7 +45,8 @@ from persetrain.evaluators.parl import PARLConfig, PARLEvaluator, induce
 from persetrain.models import DEFAULT_MODEL
 from persetrain.tasks import rubric_metrics
 from persetrain.train.grpo import REWARD_PARTS_FILE, run_grpo
-from persetrain.train.sft import METRICS_FILE, run_sft
+from persetrain.train.runner import METRICS_FILE
+from persetrain.train.sft import run_sft
 from persetrain.train.warmstart import write_warmstart_data
 
 OUT = Path("runs/bench-parl/grpo")

@@ -16,9 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import platform
 import random
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +27,7 @@ import yaml
 
 from persetrain.console import console
 from persetrain.data import load_dataset
+from persetrain.environment import environment
 from persetrain.evaluators.base import Evaluator, JudgeContext, SystemSpec, config_fields, evaluators_for
 from persetrain.io import InputError, write_json, write_jsonl
 from persetrain.report import metrics_table, write_markdown
@@ -124,29 +123,6 @@ def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
     if config.max_examples:
         examples = random_sample(examples, config.max_examples, config.seed)
     return task, examples
-
-
-def environment() -> dict:
-    import torch
-    import transformers
-    import trl
-
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "cuda": torch.cuda.is_available(),
-        "threads": torch.get_num_threads(),
-        "git_commit": commit,
-    }
 
 
 @dataclass

@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from persetrain.console import console, warn
+from persetrain.environment import environment
 from persetrain.evaluation import (
     EvaluationConfig,
     SystemRun,
     build_evaluators,
-    environment,
     judge_system,
     judgments_file,
     load_examples,

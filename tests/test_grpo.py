@@ -23,7 +23,7 @@ from persetrain.engine.hf import length_chunks
 from persetrain.models import DEFAULT_MODEL, load_model
 from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
-from persetrain.train.sft import METRICS_FILE, RESOLVED_CONFIG_FILE
+from persetrain.train.runner import METRICS_FILE, RESOLVED_CONFIG_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,8 @@ from transformers import TrainerCallback
 
 from persetrain.launch import local_command, plan_launch
 from persetrain.train.checkpoints import last_complete_checkpoint
-from persetrain.train.sft import METRICS_FILE, main, make_parser, run_sft
+from persetrain.train.runner import METRICS_FILE
+from persetrain.train.sft import main, make_parser, run_sft
 from persetrain.train.signals import exit_code
 
 REPO = Path(__file__).resolve().parents[1]

@@ -211,7 +211,7 @@ def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
 def test_rm_refuses_bad_input(tmp_path):
     pairs_less = tmp_path / "sft"
     DatasetDict({"train": Dataset.from_list([{"prompt": "p", "completion": "c"}])}).save_to_disk(str(pairs_less))
-    with pytest.raises(InputError, match="has no preference pairs.*listwise"):
+    with pytest.raises(InputError, match="lacks the columns of listwise.*or pairs"):
         run_rm(["--dataset_path", str(pairs_less), "--output_dir", str(tmp_path / "o1")])
     one_option = _write_listwise(tmp_path / "one", [{"prompt": "p", "options": ["only"], "gold": 0}])
     with pytest.raises(InputError, match=r"row 0: field 'options' needs at least 2 options"):

@@ -16,15 +16,8 @@ from datasets import Dataset, DatasetDict
 
 from persetrain.models import load_model
 from persetrain.train.recipe import RecipeError
-from persetrain.train.sft import (
-    MERGED_DIR,
-    METRICS_FILE,
-    RESOLVED_CONFIG_FILE,
-    CompletionOnlySFTTrainer,
-    build_sft_trainer,
-    make_parser,
-    run_sft,
-)
+from persetrain.train.runner import MERGED_DIR, METRICS_FILE, RESOLVED_CONFIG_FILE
+from persetrain.train.sft import CompletionOnlySFTTrainer, build_sft_trainer, make_parser, run_sft
 
 PLOTS = [
     "a war story in a frozen city",

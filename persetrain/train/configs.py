@@ -126,11 +126,10 @@ class ModelConfig(trl.ModelConfig):
 
 
 @dataclass
-class SFTConfig(HardwarePrecision, trl.SFTConfig):
-    """TRL's ``SFTConfig`` (all of ``TrainingArguments``) plus persetrain's switches.
+class RunSwitches:
+    """Mixin of every persetrain trainer config: how a run resumes and what it leaves after LoRA.
 
-    Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware (see
-    :class:`HardwarePrecision`).
+    Read by ``persetrain.train.runner``; as a base of a config dataclass, its fields join the config's.
     """
 
     auto_resume: bool = field(
@@ -141,17 +140,27 @@ class SFTConfig(HardwarePrecision, trl.SFTConfig):
             "precedence."
         },
     )
-    completion_logits_only: bool = field(
-        default=True,
-        metadata={
-            "help": "Project onto the vocabulary only the positions whose next token carries a label "
-            "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."
-        },
-    )
     merge_adapter: bool = field(
         default=True,
         metadata={
             "help": "After LoRA training on an unquantised base, also write the merged full model to "
             "<output_dir>/merged, which persetrain.models.load_model can load."
+        },
+    )
+
+
+@dataclass
+class SFTConfig(HardwarePrecision, RunSwitches, trl.SFTConfig):
+    """TRL's ``SFTConfig`` (all of ``TrainingArguments``) plus persetrain's switches.
+
+    Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware (see
+    :class:`HardwarePrecision`).
+    """
+
+    completion_logits_only: bool = field(
+        default=True,
+        metadata={
+            "help": "Project onto the vocabulary only the positions whose next token carries a label "
+            "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."
         },
     )

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 import trl
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 from transformers import DynamicCache, TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 from trl.extras.profiling import profiling_context
@@ -49,9 +49,9 @@ from persetrain.console import console
 from persetrain.engine.hf import length_chunks, prefill, sampling_processors
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, cache_argument, load_tokenizer, local_weights_dir
-from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
+from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
+from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
 from persetrain.train.trl_compat import pick_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
@@ -60,11 +60,11 @@ PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
 NAMED_REWARDS = (*PARL_REWARDS, "perse")
 
 #: What a run returns: the same record as ``persetrain sft``'s.
-GRPOResult = SFTResult
+GRPOResult = RunResult
 
 
 @dataclass
-class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
+class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
     """TRL's ``GRPOConfig`` (all of ``TrainingArguments``) plus the reward functions and their judge.
 
     Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware
@@ -107,20 +107,6 @@ class GRPOConfig(HardwarePrecision, trl.GRPOConfig):
         metadata={
             "help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
             "resumed run re-scores nothing it already scored."
-        },
-    )
-    auto_resume: bool = field(
-        default=True,
-        metadata={
-            "help": "Resume from the newest complete checkpoint-N in output_dir when there is one. "
-            "`resume_from_checkpoint` takes precedence."
-        },
-    )
-    merge_adapter: bool = field(
-        default=True,
-        metadata={
-            "help": "After LoRA training on an unquantised base, also write the merged full model to "
-            "<output_dir>/merged, which persetrain.models.load_model can load."
         },
     )
 
@@ -393,32 +379,6 @@ def _rows_by_prompt(prompts) -> dict[tuple[int, ...], list[int]]:
     return groups
 
 
-def _load_train_split(script_args: ScriptArguments, seed: int) -> Dataset:
-    """The training prompts: a split with a conversational ``prompt`` column; every other column goes to the reward."""
-    if script_args.dataset_path is None:
-        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
-    path = Path(script_args.dataset_path)
-    if not path.is_dir():
-        raise InputError(
-            path, "no such dataset directory (recipe key / flag 'dataset_path'); write it with: persetrain prepare parl"
-        )
-    loaded = load_from_disk(str(path))
-    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
-    split = script_args.dataset_train_split
-    if split not in splits:
-        raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
-    ds = splits[split]
-    if "prompt" not in ds.column_names:
-        raise InputError(
-            path,
-            f"split '{split}' lacks the column 'prompt' that GRPO samples from (has: {', '.join(ds.column_names)})",
-        )
-    limit = script_args.max_train_samples
-    if limit is not None and limit < len(ds):
-        ds = ds.shuffle(seed=seed).select(range(limit))
-    return ds
-
-
 def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None) -> Dataset:
     """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped."""
     if max_prompt_length is None:
@@ -447,8 +407,18 @@ def build_grpo_trainer(
 ) -> GRPOTrainer:
     """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
     tokenizer = load_tokenizer(model_args.model_name_or_path)
-    train_dataset = _drop_overlong_prompts(
-        _load_train_split(script_args, seed=training_args.seed), tokenizer, training_args.max_prompt_length
+    # Every column goes to the reward; the evaluation split, when eval is on, is scored as TRL scores it.
+    train_split, eval_split = load_splits(
+        script_args,
+        {"a conversational prompt": ("prompt",)},
+        want_eval=training_args.eval_strategy != "no",
+        seed=training_args.seed,
+        write_with="persetrain prepare parl",
+        keep=None,
+    )
+    train_dataset = _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length)
+    eval_dataset = (
+        None if eval_split is None else _drop_overlong_prompts(eval_split, tokenizer, training_args.max_prompt_length)
     )
     reward_funcs = build_reward_funcs(training_args)
     prepare_model_init(training_args, model_args)
@@ -460,6 +430,7 @@ def build_grpo_trainer(
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=list(callbacks),

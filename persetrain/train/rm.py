@@ -30,17 +30,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import trl
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 from transformers import AutoConfig, AutoModelForSequenceClassification, TrainerCallback
 from trl import RewardTrainer, get_peft_config, get_quantization_config
 
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
-from persetrain.train.configs import HardwarePrecision, ModelConfig, ScriptArguments
+from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.rm_listwise import (
     LISTWISE_COLUMNS,
@@ -50,14 +49,14 @@ from persetrain.train.rm_listwise import (
     ranking_loss,
     tokenize_listwise,
 )
-from persetrain.train.sft import SFTResult, prepare_model_init, run_trainer
+from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
 
 #: Losses of a listwise dataset (a pairs dataset always trains TRL's Bradley-Terry).
 LOSSES = ("listwise", "bradley_terry")
 
 
 @dataclass
-class RMConfig(HardwarePrecision, trl.RewardConfig):
+class RMConfig(HardwarePrecision, RunSwitches, trl.RewardConfig):
     """TRL's ``RewardConfig`` (all of ``TrainingArguments``) plus the listwise loss and persetrain's switches.
 
     Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware, and
@@ -87,17 +86,6 @@ class RMConfig(HardwarePrecision, trl.RewardConfig):
             "higher under its own person than under another row's person with the same request "
             "(persetrain.train.rm_listwise.person_contrast_loss). 0 turns it off; it needs the "
             "'prompt_blind' column."
-        },
-    )
-    auto_resume: bool = field(
-        default=True,
-        metadata={"help": "Resume from the newest complete checkpoint-N in output_dir when there is one."},
-    )
-    merge_adapter: bool = field(
-        default=True,
-        metadata={
-            "help": "After LoRA training on an unquantised base, also write the merged full model to "
-            "<output_dir>/merged."
         },
     )
 
@@ -230,55 +218,27 @@ REWARD_FORMATS: dict[str, tuple[str, ...]] = {
 
 
 def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
-    """The train (and, when evaluating, test) split in one of :data:`REWARD_FORMATS`, checked row by row.
-
-    A row limit takes a seeded random subset. A listwise row needs at least two options and a gold index
-    among them; a dataset with no pairs at all cannot train anything.
-    """
-    if script_args.dataset_path is None:
-        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
-    path = Path(script_args.dataset_path)
-    if not path.is_dir():
-        raise InputError(
-            path,
-            "no such dataset directory (recipe key / flag 'dataset_path'); write it with: "
-            "persetrain prepare preference --prefeval DIR --out OUT",
-        )
-    loaded = load_from_disk(str(path))
-    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
-
-    def pick(split: str, limit: int | None) -> Dataset:
-        if split not in splits:
-            raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
-        ds = splits[split]
-        columns = next((cols for cols in REWARD_FORMATS.values() if set(cols) <= set(ds.column_names)), None)
-        if columns is None:
-            wanted = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in REWARD_FORMATS.items())
-            raise InputError(
-                path,
-                f"split '{split}' has no preference pairs (columns: {', '.join(ds.column_names)}); "
-                f"a reward model needs {wanted}",
-            )
-        if len(ds) == 0:
-            raise InputError(path, f"split '{split}' has no rows")
-        if "options" in columns:
-            for i, row in enumerate(ds.select_columns(["options", "gold"])):
-                if len(row["options"]) < 2 or not 0 <= row["gold"] < len(row["options"]):
-                    raise InputError(
-                        path,
-                        f"split '{split}' row {i}: field 'options' needs at least 2 options and "
-                        f"'gold' an index among them (has {len(row['options'])} options, "
-                        f"gold {row['gold']})",
-                    )
-        keep = ("prompt", *columns, "prompt_blind", "topic")
-        ds = ds.select_columns([c for c in dict.fromkeys(keep) if c in ds.column_names])
-        if limit is None or limit >= len(ds):
-            return ds
-        return ds.shuffle(seed=seed).select(range(limit))
-
-    train = pick(script_args.dataset_train_split, script_args.max_train_samples)
-    evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
-    return train, evaluation
+    """The splits (``persetrain.train.runner.load_splits``), each listwise row checked: a reward model learns
+    from a question only with at least two options and a gold index among them."""
+    splits = load_splits(
+        script_args,
+        REWARD_FORMATS,
+        want_eval,
+        seed,
+        write_with="persetrain prepare preference --prefeval DIR --out OUT",
+        keep=("prompt", "prompt_blind", "topic"),
+    )
+    for split, ds in zip((script_args.dataset_train_split, script_args.dataset_test_split), splits, strict=True):
+        if ds is None or "options" not in ds.column_names:
+            continue
+        for i, row in enumerate(ds.select_columns(["options", "gold"])):
+            if len(row["options"]) < 2 or not 0 <= row["gold"] < len(row["options"]):
+                raise InputError(
+                    script_args.dataset_path,
+                    f"split '{split}' row {i}: field 'options' needs at least 2 options and 'gold' an index among "
+                    f"them (has {len(row['options'])} options, gold {row['gold']})",
+                )
+    return splits
 
 
 def main(
@@ -286,12 +246,12 @@ def main(
     training_args: RMConfig,
     model_args: ModelConfig,
     callbacks: Sequence[TrainerCallback] = (),
-) -> SFTResult:
+) -> RunResult:
     """Train, save the final model and tokenizer, and return where they are."""
     return run_trainer(build_rm_trainer, script_args, training_args, model_args, callbacks)
 
 
-def run_rm(argv: Sequence[str] | None = None) -> SFTResult:
+def run_rm(argv: Sequence[str] | None = None) -> RunResult:
     """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
     return main(*make_parser().parse_args_and_config(argv))
 

@@ -27,33 +27,21 @@ What this module adds to TRL, and why:
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import re
 import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 from trl import SFTTrainer, get_peft_config, get_quantization_config
 
-from persetrain.io import InputError, trim_step_log, write_json
-from persetrain.models import best_device, load_tokenizer, local_weights_dir
-from persetrain.train.checkpoints import last_complete_checkpoint
-from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig, resolve_dtype
+from persetrain.io import InputError
+from persetrain.models import load_tokenizer, local_weights_dir
+from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.signals import CheckpointOnSignal, exit_code
-
-METRICS_FILE = "metrics.jsonl"
-RESOLVED_CONFIG_FILE = "resolved_config.json"
-MERGED_DIR = "merged"
+from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
 
 
 class CompletionOnlySFTTrainer(SFTTrainer):
@@ -144,62 +132,6 @@ class CompletionOnlySFTTrainer(SFTTrainer):
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
 
 
-class JsonlMetricsCallback(TrainerCallback):
-    """Append every logged record to ``<output_dir>/metrics.jsonl``, flushed at once.
-
-    The log outlives the process: an interrupted run keeps what it logged, and a resumed run appends
-    after it (a ``train_begin`` record marks where, with the step it resumed at). Unlike wandb or
-    TensorBoard it needs nothing to read: one JSON object per line. A resumed run first trims this log and
-    the ``step_logs`` (other per-step JSONL files, such as GRPO's reward parts) back to the checkpoint's
-    step, so that the steps the killed run computed after it are not there twice.
-    """
-
-    def __init__(self, path: str | os.PathLike, step_logs: Sequence[str | os.PathLike] = ()):
-        self.path = Path(path)
-        self.step_logs = [Path(p) for p in step_logs]
-
-    def _append(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-            f.flush()
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            for log in (self.path, *self.step_logs):
-                trim_step_log(log, state.global_step)
-            self._append(
-                {
-                    "event": "train_begin",
-                    "step": state.global_step,
-                    "max_steps": state.max_steps,
-                    "world_size": args.world_size,
-                    "time": time.time(),
-                }
-            )
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and logs:
-            self._append({"event": "log", "step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs})
-
-
-@dataclass
-class SFTResult:
-    """Where a run put its outputs, and how it ended."""
-
-    output_dir: Path
-    model_dir: Path  # what persetrain.models.load_model should be given
-    resumed_from: str | None
-    global_step: int
-    metrics: dict[str, float]
-    stopped_by_signal: int | None = None  # the signal that made it checkpoint and stop early
-
-    @property
-    def exit_code(self) -> int:
-        """0 for a finished run; 128 + signal for one stopped by a signal, as the shell would report it."""
-        return 0 if self.stopped_by_signal is None else exit_code(self.stopped_by_signal)
-
-
 def make_parser(prog: str | None = None) -> RecipeParser:
     """The parser of every SFT entry point (TRL's ``make_parser`` pattern)."""
     return RecipeParser((ScriptArguments, SFTConfig, ModelConfig), prog=prog or "persetrain sft")
@@ -217,92 +149,6 @@ def _prepare_command(dataset_path: Path) -> str:
     return f"persetrain prepare perse --raw RAW --out {out}  (it writes per_mpst_k3, per_doc, amazon_books)"
 
 
-def _load_splits(script_args: ScriptArguments, want_eval: bool, seed: int) -> tuple[Dataset, Dataset | None]:
-    """The train (and, when evaluating, test) split as prompt-completion datasets.
-
-    A row limit takes a seeded random subset, not the first rows: prepared splits are grouped by
-    reviewer, and the first N rows would hold only a few reviewers' tastes.
-    """
-    if script_args.dataset_path is None:
-        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
-    path = Path(script_args.dataset_path)
-    if not path.is_dir():
-        raise InputError(
-            path,
-            f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: {_prepare_command(path)}",
-        )
-    loaded = load_from_disk(str(path))
-    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
-
-    def pick(split: str, limit: int | None) -> Dataset:
-        if split not in splits:
-            raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
-        ds = splits[split]
-        missing = {"prompt", "completion"} - set(ds.column_names)
-        if missing:
-            raise InputError(
-                path,
-                f"split '{split}' lacks column(s) {sorted(missing)}: SFT needs TRL's "
-                f"prompt-completion format (has: {', '.join(ds.column_names)})",
-            )
-        ds = ds.select_columns(["prompt", "completion"])
-        if limit is None or limit >= len(ds):
-            return ds
-        return ds.shuffle(seed=seed).select(range(limit))
-
-    train = pick(script_args.dataset_train_split, script_args.max_train_samples)
-    evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
-    return train, evaluation
-
-
-def _environment(model_dtype: torch.dtype) -> dict[str, Any]:
-    import accelerate
-    import datasets
-    import peft
-    import transformers
-    import trl
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "device": str(best_device()),
-        "model_dtype": str(model_dtype).removeprefix("torch."),
-        "torch_threads": torch.get_num_threads(),
-        "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, accelerate, datasets)},
-    }
-
-
-def checkpoint_to_resume(training_args: SFTConfig) -> str | None:
-    """``resume_from_checkpoint`` when set, else the newest complete checkpoint when ``auto_resume``."""
-    if training_args.resume_from_checkpoint:
-        return training_args.resume_from_checkpoint
-    if training_args.auto_resume:
-        return last_complete_checkpoint(training_args.output_dir)
-    return None
-
-
-def prepare_model_init(training_args, model_args: ModelConfig) -> None:
-    """What every trainer settles before TRL loads the model: logging, dtype and ``model_init_kwargs``.
-
-    wandb logs offline unless configured (a training node is often offline; ``wandb sync`` uploads
-    later). The dtype follows the hardware. TRL loads the model from a path, so that its DeepSpeed /
-    device-map handling applies; the user's own ``model_init_kwargs`` win over the derived ones.
-    """
-    if "wandb" in (training_args.report_to or []):
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
-    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
-        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
-    training_args.model_init_kwargs = {
-        "dtype": getattr(torch, model_args.dtype),
-        "attn_implementation": model_args.attn_implementation,
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        **(training_args.model_init_kwargs or {}),
-    }
-
-
 def build_sft_trainer(
     script_args: ScriptArguments,
     training_args: SFTConfig,
@@ -313,8 +159,12 @@ def build_sft_trainer(
 
     Split from :func:`main` so that benchmarks time exactly what a recipe runs.
     """
-    train_dataset, eval_dataset = _load_splits(
-        script_args, want_eval=training_args.eval_strategy != "no", seed=training_args.seed
+    train_dataset, eval_dataset = load_splits(
+        script_args,
+        {"TRL's prompt-completion format": ("prompt", "completion")},
+        want_eval=training_args.eval_strategy != "no",
+        seed=training_args.seed,
+        write_with=_prepare_command(Path(script_args.dataset_path or ".")),
     )
     prepare_model_init(training_args, model_args)
     return CompletionOnlySFTTrainer(
@@ -335,97 +185,12 @@ def main(
     training_args: SFTConfig,
     model_args: ModelConfig,
     callbacks: Sequence[TrainerCallback] = (),
-) -> SFTResult:
+) -> RunResult:
     """Train, save the final model and tokenizer, and return where they are."""
     return run_trainer(build_sft_trainer, script_args, training_args, model_args, callbacks)
 
 
-def run_trainer(
-    build: Callable[..., Any],
-    script_args: ScriptArguments,
-    training_args,
-    model_args: ModelConfig,
-    callbacks: Sequence[TrainerCallback] = (),
-    step_logs: Sequence[str] = (),
-) -> SFTResult:
-    """What every persetrain trainer (SFT, GRPO) does around ``build(...)``'s trainer, so they run alike.
-
-    The run resumes from its newest complete checkpoint and records its resolved configuration; the
-    ``step_logs`` (file names in the output directory) are trimmed with ``metrics.jsonl`` on resume. A run
-    stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
-    output directory never looks finished when it is not; rerunning the command resumes it.
-    """
-    output_dir = Path(training_args.output_dir)
-    stop = CheckpointOnSignal()
-    resume = checkpoint_to_resume(training_args)
-    trainer = build(
-        script_args,
-        training_args,
-        model_args,
-        [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]), stop, *callbacks],
-    )
-    if trainer.is_world_process_zero():
-        write_json(
-            output_dir / RESOLVED_CONFIG_FILE,
-            {
-                "script": asdict(script_args),
-                "model": asdict(model_args),
-                "training": trainer.args.to_dict(),
-                "resume_from_checkpoint": resume,
-                "environment": _environment(getattr(torch, model_args.dtype)),
-            },
-        )
-    result = trainer.train(resume_from_checkpoint=resume)
-    return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
-
-
-def _finish(
-    trainer, result, output_dir: Path, resume: str | None, model_args, training_args, stopped_by_signal: int | None
-) -> SFTResult:
-    """A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
-    model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
-    ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
-    merging needs whole in one process.
-    """
-    if stopped_by_signal is not None:
-        trainer.end()
-        return SFTResult(
-            output_dir=output_dir,
-            model_dir=output_dir,
-            resumed_from=resume,
-            global_step=trainer.state.global_step,
-            metrics=dict(result.metrics),
-            stopped_by_signal=stopped_by_signal,
-        )
-    trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    model_dir = output_dir
-    quantized = model_args.load_in_4bit or model_args.load_in_8bit
-    if (
-        model_args.use_peft
-        and training_args.merge_adapter
-        and not quantized
-        and not trainer.is_deepspeed_enabled
-        and trainer.is_world_process_zero()
-    ):
-        model_dir = output_dir / MERGED_DIR
-        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-        merged.save_pretrained(str(model_dir))
-        trainer.processing_class.save_pretrained(str(model_dir))
-    trainer.end()
-    return SFTResult(
-        output_dir=output_dir,
-        model_dir=model_dir,
-        resumed_from=resume,
-        global_step=trainer.state.global_step,
-        metrics=dict(result.metrics),
-    )
-
-
-def run_sft(argv: Sequence[str] | None = None) -> SFTResult:
+def run_sft(argv: Sequence[str] | None = None) -> RunResult:
     """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
     return main(*make_parser().parse_args_and_config(argv))
 

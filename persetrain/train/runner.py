@@ -1,0 +1,253 @@
+"""What every persetrain trainer shares, written once: data loading, resume, the run directory, the result.
+
+``persetrain sft``, ``persetrain rm`` and ``persetrain grpo`` each build their own TRL trainer and hand it
+to :func:`run_trainer`, which resumes from the newest complete checkpoint, records the resolved
+configuration and the environment, logs every record to ``metrics.jsonl``, checkpoints and stops on
+SIGTERM / SIGUSR1, saves the final model (and a merged copy after LoRA) and returns a :class:`RunResult`.
+:func:`load_splits` reads a prepared dataset in the formats a trainer accepts, with errors that name the
+directory, the split and the missing columns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset, load_from_disk
+from transformers import TrainerCallback
+
+from persetrain.environment import environment
+from persetrain.io import InputError, trim_step_log, write_json
+from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
+from persetrain.train.recipe import RecipeError
+from persetrain.train.signals import CheckpointOnSignal, exit_code
+
+METRICS_FILE = "metrics.jsonl"
+RESOLVED_CONFIG_FILE = "resolved_config.json"
+MERGED_DIR = "merged"
+
+
+def load_splits(
+    script_args: ScriptArguments,
+    formats: dict[str, tuple[str, ...]],
+    want_eval: bool,
+    seed: int,
+    write_with: str,
+    keep: Sequence[str] | None = (),
+) -> tuple[Dataset, Dataset | None]:
+    """The train (and, when evaluating, test) split of ``dataset_path`` in one of ``formats``.
+
+    ``formats`` maps a format's name to the columns it needs; a split must hold one of them. Only those
+    columns and the ``keep`` columns stay (``keep=None`` keeps every column: GRPO hands them all to the
+    reward). ``write_with`` is the command that writes the dataset, for the message when it is missing. A
+    row limit takes a seeded random subset, not the first rows: prepared splits are grouped by person,
+    and the first N rows would hold only a few persons.
+    """
+    if script_args.dataset_path is None:
+        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
+    path = Path(script_args.dataset_path)
+    if not path.is_dir():
+        raise InputError(
+            path, f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: {write_with}"
+        )
+    loaded = load_from_disk(str(path))
+    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
+
+    def pick(split: str, limit: int | None) -> Dataset:
+        if split not in splits:
+            raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
+        ds = splits[split]
+        columns = next((cols for cols in formats.values() if set(cols) <= set(ds.column_names)), None)
+        if columns is None:
+            wanted = "; or ".join(f"{name}: {', '.join(cols)}" for name, cols in formats.items())
+            raise InputError(path, f"split '{split}' lacks the columns of {wanted} (has: {', '.join(ds.column_names)})")
+        if len(ds) == 0:
+            raise InputError(path, f"split '{split}' has no rows")
+        if keep is not None:
+            ds = ds.select_columns([c for c in dict.fromkeys((*columns, *keep)) if c in ds.column_names])
+        if limit is None or limit >= len(ds):
+            return ds
+        return ds.shuffle(seed=seed).select(range(limit))
+
+    train = pick(script_args.dataset_train_split, script_args.max_train_samples)
+    evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
+    return train, evaluation
+
+
+class JsonlMetricsCallback(TrainerCallback):
+    """Append every logged record to ``<output_dir>/metrics.jsonl``, flushed at once.
+
+    The log outlives the process: an interrupted run keeps what it logged, and a resumed run appends
+    after it (a ``train_begin`` record marks where, with the step it resumed at). Unlike wandb or
+    TensorBoard it needs nothing to read: one JSON object per line. A resumed run first trims this log and
+    the ``step_logs`` (other per-step JSONL files, such as GRPO's reward parts) back to the checkpoint's
+    step, so that the steps the killed run computed after it are not there twice.
+    """
+
+    def __init__(self, path: str | os.PathLike, step_logs: Sequence[str | os.PathLike] = ()):
+        self.path = Path(path)
+        self.step_logs = [Path(p) for p in step_logs]
+
+    def _append(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+            f.flush()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            for log in (self.path, *self.step_logs):
+                trim_step_log(log, state.global_step)
+            self._append(
+                {
+                    "event": "train_begin",
+                    "step": state.global_step,
+                    "max_steps": state.max_steps,
+                    "world_size": args.world_size,
+                    "time": time.time(),
+                }
+            )
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            self._append({"event": "log", "step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs})
+
+
+@dataclass
+class RunResult:
+    """Where a run put its outputs, and how it ended."""
+
+    output_dir: Path
+    model_dir: Path  # what persetrain.models.load_model should be given
+    resumed_from: str | None
+    global_step: int
+    metrics: dict[str, float]
+    stopped_by_signal: int | None = None  # the signal that made it checkpoint and stop early
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a finished run; 128 + signal for one stopped by a signal, as the shell would report it."""
+        return 0 if self.stopped_by_signal is None else exit_code(self.stopped_by_signal)
+
+
+def checkpoint_to_resume(training_args) -> str | None:
+    """``resume_from_checkpoint`` when set, else the newest complete checkpoint when ``auto_resume``."""
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    if training_args.auto_resume:
+        return last_complete_checkpoint(training_args.output_dir)
+    return None
+
+
+def prepare_model_init(training_args, model_args: ModelConfig) -> None:
+    """What every trainer settles before TRL loads the model: logging, dtype and ``model_init_kwargs``.
+
+    wandb logs offline unless configured (a training node is often offline; ``wandb sync`` uploads
+    later). The dtype follows the hardware. TRL loads the model from a path, so that its DeepSpeed /
+    device-map handling applies; the user's own ``model_init_kwargs`` win over the derived ones.
+    """
+    if "wandb" in (training_args.report_to or []):
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_DIR", str(training_args.output_dir))
+    model_args.dtype = str(resolve_dtype(model_args.dtype)).removeprefix("torch.")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        raise RecipeError("load_in_4bit/load_in_8bit need use_peft: a quantised base can only train adapters")
+    training_args.model_init_kwargs = {
+        "dtype": getattr(torch, model_args.dtype),
+        "attn_implementation": model_args.attn_implementation,
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        **(training_args.model_init_kwargs or {}),
+    }
+
+
+def run_trainer(
+    build: Callable[..., Any],
+    script_args: ScriptArguments,
+    training_args,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+    step_logs: Sequence[str] = (),
+) -> RunResult:
+    """What every persetrain trainer (SFT, reward model, GRPO) does around ``build(...)``'s trainer, so they run alike.
+
+    The run resumes from its newest complete checkpoint and records its resolved configuration; the
+    ``step_logs`` (file names in the output directory) are trimmed with ``metrics.jsonl`` on resume. A run
+    stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
+    output directory never looks finished when it is not; rerunning the command resumes it.
+    """
+    output_dir = Path(training_args.output_dir)
+    stop = CheckpointOnSignal()
+    resume = checkpoint_to_resume(training_args)
+    trainer = build(
+        script_args,
+        training_args,
+        model_args,
+        [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]), stop, *callbacks],
+    )
+    if trainer.is_world_process_zero():
+        write_json(
+            output_dir / RESOLVED_CONFIG_FILE,
+            {
+                "script": asdict(script_args),
+                "model": asdict(model_args),
+                "training": trainer.args.to_dict(),
+                "resume_from_checkpoint": resume,
+                "environment": environment(getattr(torch, model_args.dtype)),
+            },
+        )
+    result = trainer.train(resume_from_checkpoint=resume)
+    return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
+
+
+def _finish(
+    trainer, result, output_dir: Path, resume: str | None, model_args, training_args, stopped_by_signal: int | None
+) -> RunResult:
+    """A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
+    model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
+    ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
+    merging needs whole in one process.
+    """
+    if stopped_by_signal is not None:
+        trainer.end()
+        return RunResult(
+            output_dir=output_dir,
+            model_dir=output_dir,
+            resumed_from=resume,
+            global_step=trainer.state.global_step,
+            metrics=dict(result.metrics),
+            stopped_by_signal=stopped_by_signal,
+        )
+    trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+    model_dir = output_dir
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if (
+        model_args.use_peft
+        and training_args.merge_adapter
+        and not quantized
+        and not trainer.is_deepspeed_enabled
+        and trainer.is_world_process_zero()
+    ):
+        model_dir = output_dir / MERGED_DIR
+        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+        merged.save_pretrained(str(model_dir))
+        trainer.processing_class.save_pretrained(str(model_dir))
+    trainer.end()
+    return RunResult(
+        output_dir=output_dir,
+        model_dir=model_dir,
+        resumed_from=resume,
+        global_step=trainer.state.global_step,
+        metrics=dict(result.metrics),
+    )
