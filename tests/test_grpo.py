@@ -329,17 +329,17 @@ def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_n
 
 def test_a_trl_whose_private_methods_changed_trains_with_the_stock_trainer():
     """The signature guard: the installed TRL passes; a TRL-like class with another shape falls back, warned."""
-    from persetrain.train.grpo import GRPO_TRAINER, PARLGRPOTrainer
+    from persetrain.train.grpo_trainer import GRPO_TRAINER, SharedPromptGRPOTrainer
     from persetrain.train.trl_compat import pick_trainer, signature_mismatches
 
-    assert signature_mismatches(GRPOTrainer) == [] and GRPO_TRAINER is PARLGRPOTrainer
+    assert signature_mismatches(GRPOTrainer) == [] and GRPO_TRAINER is SharedPromptGRPOTrainer
 
     class OtherTRL(GRPOTrainer):
         def _generate_single_turn(self, prompt_ids, images, num_generations):  # an older shape
             raise AssertionError("never called")
 
     with pytest.warns(UserWarning) as warned:
-        chosen = pick_trainer(PARLGRPOTrainer, OtherTRL, "9.9")
+        chosen = pick_trainer(SharedPromptGRPOTrainer, OtherTRL, "9.9")
     assert chosen is OtherTRL and len(warned) == 1
     message = str(warned[0].message)
     assert "\n" not in message and message.startswith("TRL 9.9: OtherTRL._generate_single_turn: expected (self, ")

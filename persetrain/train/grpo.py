@@ -20,7 +20,8 @@ What this module adds to TRL, and why:
   log-probabilities of the tokens the policy itself would sample.
 - **Each prompt computed once per batch** in the rollouts and the log-prob passes (policy, reference, old
   policy), not once per rollout: the prompt is most of each row. A rollout leaves the decoding batch when it
-  ends, instead of being decoded on until the group's longest one ends.
+  ends, instead of being decoded on until the group's longest one ends. That trainer has nothing of PARL's
+  in it: :class:`persetrain.train.grpo_trainer.SharedPromptGRPOTrainer`.
 - **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` and the reward's wall time next to
   each step's in the metrics: what PARL training is judged by.
 - **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
@@ -31,28 +32,23 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import trl
 from datasets import Dataset
-from transformers import DynamicCache, TrainerCallback
+from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
-from trl.extras.profiling import profiling_context
-from trl.models import unwrap_model_for_generation
 
 from persetrain.console import console
-from persetrain.engine.hf import length_chunks, prefill, sampling_processors
 from persetrain.io import InputError
-from persetrain.models import DEFAULT_MODEL, cache_argument, load_tokenizer, local_weights_dir
+from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
+from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
-from persetrain.train.trl_compat import pick_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -189,196 +185,6 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
 
 
 # ------------------------------------------------------------------------------------------- trainer
-class PARLGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` that computes each prompt once for all its rollouts and logs the reward's wall time per
-    generation batch (``time/reward_s``).
-
-    Next to TRL's ``step_time`` it shows what share of a step the judge takes, the cost that decides
-    whether a judge fits a training budget at all.
-    """
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        """TRL's transformers rollouts, each distinct prompt prefilled once and each rollout dropped when it ends.
-
-        TRL left-pads the ``num_generations`` copies of a prompt, prefills every copy, and decodes every row until
-        the longest rollout ends. On this CPU 4 copies of a 1,100-token prompt take 15.0 s to the first token,
-        against 3.5 s prefilled once (the embedded model, greedy); a decode step of 4 rows costs 0.15 s and
-        of 1 row 0.07 s, and a warm-started PARL policy ends most rubric sets after ~45 tokens while one
-        rollout in a group may run to the 192-token limit. Here a prompt less its last token is prefilled once,
-        its cache repeated over its rollouts, and each step samples with ``generate``'s processors for TRL's
-        generation config (:func:`sampling_processors`); a rollout leaves the batch at its end-of-sequence
-        token, which it keeps, as TRL cuts it. Greedy rollouts equal TRL's (``tests/test_grpo.py``). vLLM,
-        continuous batching, images, a configured cache implementation or ``generation_kwargs`` and batches
-        with no repeated prompt take TRL's path.
-        """
-        groups = _rows_by_prompt(prompt_ids)
-        if (
-            self.use_vllm
-            or self.use_transformers_continuous_batching
-            or images is not None
-            or multimodal_fields
-            or self.generation_config.cache_implementation is not None
-            or self.args.generation_kwargs
-            or len(groups) == len(prompt_ids)
-            or min(len(prompt) for prompt in groups) < 2
-        ):
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
-        config, device = self.generation_config, self.accelerator.device
-        processors = sampling_processors(config)
-        eos = torch.tensor(self.eos_token_ids, device=device)
-        completions: list[list[int]] = [[] for _ in prompt_ids]
-        with (
-            profiling_context(self, "transformers.generate"),
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as unwrapped_model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            for prompt, rows in groups.items():
-                cache = prefill(unwrapped_model, prompt[:-1], unwrapped_model.config, device)
-                cache.batch_repeat_interleave(len(rows))
-                sequences = torch.tensor([prompt] * len(rows), device=device)
-                active = list(rows)  # batch row b holds the rollout of row active[b]
-                for step in range(config.max_new_tokens):
-                    logits = unwrapped_model(
-                        input_ids=sequences[:, -1:], **cache_argument(unwrapped_model, cache), use_cache=True
-                    ).logits
-                    scores = processors(sequences, logits[:, -1].float())
-                    tokens = (
-                        torch.multinomial(scores.softmax(-1), 1)
-                        if config.do_sample
-                        else scores.argmax(-1, keepdim=True)
-                    )
-                    sequences = torch.cat([sequences, tokens], dim=1)
-                    ended = torch.isin(tokens[:, 0], eos) | (step == config.max_new_tokens - 1)
-                    for b in ended.nonzero()[:, 0].tolist():
-                        completions[active[b]] = sequences[b, len(prompt) :].tolist()
-                    if ended.all():
-                        break
-                    if ended.any():
-                        keep = (~ended).nonzero()[:, 0]
-                        cache.batch_select_indices(keep)
-                        sequences = sequences[keep]
-                        active = [active[b] for b in keep.tolist()]
-        return completions, None
-
-    def _get_per_token_logps_and_entropies(
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        compute_aux_loss=False,
-        **multimodal,
-    ):
-        """TRL's per-token log-probs (and entropies) of the completions, each distinct prompt computed once.
-
-        The ``num_generations`` rollouts of one prompt share it token for token, and the prompt is most of
-        each row (PARL's induction prompts: 1,000-1,500 tokens, rubric sets: ~40-190). TRL runs every row
-        whole, in the policy forward and backward, the reference forward and the old-policy forward; here a
-        prompt's states are computed once and expanded over its rollouts (gradients sum back through the
-        expansion, as they would over the copies), and only the rollouts' tokens run per row. Rollouts run
-        in chunks of similar length, each cut to its longest (:func:`length_chunks`): TRL pads every
-        completion to the batch's longest, and one rollout that runs to a 192-token limit next to three of
-        45 tokens would more than double the completion tokens computed. Same values as TRL's path within
-        float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary losses, activation
-        checkpointing (which recomputes layers, so a layer's cache would be written twice) and batches with
-        no repeated prompt take TRL's path.
-        """
-        prompt_ids, prompt_mask = input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]
-        groups = _rows_by_prompt(ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True))
-        if (
-            compute_aux_loss
-            or any(v is not None for v in multimodal.values())
-            or self.args.activation_checkpointing
-            or len(groups) == input_ids.size(0)
-            or min(len(prompt) for prompt in groups) < 2
-        ):
-            return super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size,
-                compute_entropy,
-                compute_aux_loss,
-                **multimodal,
-            )
-        batch_size = batch_size or input_ids.size(0)
-        completion_ids, completion_mask = input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:]
-        lengths = completion_mask.sum(-1).tolist()  # TRL right-pads completions
-        config = self.accelerator.unwrap_model(model).config
-        logps: dict[int, torch.Tensor] = {}
-        entropies: dict[int, torch.Tensor] = {}
-        for prompt, rows in groups.items():
-            with self.accelerator.autocast():
-                cache = prefill(model, list(prompt[:-1]), config, input_ids.device)
-            for chunk in length_chunks(rows, lengths, batch_size):
-                width = max(1, max(lengths[row] for row in chunk))
-                found = self._shared_prompt_logps(
-                    model, cache, prompt[-1], completion_ids[chunk, :width], completion_mask[chunk, :width]
-                )
-                pad = (0, logits_to_keep - width)  # zeros where TRL's rows hold padding, which its loss masks
-                logps.update(zip(chunk, torch.nn.functional.pad(found.log_probs[:, -width:], pad), strict=True))
-                if compute_entropy:
-                    entropies.update(zip(chunk, torch.nn.functional.pad(found.entropy[:, -width:], pad), strict=True))
-        order = range(input_ids.size(0))
-        return (
-            torch.stack([logps[row] for row in order]),
-            torch.stack([entropies[row] for row in order]) if compute_entropy else None,
-            None,
-        )
-
-    def _shared_prompt_logps(self, model, cache: DynamicCache, last: int, completion_ids, completion_mask):
-        """TRL's fused-head output over ``completion_ids`` (rows of one prompt) after the prompt.
-
-        ``cache`` holds the prompt less its ``last`` token, computed once; it is expanded over the rows (and
-        left as it is, for the next chunk), and the rows run ``last`` and their completions, so the fused
-        head scores every completion token as TRL's path does.
-        """
-        n, length = completion_ids.size(0), cache.get_seq_length() + 1
-        expanded = DynamicCache(
-            ddp_cache_data=[
-                (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1)) for layer in cache.layers
-            ],
-            config=self.accelerator.unwrap_model(model).config,
-        )
-        ids = torch.cat([completion_ids.new_full((n, 1), last), completion_ids], dim=1)
-        mask = torch.cat([completion_mask.new_ones((n, length)), completion_mask], dim=1)
-        labels = ids.masked_fill(mask[:, length - 1 :] == 0, -100)  # the head scores labels[:, 1:]
-        with self.accelerator.autocast():
-            return model(
-                input_ids=ids, attention_mask=mask, **cache_argument(model, expanded), labels=labels, fused_lm_head=True
-            )
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        start = time.perf_counter()
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._metrics["train" if self.model.training else "eval"]["time/reward_s"].append(time.perf_counter() - start)
-        return rewards
-
-
-#: The trainer runs use: PARLGRPOTrainer where the installed TRL has the private methods it overrides.
-GRPO_TRAINER = pick_trainer(PARLGRPOTrainer, GRPOTrainer, trl.__version__)
-
-
-def _rows_by_prompt(prompts) -> dict[tuple[int, ...], list[int]]:
-    """Row indices per distinct prompt (token ids without padding), in order of first appearance."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for row, prompt in enumerate(prompts):
-        groups.setdefault(tuple(prompt), []).append(row)
-    return groups
-
-
 def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None) -> Dataset:
     """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped."""
     if max_prompt_length is None:

@@ -1,6 +1,6 @@
 """The TRL-private methods persetrain's GRPO trainer overrides, checked against the installed TRL.
 
-``PARLGRPOTrainer`` replaces three private ``GRPOTrainer`` methods (rollout generation, the per-token
+``SharedPromptGRPOTrainer`` replaces three private ``GRPOTrainer`` methods (rollout generation, the per-token
 log-probs, the reward call) to compute each prompt once. Private methods change shape inside a major
 version (TRL 1.15 gave ``_generate_single_turn`` its fifth argument), and an override written against
 another shape fails mid-step with a traceback nobody can act on. So their signatures are compared at
