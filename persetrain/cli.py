@@ -62,11 +62,7 @@ def _fail(err: Exception) -> None:
 def _engine(model: str, backend: str, base_url: str | None, cache: Path | None, **options):
     from persetrain.engine import load_engine
 
-    if backend == "openai":
-        if not base_url:
-            raise typer.BadParameter("--base-url is required with --backend openai")
-        options["base_url"] = base_url
-    return load_engine(model, backend=backend, cache_path=cache, **options)
+    return load_engine(model, backend=backend, cache_path=cache, base_url=base_url, **options)
 
 
 @models_app.command("fetch")

@@ -180,8 +180,7 @@ def judge_system(
     if evaluator.needs_model and evaluator.uses_engine:
         from persetrain.engine import load_engine
 
-        options = {"base_url": config.base_url} if config.backend == "openai" else {}
-        engine = load_engine(spec.model, backend=config.backend, cache_path=cache_path, **options)
+        engine = load_engine(spec.model, backend=config.backend, cache_path=cache_path, base_url=config.base_url)
     start = time.perf_counter()
     try:
         found = evaluator.judge(examples, engine, context)

@@ -36,12 +36,14 @@ def load_engine(
     model: str = DEFAULT_MODEL,
     backend: str = "hf",
     cache_path: str | Path | None = None,
+    base_url: str | None = None,
     **backend_options,
 ) -> Engine:
-    """Build an engine. ``cache_path`` enables the persistent request cache (SQLite file).
+    """Build an engine: the one place every command, trainer and evaluator makes one.
 
-    For ``openai``, ``model`` is the served model name and ``base_url`` is required
-    (e.g. ``http://127.0.0.1:8000/v1``).
+    ``cache_path`` enables the persistent request cache (SQLite file). For ``openai``, ``model`` is the
+    served model name and ``base_url`` is required (``OpenAIBackend`` says so); the in-process
+    ``hf`` backend has no server, so a ``base_url`` there is ignored.
     """
     if backend == "hf":
         from persetrain.engine.hf import HFBackend
@@ -50,7 +52,7 @@ def load_engine(
     elif backend == "openai":
         from persetrain.engine.openai_compat import OpenAIBackend
 
-        impl = OpenAIBackend(model, **backend_options)
+        impl = OpenAIBackend(model, base_url=base_url, **backend_options)
     else:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     return Engine(impl, RequestCache(cache_path) if cache_path else None)

@@ -79,8 +79,7 @@ def _judge_engine(config: PARLConfig, engine: Engine) -> Engine:
         return engine
     from persetrain.engine import load_engine
 
-    options = {"base_url": config.judge_base_url} if config.judge_backend == "openai" else {}
-    return load_engine(config.judge_model, backend=config.judge_backend, **options)
+    return load_engine(config.judge_model, backend=config.judge_backend, base_url=config.judge_base_url)
 
 
 def induce(

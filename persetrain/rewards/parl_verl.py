@@ -25,8 +25,8 @@ from persetrain.rewards.parl import RewardConfig, RubricJudge, RubricSample, sco
 def _judge(model: str, backend: str, base_url: str | None) -> RubricJudge:
     from persetrain.engine import load_engine
 
-    options = {"base_url": base_url, "scoring": "top_logprobs", "top_logprobs": 5} if backend == "openai" else {}
-    return RubricJudge(load_engine(model, backend=backend, **options))
+    options = {"scoring": "top_logprobs", "top_logprobs": 5} if backend == "openai" else {}
+    return RubricJudge(load_engine(model, backend=backend, base_url=base_url, **options))
 
 
 def sample_from_verl(data_source: str, solution_str: str, ground_truth: str, extra_info: dict) -> RubricSample:

@@ -35,7 +35,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trl
 from datasets import Dataset
@@ -137,13 +136,12 @@ def make_parser(prog: str | None = None) -> RecipeParser:
 def _judge_engine(config: GRPOConfig):
     from persetrain.engine import load_engine
 
-    options: dict[str, Any] = {}
-    if config.judge_backend == "openai":
-        if not config.judge_base_url:
-            raise RecipeError("judge_base_url is required with judge_backend: openai")
-        options["base_url"] = config.judge_base_url
+    if config.judge_backend == "openai" and not config.judge_base_url:
+        raise RecipeError("judge_base_url is required with judge_backend: openai")
     cache = config.judge_cache or str(Path(config.output_dir) / "judge-cache.sqlite")
-    return load_engine(config.judge_model, backend=config.judge_backend, cache_path=cache, **options)
+    return load_engine(
+        config.judge_model, backend=config.judge_backend, cache_path=cache, base_url=config.judge_base_url
+    )
 
 
 def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
