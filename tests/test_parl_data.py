@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pandas as pd
 import pytest
@@ -17,46 +16,6 @@ from persetrain.io import InputError
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
-
-
-def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.split("\n")[0]) if s]
-
-
-def _has(trait: str, text: str, user: dict) -> bool:
-    """An independent check of one planted signature (what one yes/no rule would ask)."""
-    first = text.split("\n")[0]
-    return {
-        "lowercase": text == text.lower(),
-        "signoff": "\n" in text,
-        "short_sentences": all(len(s.split()) <= 10 for s in _sentences(text)),
-        "question": bool(re.search(r"\?$", first)) or "?" in first,
-        "topic_word": "As always," in text or "as always," in text,
-        "exclaim": all(s.endswith("!") for s in _sentences(text)),
-        "opener": bool(
-            re.match(r"(Okay so,|Quick thoughts:|Well, friends,|Real talk:|Alright then,)", text, re.IGNORECASE)
-        ),
-        "colon": ":" in text,
-        "short": len(text.split()) <= 6,
-        "pet_word": text.split()[0].lower() in {"finally", "wow", "breaking", "again", "big"},
-        "number": bool(re.search(r"\d", text)),
-    }[trait]
-
-
-@pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
-def test_planted_signatures_hold_and_negatives_lack_them(sample, task):
-    truth = json.loads(sample.ground_truth.read_text())["users"]
-    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
-    assert len(examples) == 32
-    for ex in examples:
-        traits = truth[ex.user_id]
-        assert 1 <= len(ex.history) <= 10
-        for text in [h.output for h in ex.history] + [ex.output]:
-            assert all(_has(t, text, traits) for t in traits), (ex.id, traits, text)
-        # a rule per signature separates the user's text from the generic negative; the RAG-like one
-        # shares only the first signature
-        assert not any(_has(t, ex.baselines["synthetic-non"], traits) for t in traits), ex.id
-        assert sum(_has(t, ex.baselines["synthetic-rag"], traits) for t in traits) < len(traits), ex.id
 
 
 def test_prepare_parl_writes_grpo_and_verl_layouts(sample, tmp_path):

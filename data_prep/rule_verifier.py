@@ -1,0 +1,228 @@
+"""``persetrain prepare verifier``: labelled (rule, text, satisfied) data for PARL's yes/no rubric judge.
+
+PARL's reward is only as good as its judge: a judge that says "yes" to every rule gives every rubric
+set the same margin. This builds supervision for ``persetrain sft`` to train that judge, in the very
+prompt the reward sends (``persetrain.prompts.parl.judge_request``: task input, text, rule) with the
+completion ``yes`` or ``no``, so the trained checkpoint drops in as ``judge_model``.
+
+Two sources know the truth:
+
+* a prepared PARL dataset of the SYNTHETIC sample users (``--parl DIR``): every text (history, target,
+  negatives) is checked against every signature rule of its task by ``data_prep.parl_signatures``.
+  Splits follow the PARL dataset's, by user: its ``train`` users are trained on and its ``test``
+  users, whose rubrics the generator is measured on, form ``validation``. Train rows use the first
+  ``TRAIN_WORDINGS`` wordings of a rule and validation rows only the others, so validation measures
+  users *and* wordings the verifier never saw.
+* labelled rows from anywhere else (``--labels FILE.jsonl``): ``{task, input, text, rule, satisfied,
+  split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
+
+Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
+trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
+records the counts before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from persetrain.console import console, track
+from persetrain.io import InputError, iter_jsonl, write_json
+from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
+
+SPLITS = ("train", "validation")
+#: The PARL dataset's split names, mapped to this dataset's.
+_PARL_SPLITS = {"train": "train", "test": "validation"}
+_LABEL_FIELDS = {"task": str, "input": str, "text": str, "rule": str, "satisfied": bool, "split": str}
+
+
+def _row(id: str, task: str, input: str, text: str, rule: str, satisfied: bool, **extra) -> dict:
+    answer = JUDGE_CHOICES[0] if satisfied else JUDGE_CHOICES[1]
+    prompt = [m.model_dump() for m in judge_request(task, input, text, rule).messages]
+    return {
+        "id": id,
+        "task": task,
+        "input": input,
+        "text": text,
+        "rule": rule,
+        "label": answer,
+        "prompt": prompt,
+        "completion": [{"role": "assistant", "content": answer}],
+        **extra,
+    }
+
+
+def _texts(example: dict) -> Iterator[tuple[str, str, str]]:
+    """``(kind, input, text)`` of every text of a PARL row: history items, the target, the negatives."""
+    for k, (inp, out) in enumerate(zip(example["history_inputs"], example["history_outputs"], strict=True)):
+        yield f"history-{k}", inp, out
+    yield "target", example["target_input"], example["ground_truth"]
+    for name, neg in zip(example["negative_names"], example["negatives"], strict=True):
+        yield f"negative-{name}", example["target_input"], neg
+
+
+def signature_rows(parl_dir: Path, seed: int) -> dict[str, list[dict]]:
+    """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is."""
+    from datasets import load_from_disk
+
+    info_path = parl_dir / "build_info.json"
+    if not info_path.is_file():
+        raise InputError(
+            parl_dir, "not a prepared PARL dataset (no build_info.json); write it with persetrain prepare parl"
+        )
+    if not json.loads(info_path.read_text(encoding="utf-8")).get("synthetic"):
+        raise InputError(
+            info_path,
+            "field 'synthetic' is not true: signature checkers know only the synthetic sample users; "
+            "label other data and pass it with --labels",
+        )
+    rng = random.Random(f"{seed}:verifier:{parl_dir.name}")
+    rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    dataset = load_from_disk(str(parl_dir))
+    for parl_split, split in _PARL_SPLITS.items():
+        for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
+            task = example["task"]
+            for kind, inp, text in _texts(example):
+                for check in RULES[task]:
+                    pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
+                    wording = rng.choice(pool)
+                    rows[split].append(
+                        _row(
+                            f"{example['id']}:{kind}:{check.name}",
+                            task,
+                            inp,
+                            text,
+                            check.wordings[wording],
+                            check.check(text),
+                            user_id=example["user_id"],
+                            rule_name=check.name,
+                            wording=wording,
+                            text_kind=kind,
+                        )
+                    )
+    return rows
+
+
+def label_rows(path: Path) -> dict[str, list[dict]]:
+    """Rows from a JSON-lines file of labelled checks (module docstring), each field checked."""
+    rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    for line, record in iter_jsonl(path):
+        for field, kind in _LABEL_FIELDS.items():
+            if not isinstance(record.get(field), kind):
+                raise InputError(path, f"missing or not a {kind.__name__}", record=line, field=field)
+        if record["task"] not in TASKS:
+            raise InputError(
+                path, f"unknown task {record['task']!r}; expected one of {TASKS}", record=line, field="task"
+            )
+        if record["split"] not in SPLITS:
+            raise InputError(path, f"expected one of {SPLITS}", record=line, field="split")
+        fields = {k: record[k] for k in ("task", "input", "text", "rule", "satisfied")}
+        rows[record["split"]].append(
+            _row(f"{path.stem}:{line}", **fields, user_id="", rule_name="", wording=-1, text_kind="labelled")
+        )
+    return rows
+
+
+def balance(rows: Sequence[dict], seed: int) -> list[dict]:
+    """Per rule (its name, or its text for labelled rows), the majority answer subsampled to the minority's count."""
+    by_rule: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_rule[row["rule_name"] or row["rule"]][row["label"]].append(row)
+    rng = random.Random(f"{seed}:balance")
+    kept = []
+    for rule in sorted(by_rule):
+        yes, no = by_rule[rule][JUDGE_CHOICES[0]], by_rule[rule][JUDGE_CHOICES[1]]
+        n = min(len(yes), len(no))
+        kept += rng.sample(yes, n) + rng.sample(no, n)
+    order = {row["id"]: k for k, row in enumerate(rows)}
+    return sorted(kept, key=lambda row: order[row["id"]])
+
+
+def _card(info: dict) -> str:
+    counts = "\n".join(
+        f"| {split} | {info['before'][split]['yes']} | {info['before'][split]['no']} | {info['splits'][split]} |"
+        for split in SPLITS
+    )
+    return "\n".join(
+        [
+            '---\npretty_name: "PARL rule verifier data"\ntags:\n- persetrain\n- parl\n- verifier\n'
+            + ("- synthetic\n" if info["synthetic"] else "")
+            + "---\n",
+            "# PARL rule verifier data\n",
+            "Task kind `verifier_sft`: TRL SFTTrainer's conversational prompt-completion format (`persetrain sft` "
+            "reads it). Each row asks PARL's judge prompt (`persetrain.prompts.parl.judge_request`) whether a text "
+            "satisfies a rule; the completion is `yes` or `no`. Built by `persetrain prepare verifier` "
+            "(`data_prep/rule_verifier.py`).\n",
+            (
+                "> **Synthetic data.** Texts are the synthetic PARL sample users' (`data_prep.parl_synthetic`); labels "
+                "come from the checkers of their planted signatures (`data_prep.parl_signatures`).\n"
+                if info["synthetic"]
+                else ""
+            ),
+            "## Sources\n",
+            "\n".join(f"- `{s}`" for s in info["sources"]),
+            "",
+            "## Splits and balance\n",
+            info["split_rule"] + " Per split and rule the majority answer is subsampled to the minority's count.\n",
+            "| split | yes before | no before | rows kept (balanced) |\n|---|---:|---:|---:|\n" + counts,
+            "",
+            "## Columns\n",
+            "`id`, `task`, `input` (the task input), `text` (the text judged), `rule`, `label` (`yes`/`no`), "
+            "`prompt` (system + user messages), `completion`, `user_id`, "
+            "`rule_name` (the signature; empty for labelled rows), `wording` (index of the rule's wording; -1 for "
+            "labelled rows), `text_kind` (`history-<k>`, `target`, `negative-<generator>` or `labelled`).",
+            "",
+        ]
+    )
+
+
+def prepare_verifier(
+    out: str | Path, parl: Sequence[str | Path] = (), labels: Sequence[str | Path] = (), seed: int = 0
+) -> dict[str, int]:
+    """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes."""
+    from datasets import Dataset, DatasetDict
+
+    if not (parl or labels):
+        raise ValueError("no source: give --parl (a prepared synthetic PARL dataset) and/or --labels FILE.jsonl")
+    reads = [signature_rows(Path(p), seed) for p in parl] + [label_rows(Path(p)) for p in labels]
+    rows = {split: [row for read in reads for row in read[split]] for split in SPLITS}
+    before = {split: dict(Counter(r["label"] for r in rows[split])) for split in SPLITS}
+    rows = {split: balance(rows[split], seed) for split in SPLITS}
+    out = Path(out)
+    for split in SPLITS:
+        if not rows[split]:
+            raise InputError(
+                out, f"the {split} split would be empty after balancing yes/no; the sources need both answers"
+            )
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    DatasetDict({split: Dataset.from_list(r) for split, r in rows.items()}).save_to_disk(
+        str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
+    )
+    info = {
+        "name": "parl-verifier",
+        "task": "verifier_sft",
+        "synthetic": bool(parl),
+        "sources": [str(p) for p in (*parl, *labels)],
+        "seed": seed,
+        "train_wordings": TRAIN_WORDINGS,
+        "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
+        "splits": {split: len(r) for split, r in rows.items()},
+        "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
+        f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others. Labelled rows: their "
+        "`split` field.",
+    }
+    write_json(tmp / "build_info.json", info)
+    (tmp / "README.md").write_text(_card(info), encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(out)
+    console.print(f"[green]wrote[/green] verifier data -> {out} {info['splits']}")
+    return info["splits"]

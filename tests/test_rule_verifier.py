@@ -1,0 +1,126 @@
+"""PARL's rule verifier data: signature checkers against the planted truth, the dataset's splits and balance,
+bad input, and the judge's accuracy on labelled checks (batched == one check at a time)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from datasets import load_from_disk
+
+from data_prep.parl import attach_baselines, prepare_parl, read_task
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from data_prep.parl_synthetic import write_parl_sample
+from data_prep.rule_verifier import prepare_verifier
+from persetrain.engine import load_engine
+from persetrain.io import InputError
+from persetrain.prompts.parl import judge_request
+from persetrain.rewards.parl import RubricJudge
+from persetrain.rewards.parl_judge_eval import judge_accuracy
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
+
+
+@pytest.fixture(scope="module")
+def parl_news(sample, tmp_path_factory):
+    out = tmp_path_factory.mktemp("parl")
+    prepare_parl(sample.root, out, tasks=("news",))
+    return out / "parl_news"
+
+
+@pytest.fixture(scope="module")
+def verifier_data(parl_news, tmp_path_factory):
+    out = tmp_path_factory.mktemp("verifier") / "parl_news"
+    prepare_verifier(out, parl=[parl_news])
+    return out
+
+
+@pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
+def test_checkers_agree_with_the_planted_signatures_on_every_text(sample, task):
+    """Users' texts have exactly their signatures, the generic negative none, the RAG-like one the first."""
+    truth = json.loads(sample.ground_truth.read_text())["users"]
+    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
+    assert len(examples) == 32
+    for ex in examples:
+        traits = truth[ex.user_id]
+        planted = [(h.output, set(traits)) for h in ex.history] + [(ex.output, set(traits))]
+        planted += [(ex.baselines["synthetic-non"], set()), (ex.baselines["synthetic-rag"], {traits[0]})]
+        for text, has in planted:
+            assert {c.name for c in RULES[task] if c.check(text)} == has, (ex.id, text)
+
+
+def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news, verifier_data):
+    data = load_from_disk(str(verifier_data))
+    parl = load_from_disk(str(parl_news))
+    users = {split: set(data[split]["user_id"]) for split in ("train", "validation")}
+    assert users["train"] <= set(parl["train"]["user_id"]) and users["validation"] <= set(parl["test"]["user_id"])
+    assert max(data["train"]["wording"]) < TRAIN_WORDINGS <= min(data["validation"]["wording"])
+    train_rules = set(data["train"]["rule"])
+    assert not train_rules & set(data["validation"]["rule"])
+    for split in ("train", "validation"):
+        counts = Counter((r, label) for r, label in zip(data[split]["rule_name"], data[split]["label"], strict=True))
+        for check in RULES["news"]:
+            assert counts[(check.name, "yes")] == counts[(check.name, "no")] > 0, (split, check.name)
+    row = data["validation"][0]
+    assert row["prompt"] == [
+        m.model_dump() for m in judge_request("news", row["input"], row["text"], row["rule"]).messages
+    ]
+    assert row["completion"] == [{"role": "assistant", "content": row["label"]}]
+    check = next(c for c in RULES["news"] if c.name == row["rule_name"])
+    assert (row["label"] == "yes") == check.check(row["text"])
+    info = json.loads((verifier_data / "build_info.json").read_text())
+    assert info["task"] == "verifier_sft" and info["synthetic"] and info["splits"]["train"] == len(data["train"])
+    assert "Synthetic data" in (verifier_data / "README.md").read_text()
+
+
+def test_labelled_rows_and_their_errors(tmp_path):
+    good = {
+        "task": "news",
+        "input": "An article.",
+        "text": "A headline",
+        "rule": "The headline is short.",
+        "split": "train",
+    }
+    rows = [{**good, "satisfied": True}, {**good, "satisfied": False}]
+    rows += [{**good, "split": "validation", "satisfied": s} for s in (True, False)]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert prepare_verifier(tmp_path / "out", labels=[labels]) == {"train": 2, "validation": 2}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "satisfied": "yes"}) + "\n")
+    with pytest.raises(InputError, match=r"bad\.jsonl:2: field 'satisfied': missing or not a bool"):
+        prepare_verifier(tmp_path / "never", labels=[bad])
+    assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".never*"))
+
+    one_sided = tmp_path / "yes_only.jsonl"
+    one_sided.write_text("".join(json.dumps({**r, "satisfied": True}) + "\n" for r in rows))
+    with pytest.raises(InputError, match="split would be empty after balancing"):
+        prepare_verifier(tmp_path / "never", labels=[one_sided])
+    assert not (tmp_path / "never").exists()
+
+
+def test_real_data_is_refused_by_the_signature_checkers(parl_news, tmp_path):
+    real = tmp_path / "parl_real"
+    real.mkdir()
+    info = json.loads((parl_news / "build_info.json").read_text())
+    (real / "build_info.json").write_text(json.dumps({**info, "synthetic": False}))
+    with pytest.raises(InputError, match=r"build_info\.json: field 'synthetic' is not true"):
+        prepare_verifier(tmp_path / "out", parl=[real])
+
+
+def test_judge_accuracy_batched_equals_one_check_at_a_time(verifier_data):
+    """The measured accuracy is the engine's p(yes) on each check, thresholded; per rule as well."""
+    rows = list(load_from_disk(str(verifier_data))["validation"].select(range(12)))
+    judge = RubricJudge(load_engine("embedded:smollm2-135m-instruct", backend="hf"))
+    measured = judge_accuracy(judge, rows, tau=0.5)
+    one_by_one = [judge.p_yes(r["task"], [(r["rule"], r["input"], r["text"])])[0] for r in rows]
+    right = [(p > 0.5) == (r["label"] == "yes") for p, r in zip(one_by_one, rows, strict=True)]
+    assert measured.n == 12 and measured.accuracy == pytest.approx(sum(right) / 12)
+    assert measured.yes_share == pytest.approx(sum(p > 0.5 for p in one_by_one) / 12)
+    names = {r["rule_name"] for r in rows}
+    assert set(measured.per_rule) == names
