@@ -1,0 +1,103 @@
+"""What a checkpoint folder holds and what of it a model repository receives.
+
+A full model (``model*.safetensors`` / ``pytorch_model*.bin`` + ``config.json``) or a PEFT adapter
+(``adapter_model.*`` + ``adapter_config.json``); ``merge_adapter`` folds an adapter into its base. Optimizer,
+scheduler, RNG and trainer state stay behind: they resume a run, they do not serve a model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from persetrain.io import InputError
+
+FULL_WEIGHTS = ("model.safetensors", "model-*-of-*.safetensors", "pytorch_model.bin", "pytorch_model-*-of-*.bin")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+# What a run directory or checkpoint holds to resume training, not to use the model.
+TRAINING_STATE = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state*.pth",
+    "trainer_state.json",
+    "training_args.bin",
+    "metrics.jsonl",
+    "all_results.json",
+    "train_results.json",
+    "eval_results.json",
+    "resolved_config.json",
+    "README.md",
+)
+RESOLVED_CONFIG = "resolved_config.json"
+
+
+def _matches(path: Path, patterns: tuple[str, ...]) -> bool:
+    return any(path.match(p) for p in patterns)
+
+
+def checkpoint_kind(checkpoint: Path) -> str:
+    """``"adapter"`` or ``"full"``; a directory with neither kind of weights is an error naming it."""
+    if not checkpoint.is_dir():
+        raise InputError(checkpoint, "no such checkpoint directory")
+    files = [p for p in checkpoint.iterdir() if p.is_file()]
+    if any(_matches(p, ADAPTER_WEIGHTS) for p in files) and (checkpoint / "adapter_config.json").is_file():
+        return "adapter"
+    if any(_matches(p, FULL_WEIGHTS) for p in files) and (checkpoint / "config.json").is_file():
+        return "full"
+    raise InputError(
+        checkpoint,
+        "no model weights to push: expected a full model (model*.safetensors or "
+        "pytorch_model*.bin with config.json) or a PEFT adapter (adapter_model.safetensors "
+        "with adapter_config.json)",
+    )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, ``{}`` when there is no such file; invalid JSON is an error naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise InputError(path, f"not valid JSON: {err}") from None
+
+
+def fresh_folder(out: Path) -> None:
+    """An empty ``out``: an upload folder holds what this push builds and nothing left from an earlier one."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+
+def copy_model_files(checkpoint: Path, out: Path) -> None:
+    """Copy the checkpoint's files that serve the model (weights, config, tokenizer), not its training state."""
+    for path in sorted(checkpoint.iterdir()):
+        if path.is_file() and not _matches(path, TRAINING_STATE):
+            shutil.copy2(path, out / path.name)
+
+
+def is_reward_model(checkpoint: Path) -> bool:
+    """A sequence-classification checkpoint (``persetrain rm``): full weights or a ``SEQ_CLS`` adapter."""
+    architectures = read_json(checkpoint / "config.json").get("architectures") or []
+    task = read_json(checkpoint / "adapter_config.json").get("task_type")
+    return task == "SEQ_CLS" or any(a.endswith("ForSequenceClassification") for a in architectures)
+
+
+def merge_adapter(checkpoint: Path, base: str, out: Path) -> None:
+    """Load the base, apply the adapter, fold it in and save full weights + the checkpoint's tokenizer."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from persetrain.models import local_weights_dir
+
+    if is_reward_model(checkpoint):
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(local_weights_dir(base)), num_labels=1, dtype="auto"
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype="auto")
+    merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+    merged.save_pretrained(str(out))
+    # The checkpoint's tokenizer (with the chat template training used); an adapter folder has no model
+    # config, so it is read as a plain tokenizer folder.
+    AutoTokenizer.from_pretrained(str(checkpoint)).save_pretrained(str(out))

@@ -1,0 +1,110 @@
+"""The exact folder a repository receives, built locally so that ``persetrain push --dry-run`` can stop there.
+
+A model folder holds the serving files of a checkpoint (or the merged weights) and its card; a dataset folder
+holds one Parquet file per split, the Hub's native layout that ``load_dataset(repo)`` reads, and its card.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from persetrain.hub.cards import dataset_card, model_card
+from persetrain.hub.checkpoint import (
+    RESOLVED_CONFIG,
+    checkpoint_kind,
+    copy_model_files,
+    fresh_folder,
+    is_reward_model,
+    merge_adapter,
+    read_json,
+)
+from persetrain.hub.errors import HubError
+from persetrain.io import InputError, atomic_write
+
+
+def build_model_folder(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    merge: bool = False,
+    metrics: str | os.PathLike | None = None,
+    recipe: str | os.PathLike | None = None,
+    license: str = "apache-2.0",
+    method: str = "perse",
+) -> Path:
+    """Write the folder a model repository receives: weights, config, tokenizer, README.md card."""
+    checkpoint, out = Path(checkpoint), Path(out)
+    kind = checkpoint_kind(checkpoint)
+    if merge and kind != "adapter":
+        raise HubError(f"{checkpoint}: --merge needs a PEFT adapter checkpoint; this one holds full weights")
+    metrics_path = Path(metrics) if metrics is not None else checkpoint / "metrics.json"
+    if metrics is not None and not metrics_path.is_file():
+        raise InputError(metrics_path, "no such metrics file")
+    recipe_path = Path(recipe) if recipe is not None else None
+    if recipe_path is not None and not recipe_path.is_file():
+        raise InputError(recipe_path, "no such recipe file")
+    resolved = read_json(checkpoint / RESOLVED_CONFIG) or read_json(checkpoint.parent / RESOLVED_CONFIG)
+    # The spec the run was given (a Hub id, embedded:NAME) names the base in the card; the adapter's own
+    # record (the local weights it was trained on) is what a merge loads.
+    adapter_base = read_json(checkpoint / "adapter_config.json").get("base_model_name_or_path")
+    spec = (resolved.get("model") or {}).get("model_name_or_path")
+    base = adapter_base or spec
+    if merge and not base:
+        raise InputError(checkpoint / "adapter_config.json", "no base_model_name_or_path to merge the adapter into")
+
+    fresh_folder(out)
+    if merge:
+        merge_adapter(checkpoint, base, out)
+    else:
+        copy_model_files(checkpoint, out)
+    card = model_card(
+        kind=kind,
+        merged=merge,
+        base_model=spec or base,
+        resolved=resolved,
+        recipe=recipe_path,
+        metrics=read_json(metrics_path) if metrics_path.is_file() else None,
+        metrics_source=metrics_path,
+        license=license,
+        method=method,
+        reward_model=is_reward_model(checkpoint),
+    )
+    with atomic_write(out / "README.md") as f:
+        f.write(card)
+    return out
+
+
+def build_dataset_folder(
+    dataset: str | os.PathLike, out: str | os.PathLike, *, license: str = "apache-2.0", method: str | None = None
+) -> Path:
+    """Write the folder a dataset repository receives: one Parquet file per split and the README.md card.
+
+    The card keeps the README ``persetrain prepare`` wrote (sources, filters, settings, the synthetic-data
+    note) and adds the Hub metadata: license, the Parquet ``configs``, the task, and the method's citation.
+    """
+    from datasets import Dataset, load_from_disk
+
+    dataset, out = Path(dataset), Path(out)
+    if not (dataset / "dataset_dict.json").is_file() and not (dataset / "dataset_info.json").is_file():
+        raise InputError(dataset, "not a dataset folder written by `persetrain prepare` (no dataset_dict.json)")
+    info = read_json(dataset / "build_info.json")
+    loaded = load_from_disk(str(dataset))
+    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
+    method = method or ("parl" if "parl" in str(info.get("name", "")) else "perse")
+
+    fresh_folder(out)
+    files = {}
+    for split, rows in splits.items():
+        files[split] = f"data/{split}-00000-of-00001.parquet"
+        (out / "data").mkdir(exist_ok=True)
+        rows.to_parquet(str(out / files[split]))
+    for extra in ("build_info.json", "dataset.json"):
+        if (dataset / extra).is_file():
+            shutil.copy2(dataset / extra, out / extra)
+
+    card = dataset_card(dataset, info, splits, files, license=license, method=method)
+    with atomic_write(out / "README.md") as f:
+        f.write(card)
+    return out
