@@ -122,9 +122,8 @@ def mcq_metrics_of(examples: Sequence[McqExample], judgments: list[Judgment]) ->
 register_task(TaskKind("mcq", McqExample, mcq_metrics_of))
 
 
-def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment]) -> dict:
-    """PARL: coverage, rules per user, user- and rubric-level accuracy per target, Max-Diff, paired t-tests;
-    mean and std over runs (``Judgment.details["run"]``). An unparsed rubric set leaves its user uncovered."""
+def rubric_runs(examples: Sequence[RubricExample], judgments: list[Judgment]) -> list[list[dict]]:
+    """The judgments as PARL runs (``persetrain.metrics.parl.Run``), one per ``Judgment.details["run"]``."""
     checks = [
         (
             j.example_id,
@@ -134,8 +133,14 @@ def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment])
         )
         for j in judgments
     ]
+    return runs_from_checks([ex.id for ex in examples], checks)
+
+
+def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment]) -> dict:
+    """PARL: coverage, rules per user, user- and rubric-level accuracy per target, Max-Diff, paired t-tests;
+    mean and std over runs (``Judgment.details["run"]``). An unparsed rubric set leaves its user uncovered."""
     return {
-        **parl_metrics(runs_from_checks([ex.id for ex in examples], checks)),
+        **parl_metrics(rubric_runs(examples, judgments)),
         "n_unparsed": sum(not j.parsed for j in judgments),
     }
 

@@ -227,6 +227,19 @@ def test_push_prepared_dataset_as_parquet(hub, tmp_path, prepared_root):
     assert pushed["train"][0]["completion"] == original["train"][0]["completion"]
 
 
+def test_synthetic_dataset_whose_card_has_no_tags_gets_the_tag(hub, tmp_path, prepared_root):
+    import shutil
+
+    source = tmp_path / "plain"
+    shutil.copytree(prepared_root / "data" / "perse" / "per_mpst_k3", source)
+    (source / "README.md").write_text("# A card without metadata\n")
+    out = tmp_path / "upload"
+    result = _push(hub, tmp_path, str(source), "--dataset", "--repo-id", "alice/x", "--dry-run", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    card = (out / "README.md").read_text()
+    assert "- synthetic" in card and "# A card without metadata" in card
+
+
 def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_checkpoint):
     out = tmp_path / "upload"
     result = _push(

@@ -10,7 +10,14 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.metrics.parl import mean_std, paired_t_test, parl_metrics, run_metrics, runs_from_checks
+from persetrain.metrics.parl import (
+    mean_std,
+    paired_runs_t_test,
+    paired_t_test,
+    parl_metrics,
+    run_metrics,
+    runs_from_checks,
+)
 from persetrain.models import DEFAULT_MODEL
 
 T, F = True, False
@@ -37,6 +44,15 @@ def test_paired_t_test_matches_scipy():
     got = paired_t_test(run, "rag")
     assert got["t"] == pytest.approx(expected.statistic) and got["p"] == pytest.approx(expected.pvalue)
     assert got["n"] == 4
+
+
+def test_paired_runs_t_test_matches_scipy_and_drops_undefined_runs():
+    trained, untrained = [0.5, 0.25, None, 0.75], [0.0, 0.25, 0.1, 0.25]
+    expected = stats.ttest_rel([0.5, 0.25, 0.75], [0.0, 0.25, 0.25], alternative="greater")
+    got = paired_runs_t_test(trained, untrained)
+    assert got["t"] == pytest.approx(expected.statistic) and got["p"] == pytest.approx(expected.pvalue)
+    assert got["n"] == 3
+    assert paired_runs_t_test([0.5, 0.5], [0.0, 0.0])["p"] is None  # equal differences: no variance, no t
 
 
 def test_mean_and_std_over_runs():

@@ -244,7 +244,7 @@ def dataset_card(
     if info.get("task"):
         data.task = info["task"]
     if info.get("synthetic"):
-        data.tags = sorted(set((data.tags or []) + ["synthetic"]))
+        data.tags = sorted(set((data.get("tags") or []) + ["synthetic"]))
     body = card.text.rstrip() + "\n\n"
     if "## Splits" not in card.text:
         body += (

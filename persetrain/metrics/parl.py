@@ -10,7 +10,8 @@ out empty has ``{}`` (no valid rules). Definitions (METHODS.md, PARL):
 * user coverage: the share of users with a non-empty valid set;
 * Max-Diff: user-level accuracy of ``gt`` minus that of the best other target;
 * average rules per user: valid rules per user, over all users;
-* paired t-test (scipy, one-sided "greater"): per-user all-or-nothing scores of ``gt`` vs each target.
+* paired t-test (scipy, one-sided "greater"): per-user all-or-nothing scores of ``gt`` vs each target;
+  and of one generator against another over runs paired by seed (``paired_runs_t_test``, e.g. Max-Diff).
 
 Several runs (different seeds) give mean and standard deviation (ddof=1) of every number.
 """
@@ -67,6 +68,20 @@ def paired_t_test(run: Run, target: str) -> dict[str, float | None]:
     pairs = [
         (float(all(user[GT])), float(all(user[target]))) for user in _covered(run) if GT in user and target in user
     ]
+    if len(pairs) < 2 or len({a - b for a, b in pairs}) == 1:  # no variance of the differences: no t
+        return {"t": None, "p": None, "n": len(pairs)}
+    result = stats.ttest_rel([a for a, _ in pairs], [b for _, b in pairs], alternative="greater")
+    t, p = float(result.statistic), float(result.pvalue)
+    return {"t": t if math.isfinite(t) else None, "p": p if math.isfinite(p) else None, "n": len(pairs)}
+
+
+def paired_runs_t_test(trained: Sequence[float | None], untrained: Sequence[float | None]) -> dict[str, float | None]:
+    """t and one-sided p of "``trained`` > ``untrained``" over runs paired by seed (e.g. each run's Max-Diff).
+
+    Runs are the unit because a seed of rubric induction is what a second evaluation would redraw; a run
+    where either number is undefined (no covered user) drops out of the pairs.
+    """
+    pairs = [(a, b) for a, b in zip(trained, untrained, strict=True) if a is not None and b is not None]
     if len(pairs) < 2 or len({a - b for a, b in pairs}) == 1:  # no variance of the differences: no t
         return {"t": None, "p": None, "n": len(pairs)}
     result = stats.ttest_rel([a for a, _ in pairs], [b for _, b in pairs], alternative="greater")
