@@ -1,9 +1,15 @@
-"""PARL GRPO on a CPU: warm start + GRPO of the embedded model on the SYNTHETIC sample users.
+"""PARL GRPO on a CPU: a trained judge, warm start + GRPO of the embedded model on the SYNTHETIC sample users.
 
 The ``grpo`` part of ``benchmarks/parl.py`` (also runnable alone). One run, end to end, on the news
 task of the sample data (headlines: the shortest texts), with the embedded SmolLM2-135M-Instruct as
-both the rubric generator and the judge:
+the rubric generator and, fine-tuned, as the judge. Held-out users (the PARL dataset's test split) are
+never trained on, by the judge or the generator:
 
+0. **judge**: ``persetrain prepare verifier`` on the training users (signature checkers as labels, rules
+   in 3 of their 5 wordings) -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml``
+   (or ``--judge DIR``: an already trained one). ``judge_heldout_accuracy``: its accuracy on the held-out
+   users' checks, worded in the 2 wordings it never saw; ``judge_heldout_accuracy_untrained``: the
+   embedded model's on the same checks. This judge scores every later stage.
 1. **warm start**: the base model's structured-output rubric sets for the training users that pass
    validation (``persetrain rubrics warmstart-data``; their share is ``valid_share_warmstart_structured``)
    -> ``persetrain sft`` (LoRA, merged). With no set passing, GRPO starts from the base model.
@@ -11,10 +17,13 @@ both the rubric generator and the judge:
    keeps >= 2 valid rules in the first and last fifth of the steps (``valid_share_first_fifth`` /
    ``valid_share_last_fifth``, from the per-step ``parl/valid_share`` metric), and the reward's share of
    the step time (``time/reward_s`` over TRL's ``step_time``, summed over steps).
+   ``mean_d_first_fifth`` / ``mean_d_last_fifth``: the reward's discriminative part, the margin product D
+   averaged per step over the rollouts that have one (>= 2 valid rules), in the first and last fifth.
 3. **untrained**: the base model on the held-out (test) users with the ``parl`` evaluator (structured
-   output, validation, scoring) -> ``max_diff_untrained``; the same users unaided (no structured output)
-   -> ``valid_share_base_unaided``.
-4. **trained**: the GRPO model on the held-out users with the ``parl`` evaluator -> ``max_diff_trained``.
+   output, validation, scoring; ``--runs`` seeds of induction) -> ``max_diff_untrained`` (mean, ``_std``);
+   the same users unaided (no structured output) -> ``valid_share_base_unaided``.
+4. **trained**: the GRPO model the same way -> ``max_diff_trained``; ``max_diff_p_value``: one-sided
+   paired t-test of trained > untrained over the seed-paired runs.
 
 Every GRPO rollout's reward parts are in ``runs/bench-parl/grpo/grpo/reward_parts.jsonl``; the numbers
 are also written to ``runs/bench-parl/grpo/summary.json`` after each stage. Times are wall
@@ -37,13 +46,17 @@ from pathlib import Path
 
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
+from data_prep.rule_verifier import prepare_verifier
 from persetrain.console import console, set_quiet
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.parl import PARLConfig, PARLEvaluator, induce
+from persetrain.metrics.parl import paired_runs_t_test, parl_metrics, run_metrics
 from persetrain.models import DEFAULT_MODEL
-from persetrain.tasks import rubric_metrics
+from persetrain.rewards.parl import RubricJudge
+from persetrain.rewards.parl_judge_eval import judge_accuracy
+from persetrain.tasks import rubric_runs
 from persetrain.train.grpo import REWARD_PARTS_FILE, run_grpo
 from persetrain.train.runner import METRICS_FILE
 from persetrain.train.sft import run_sft
@@ -52,6 +65,7 @@ from persetrain.train.warmstart import write_warmstart_data
 OUT = Path("runs/bench-parl/grpo")
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
+JUDGE_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
 
 
 def _max_diff(model: str, examples, data: Path, config: PARLConfig, out: Path, seed: int) -> dict:
@@ -59,12 +73,53 @@ def _max_diff(model: str, examples, data: Path, config: PARLConfig, out: Path, s
     judgments = PARLEvaluator(config).judge(
         examples, engine, JudgeContext(data=data, split="test", system=out.name, out=out, seed=seed)
     )
-    metrics = rubric_metrics(examples, judgments)
+    runs = rubric_runs(examples, judgments)
+    metrics = parl_metrics(runs)
     return {
         "max_diff": metrics.get("max_diff"),
+        "max_diff_std": metrics.get("max_diff_std"),
+        "max_diff_runs": [run_metrics(run)["max_diff"] for run in runs],
         "user_coverage": metrics.get("user_coverage"),
         "user_acc_gt": metrics.get("user_acc/gt"),
     }
+
+
+def _train_judge(args: argparse.Namespace, data: Path) -> tuple[str, dict]:
+    """Stage 0: the rule verifier trained on the training users, measured on the held-out users' checks."""
+    prepare_verifier(OUT / "verifier_data", parl=[data], seed=args.seed)
+    judge = args.judge
+    if judge is None:
+        steps = ["--max_steps", str(args.judge_steps)] if args.judge_steps else []
+        judge = str(
+            run_sft(
+                ["--config", str(JUDGE_RECIPE), "--dataset_path", str(OUT / "verifier_data")]
+                + ["--output_dir", str(OUT / "verifier"), "--seed", str(args.seed), *steps]
+                + ["--auto_resume", "false", "--save_strategy", "no", "--disable_tqdm", "true"]
+            ).model_dir
+        )
+    from datasets import load_from_disk
+
+    rows = list(load_from_disk(str(OUT / "verifier_data"))["validation"])
+    trained = judge_accuracy(RubricJudge(load_engine(judge)), rows)
+    untrained = judge_accuracy(RubricJudge(load_engine(args.model)), rows)
+    return judge, {
+        "judge_heldout_accuracy": round(trained.accuracy, 4),
+        "judge_heldout_yes_share": round(trained.yes_share, 4),
+        "judge_heldout_per_rule": {k: round(v, 3) for k, v in trained.per_rule.items()},
+        "judge_heldout_accuracy_untrained": round(untrained.accuracy, 4),
+        "judge_heldout_yes_share_untrained": round(untrained.yes_share, 4),
+        "judge_heldout_checks": trained.n,
+    }
+
+
+def _mean_d_per_step(parts_path: Path) -> list[float]:
+    """Mean margin product D per GRPO step over the rollouts that have one (>= 2 valid rules)."""
+    by_step: dict[int, list[float]] = {}
+    for line in parts_path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("d") is not None:
+            by_step.setdefault(row["step"], []).append(row["d"])
+    return [sum(ds) / len(ds) for _, ds in sorted(by_step.items())]
 
 
 def _valid_share_unaided(model: str, examples, config: PARLConfig, seed: int) -> float:
@@ -95,8 +150,12 @@ def grpo_run(args: argparse.Namespace) -> dict:
         summary.update(values)
         (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
 
-    config = PARLConfig(temperature=0.6, max_new_tokens=args.max_new_tokens)
     timings = {}
+    t = time.perf_counter()
+    judge, judge_measures = _train_judge(args, data)
+    timings["judge_s"] = time.perf_counter() - t
+    record(judge=judge, **judge_measures, **timings)
+    config = PARLConfig(temperature=0.6, max_new_tokens=args.max_new_tokens, runs=args.runs, judge_model=judge)
 
     t = time.perf_counter()
     policy = args.model
@@ -170,6 +229,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
             str(data),
             "--output_dir",
             str(grpo_out),
+            "--judge_model",
+            judge,
             "--max_steps",
             str(args.steps),
             "--auto_resume",
@@ -184,11 +245,14 @@ def grpo_run(args: argparse.Namespace) -> dict:
     steps = [json.loads(line) for line in (grpo_out / METRICS_FILE).read_text().splitlines()]
     steps = [r for r in steps if r.get("event") == "log" and "parl/valid_share" in r]
     first, last = _fifths([r["parl/valid_share"] for r in steps])
+    d_first, d_last = _fifths(_mean_d_per_step(grpo_out / REWARD_PARTS_FILE))
     reward_s = sum(r.get("time/reward_s", 0.0) for r in steps)
     step_s = sum(r.get("step_time", 0.0) for r in steps)
     record(
         valid_share_first_fifth=first,
         valid_share_last_fifth=last,
+        mean_d_first_fifth=d_first,
+        mean_d_last_fifth=d_last,
         grpo_steps=result.global_step,
         reward_share_of_step_time=round(reward_s / step_s, 3) if step_s else None,
         **timings,
@@ -200,6 +264,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
     timings["untrained_eval_s"] = time.perf_counter() - t
     record(
         max_diff_untrained=untrained["max_diff"],
+        max_diff_untrained_std=untrained["max_diff_std"],
+        max_diff_untrained_runs=untrained["max_diff_runs"],
         user_coverage_untrained=untrained["user_coverage"],
         valid_share_base_unaided=round(base_unaided, 3),
         **timings,
@@ -211,6 +277,9 @@ def grpo_run(args: argparse.Namespace) -> dict:
 
     record(
         max_diff_trained=trained["max_diff"],
+        max_diff_trained_std=trained["max_diff_std"],
+        max_diff_trained_runs=trained["max_diff_runs"],
+        max_diff_p_value=paired_runs_t_test(trained["max_diff_runs"], untrained["max_diff_runs"])["p"],
         user_coverage_trained=trained["user_coverage"],
         grpo_reward_parts_path=str(grpo_out / REWARD_PARTS_FILE),
         **{k: round(v, 1) for k, v in timings.items()},
@@ -230,6 +299,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")
+    parser.add_argument("--runs", type=int, default=3, help="Seeds of rubric induction per evaluated generator.")
+    parser.add_argument("--judge", default=None, help="A trained rule verifier to judge with (skips its training).")
+    parser.add_argument(
+        "--judge-steps", type=int, default=None, help="Verifier SFT steps (default: the recipe's one epoch)."
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
