@@ -31,7 +31,8 @@ from pathlib import Path
 import jinja2
 
 from persetrain.io import InputError
-from persetrain.launch.accelerate import LaunchError, LaunchPlan, plan_launch, recipe_value
+from persetrain.launch.inputs import LaunchError, recipe_value
+from persetrain.launch.plan import LaunchPlan, plan_launch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "launch"
 DEFAULT_PORT = 29500
