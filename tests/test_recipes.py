@@ -21,7 +21,8 @@ import torch
 import yaml
 
 from persetrain.launch import LaunchError, plan_launch
-from persetrain.launch.accelerate import TRAINERS, infer_trainer, read_yaml_mapping
+from persetrain.launch.inputs import read_yaml_mapping
+from persetrain.launch.plan import TRAINERS, infer_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"

@@ -4,7 +4,7 @@ Modelled on ``engine/base.py``: a method is one ``Evaluator`` subclass that turn
 judgments through the engine; the runner (``persetrain.evaluation``) owns what exists once for every
 method - loading data, the engine and its cache, the run directory, metrics and the report. So adding
 a method is one module here + its prompt templates + any new metric functions, and nothing in
-``evaluation.py`` or ``cli.py`` names a method.
+``evaluation.py`` or ``cli/`` names a method.
 
 Each evaluator has one config dataclass (TRL's one-config-per-trainer style). Its fields are what a
 user can set, from ``persetrain evaluate --set FIELD=VALUE`` or from a YAML evaluation config, so the

@@ -1,9 +1,12 @@
 """Launch training recipes: on this machine (``accelerate launch`` / ``torchrun``) or as Slurm batch jobs.
 
-``persetrain launch --config RECIPE`` goes through :mod:`persetrain.launch.accelerate`;
-``persetrain launch --slurm ...`` through :mod:`persetrain.launch.slurm`.
+``persetrain launch --config RECIPE`` plans the run (:mod:`persetrain.launch.plan`, which reads the files with
+:mod:`persetrain.launch.inputs` and checks them with :mod:`persetrain.launch.checks`) and runs its command
+(:mod:`persetrain.launch.accelerate`); ``persetrain launch --slurm ...`` goes through :mod:`persetrain.launch.slurm`.
 """
 
-from persetrain.launch.accelerate import LaunchCommand, LaunchError, LaunchPlan, local_command, plan_launch, run
+from persetrain.launch.accelerate import LaunchCommand, local_command, run
+from persetrain.launch.inputs import LaunchError
+from persetrain.launch.plan import LaunchPlan, plan_launch
 
 __all__ = ["LaunchCommand", "LaunchError", "LaunchPlan", "local_command", "plan_launch", "run"]

@@ -31,7 +31,8 @@ from pathlib import Path
 import jinja2
 
 from persetrain.io import InputError
-from persetrain.launch.accelerate import LaunchError, LaunchPlan, plan_launch, recipe_value
+from persetrain.launch.inputs import LaunchError, recipe_value
+from persetrain.launch.plan import LaunchPlan, plan_launch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "launch"
 DEFAULT_PORT = 29500
@@ -143,67 +144,12 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
     vllm = _uses_vllm_server(plan)
     training_nodes = options.nodes - 1 if vllm else options.nodes
     per_node = plan.num_processes // training_nodes
-    gpus = 0 if plan.cpu else per_node
-    overrides = list(plan.trainer_args)
+    trainer_args = list(plan.trainer_args)
     if vllm:
-        overrides += ["--vllm_server_host", _Raw("$VLLM_NODE"), "--vllm_server_port", str(VLLM_PORT)]
-    env: dict[str, str] = {}
-    cpus_per_task = options.cpus_per_task
-    if plan.cpu:
-        env["OMP_NUM_THREADS"] = f"$(( ${{SLURM_CPUS_PER_TASK:-{per_node}}} / {per_node} ))"
-        env["ACCELERATE_USE_CPU"] = "true"  # torchrun's CPU ranks join one gloo group only with it
-        cpus_per_task = cpus_per_task or os.cpu_count() or 1
-    multi = options.nodes > 1
-    if plan.cpu and (multi or per_node > 1):
-        launcher: list[str] = ["torchrun", "--nproc_per_node", str(per_node)]
-        if multi:
-            launcher += [
-                "--nnodes",
-                _Raw("$NNODES"),
-                "--node_rank",
-                _Raw("\\$SLURM_PROCID"),
-                "--rdzv_backend",
-                "c10d",
-                "--rdzv_endpoint",
-                _Raw("$MAIN_NODE:$MAIN_PORT"),
-                "--rdzv_id",
-                _Raw("$SLURM_JOB_ID"),
-            ]
-        else:
-            launcher.append("--standalone")
-    else:
-        launcher = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
-        if multi:
-            launcher += [
-                "--num_machines",
-                _Raw("$NNODES"),
-                "--num_processes",
-                _Raw("$WORLD_SIZE"),
-                "--machine_rank",
-                _Raw("\\$SLURM_PROCID"),
-                "--main_process_ip",
-                _Raw("$MAIN_NODE"),
-                "--main_process_port",
-                _Raw("$MAIN_PORT"),
-                "--rdzv_backend",
-                "c10d",
-            ]
-        elif plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
-            launcher += ["--num_processes", str(plan.num_processes)]
-    launch = _double_quoted([*launcher, "-m", plan.module, *overrides])
-
-    if options.template is not None:
-        if not options.template.is_file():
-            raise InputError(options.template, "no such sbatch template")
-        loader = jinja2.FileSystemLoader([str(options.template.parent), str(TEMPLATES)])
-        name = options.template.name
-    else:
-        loader = jinja2.FileSystemLoader(str(TEMPLATES))
-        name = "multi_node.sbatch.j2" if multi else "single_node.sbatch.j2"
-    template = jinja2.Environment(
-        loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-    ).get_template(name)
-    return template.render(
+        trainer_args += ["--vllm_server_host", _Raw("$VLLM_NODE"), "--vllm_server_port", str(VLLM_PORT)]
+    env, cpus_per_task = _cpu_settings(plan, options, per_node)
+    launch = _double_quoted([*_launcher(plan, options.nodes, per_node), "-m", plan.module, *trainer_args])
+    return _template(options).render(
         trainer=plan.trainer,
         recipe=str(plan.recipe_path),
         launch=launch,
@@ -213,7 +159,7 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
         job_name=options.job_name or plan.recipe_path.stem,
         partition=options.partition,
         nodes=options.nodes,
-        gpus_per_node=gpus,
+        gpus_per_node=0 if plan.cpu else per_node,
         cpus_per_task=cpus_per_task,
         mem=options.mem,
         time=options.time,
@@ -226,6 +172,75 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
         env=env,
         env_activate=options.env_activate if options.env_activate is not None else default_env_activation(),
     )
+
+
+def _cpu_settings(plan: LaunchPlan, options: SlurmOptions, per_node: int) -> tuple[dict[str, str], int | None]:
+    """The job's extra environment and ``--cpus-per-task``: on CPUs, the node's cores shared among its ranks."""
+    if not plan.cpu:
+        return {}, options.cpus_per_task
+    env = {
+        "OMP_NUM_THREADS": f"$(( ${{SLURM_CPUS_PER_TASK:-{per_node}}} / {per_node} ))",
+        "ACCELERATE_USE_CPU": "true",  # torchrun's CPU ranks join one gloo group only with it
+    }
+    return env, options.cpus_per_task or os.cpu_count() or 1
+
+
+def _launcher(plan: LaunchPlan, nodes: int, per_node: int) -> list[str]:
+    """The launcher words before ``-m MODULE``: ``torchrun`` for several CPU processes, else ``accelerate launch``;
+    on several nodes, each srun task's own rank and the rendezvous on the first node."""
+    multi = nodes > 1
+    if plan.cpu and (multi or per_node > 1):
+        launcher: list[str] = ["torchrun", "--nproc_per_node", str(per_node)]
+        if not multi:
+            return [*launcher, "--standalone"]
+        return [
+            *launcher,
+            "--nnodes",
+            _Raw("$NNODES"),
+            "--node_rank",
+            _Raw("\\$SLURM_PROCID"),
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            _Raw("$MAIN_NODE:$MAIN_PORT"),
+            "--rdzv_id",
+            _Raw("$SLURM_JOB_ID"),
+        ]
+    launcher = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
+    if multi:
+        return [
+            *launcher,
+            "--num_machines",
+            _Raw("$NNODES"),
+            "--num_processes",
+            _Raw("$WORLD_SIZE"),
+            "--machine_rank",
+            _Raw("\\$SLURM_PROCID"),
+            "--main_process_ip",
+            _Raw("$MAIN_NODE"),
+            "--main_process_port",
+            _Raw("$MAIN_PORT"),
+            "--rdzv_backend",
+            "c10d",
+        ]
+    if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
+        launcher += ["--num_processes", str(plan.num_processes)]
+    return launcher
+
+
+def _template(options: SlurmOptions) -> jinja2.Template:
+    """The user's ``--template`` (which may include the shipped ones), else the shipped one- or several-node one."""
+    if options.template is not None:
+        if not options.template.is_file():
+            raise InputError(options.template, "no such sbatch template")
+        loader = jinja2.FileSystemLoader([str(options.template.parent), str(TEMPLATES)])
+        name = options.template.name
+    else:
+        loader = jinja2.FileSystemLoader(str(TEMPLATES))
+        name = "multi_node.sbatch.j2" if options.nodes > 1 else "single_node.sbatch.j2"
+    return jinja2.Environment(
+        loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    ).get_template(name)
 
 
 def _slurm_command(name: str) -> str:

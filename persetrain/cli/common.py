@@ -1,0 +1,67 @@
+"""The ``persetrain`` application object and what every command module shares: the one-line error handling,
+the common options and the engine factory.
+
+Each command module (``models``, ``prepare``, ``train``, ``evaluate``, ``launch``, ``hub``) registers its
+commands on :data:`app`; :mod:`persetrain.cli` imports them in the order ``persetrain --help`` lists them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from persetrain.console import console, set_quiet
+from persetrain.io import InputError
+from persetrain.models import ModelSpecError
+
+
+class _ErrorsAsOneLine(TyperGroup):
+    """Every command's expected failures - bad input, an unknown model, a model server that does not
+    answer - end as one ``error:`` line and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        from persetrain.engine import EngineError
+
+        try:
+            return super().invoke(ctx)
+        except (InputError, ModelSpecError, EngineError, ValueError) as err:
+            _fail(err)
+
+
+app = typer.Typer(
+    help="Train and run learned evaluators of personalized text.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    cls=_ErrorsAsOneLine,
+)
+
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Model spec: embedded:NAME, a directory, a .gguf file or a Hub id.")
+]
+BackendOpt = Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")]
+BaseUrlOpt = Annotated[
+    str | None, typer.Option(help="Server URL for the openai backend, e.g. http://127.0.0.1:8000/v1")
+]
+CacheOpt = Annotated[Path | None, typer.Option(help="SQLite request cache; a re-run skips finished calls.")]
+
+
+@app.callback()
+def main(quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False) -> None:
+    set_quiet(quiet)
+
+
+def _fail(err: Exception) -> None:
+    console.print("[red]error:[/red]", escape(str(err)))
+    raise typer.Exit(code=2)
+
+
+def make_engine(model: str, backend: str, base_url: str | None, cache: Path | None, **options):
+    """The engine a command runs on; one place, so that every command passes backend, cache and server alike."""
+    from persetrain.engine import load_engine
+
+    return load_engine(model, backend=backend, cache_path=cache, base_url=base_url, **options)

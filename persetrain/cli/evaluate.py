@@ -1,0 +1,157 @@
+"""``persetrain evaluate``, ``meta-eval``, ``evaluators`` and ``demo``: judging data with registered evaluators."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
+from persetrain.models import DEFAULT_MODEL
+
+
+def _options(pairs: list[str] | None) -> dict[str, str]:
+    options = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: use --set FIELD=VALUE")
+        options[key.strip()] = value
+    return options
+
+
+@app.command()
+def evaluate(
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="A dataset: a folder `persetrain prepare` wrote, JSONL with a dataset.json card, or a PrefEval folder."
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory for judgments, metrics and the report.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML evaluation config with a systems: list.")] = None,
+    system: Annotated[
+        list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable).")
+    ] = None,
+    evaluator: Annotated[str | None, typer.Option(help="Evaluator for every --model.")] = None,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", "-m", help="Model spec for --evaluator (repeatable).")
+    ] = None,
+    baseline: Annotated[
+        list[str] | None, typer.Option(help="An evaluator that needs no model, e.g. reviewer-avg, mf (repeatable).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Split to judge (default test).")] = None,
+    max_per_reviewer: Annotated[int | None, typer.Option(help="At most N examples per reviewer.")] = None,
+    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sample (default 0).")] = None,
+    backend: Annotated[str | None, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = None,
+    base_url: BaseUrlOpt = None,
+) -> None:
+    """Judge a dataset with registered evaluators (`persetrain evaluators` lists them); write metrics and a report."""
+    from persetrain.evaluation import EvaluationConfig, apply_options
+    from persetrain.evaluation import evaluate as run_evaluation
+    from persetrain.evaluators.base import SystemSpec
+
+    systems = [SystemSpec.parse(s) for s in system or []]
+    if evaluator is not None:
+        systems += [SystemSpec(m, evaluator, m) for m in model or []] or [SystemSpec.parse(evaluator)]
+    elif model:
+        raise ValueError("--model needs --evaluator (or use --system NAME=EVALUATOR:MODEL)")
+    systems += [SystemSpec.parse(b) for b in baseline or []]
+    flags = {
+        "data": str(data) if data else None,
+        "out": str(out) if out else None,
+        "split": split,
+        "max_per_reviewer": max_per_reviewer,
+        "max_examples": max_examples,
+        "seed": seed,
+        "backend": backend,
+        "base_url": base_url,
+        "systems": systems,
+    }
+    if config is not None:
+        run = EvaluationConfig.from_yaml(config, **flags)
+    else:
+        if data is None or out is None:
+            raise ValueError("give --data and --out (or --config FILE)")
+        run = EvaluationConfig(**{k: v for k, v in flags.items() if v is not None})
+    apply_options(run.systems, _options(set_))
+    run_evaluation(run)
+
+
+@app.command("meta-eval")
+def meta_eval(
+    data: Annotated[Path, typer.Option(help="A labelled dataset (any layout `evaluate` reads).")],
+    out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics, plots and the report.")],
+    system: Annotated[
+        list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
+    ] = None,
+    probe: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Probe: flip, manipulation, blind (person removed), swap "
+            "(someone else's person); repeatable; default all."
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
+    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
+    backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
+    base_url: BaseUrlOpt = None,
+) -> None:
+    """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation, and
+    accuracy with the person removed (blind) or swapped."""
+    from persetrain.evaluation import apply_options
+    from persetrain.evaluators.base import SystemSpec
+    from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
+
+    systems = [SystemSpec.parse(s) for s in system or []]
+    apply_options(systems, _options(set_))
+    meta_evaluate(
+        MetaEvalConfig(
+            data=str(data),
+            out=str(out),
+            systems=systems,
+            split=split,
+            max_examples=max_examples,
+            seed=seed,
+            backend=backend,
+            base_url=base_url,
+            probes=list(probe or PROBES),
+        )
+    )
+
+
+@app.command("evaluators")
+def evaluators_cmd() -> None:
+    """List the registered evaluators, the task kinds each judges and its options."""
+    import dataclasses
+
+    from persetrain.evaluators.base import registered
+
+    for name, cls in registered().items():
+        options = ", ".join(
+            f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config) if f.default is not dataclasses.MISSING
+        )
+        model = "model" if cls.needs_model else "no model"
+        typer.echo(f"{name}  [{', '.join(cls.tasks)}; {model}]  {options}")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/demo"),
+    model: ModelOpt = DEFAULT_MODEL,
+) -> None:
+    """Run the main job end to end on the embedded model and write its results to the run directory."""
+    from persetrain.demo import run_demo
+
+    run_demo(out, model=model)

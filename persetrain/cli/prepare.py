@@ -1,0 +1,172 @@
+"""``persetrain prepare`` and ``generate-baselines``: raw data into datasets (the work is in ``data_prep/``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine
+from persetrain.console import console
+from persetrain.models import DEFAULT_MODEL
+
+prepare_app = typer.Typer(help="Turn raw data into instruction datasets.", no_args_is_help=True)
+app.add_typer(prepare_app, name="prepare")
+
+
+@prepare_app.command("sample")
+def prepare_sample(
+    out: Annotated[Path, typer.Option(help="Folder for the raw files.")],
+    seed: int = 0,
+) -> None:
+    """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences, and PARL users
+    with planted writing signatures (``OUT/parl``)."""
+    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic import write_sample_data
+
+    write_sample_data(out, seed=seed)
+    write_parl_sample(out / "parl", seed=seed)
+    console.print(f"wrote synthetic raw data to {out}")
+
+
+@prepare_app.command("perse")
+def prepare_perse_cmd(
+    raw: Annotated[Path, typer.Option(help="Raw data folder (see data_prep/README.md).")],
+    out: Annotated[Path, typer.Option(help="Output folder for the datasets.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    no_llm: Annotated[bool, typer.Option(help="Skip anonymization/summarization (raw synopses).")] = False,
+    k: Annotated[list[int] | None, typer.Option(help="Profile size K (repeatable); default 3.")] = None,
+    seed: int = 0,
+    probe: Annotated[bool, typer.Option(help="Run the title contamination probe.")] = True,
+) -> None:
+    """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
+    from data_prep.prepare import prepare_perse
+
+    engine = None if no_llm else make_engine(model, backend, base_url, out / "engine-cache.sqlite")
+    prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
+
+
+@prepare_app.command("parl")
+def prepare_parl_cmd(
+    raw: Annotated[Path, typer.Option(help="Folder with amazon/, reddit/, news/ in the PARL layouts.")],
+    out: Annotated[Path, typer.Option(help="Output folder: one dataset per task, parl_<task>/.")],
+    task: Annotated[list[str] | None, typer.Option(help="amazon, reddit or news (repeatable); default all.")] = None,
+    baselines: Annotated[
+        list[Path] | None,
+        typer.Option(help="Negatives file from generate-baselines (repeatable); default RAW/<task>/baselines.jsonl."),
+    ] = None,
+    min_history: Annotated[int, typer.Option(help="Users with fewer earlier items are an error.")] = 1,
+    seed: int = 0,
+) -> None:
+    """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
+    from data_prep.parl import prepare_parl
+
+    written = prepare_parl(
+        raw,
+        out,
+        tasks=tuple(task or ("amazon", "reddit", "news")),
+        baselines=tuple(baselines or ()),
+        seed=seed,
+        min_history=min_history,
+    )
+    for name, sizes in written.items():
+        console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
+
+
+@prepare_app.command("reference")
+def prepare_reference_cmd(
+    raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
+    task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
+    baselines: Annotated[
+        list[Path],
+        typer.Option(
+            help="Outputs of other generators: a generate-baselines file (repeatable) or the sample's baselines.jsonl."
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Folder for test.jsonl + dataset.json (task kind reference).")],
+    min_history: int = 1,
+    synthetic: Annotated[bool, typer.Option(help="Mark the card as synthetic data.")] = False,
+) -> None:
+    """Build a reference-task dataset (ExPerT, AuPEL): the user's own text as reference and system 'gold',
+    earlier texts as writing samples, and every generator's output."""
+    from data_prep.reference import build_reference
+
+    build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
+    console.print(f"[green]wrote[/green] reference dataset -> {out}")
+
+
+@prepare_app.command("preference")
+def prepare_preference_cmd(
+    out: Annotated[Path, typer.Option(help="Folder for the datasets listwise/, pairs/ and verifier/.")],
+    prefeval: Annotated[
+        list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")
+    ] = None,
+    holdout_topics: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."
+        ),
+    ] = "",
+    perse: Annotated[
+        list[Path] | None,
+        typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
+    ] = None,
+    reference: Annotated[
+        list[Path] | None, typer.Option(help="A dataset `prepare reference` or `prepare parl` wrote (repeatable).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seeds the option order and the PerSE profiles.")] = 0,
+    profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer or a user.")] = 3,
+    profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
+    max_pairs_per_person: Annotated[
+        int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
+    ] = None,
+) -> None:
+    """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
+    verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
+    from data_prep.preference import prepare_preference
+
+    topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
+    prepare_preference(
+        out,
+        prefeval=prefeval or (),
+        perse=perse or (),
+        reference=reference or (),
+        holdout_topics=topics,
+        seed=seed,
+        profile_items=profile_items,
+        profile_words=profile_words,
+        max_pairs_per_person=max_pairs_per_person,
+    )
+
+
+@app.command("generate-baselines")
+def generate_baselines_cmd(
+    raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
+    task: Annotated[str, typer.Option(help="amazon, reddit or news.")],
+    generator: Annotated[list[str], typer.Option(help="NAME=KIND:MODEL or KIND:MODEL, KIND non or rag (repeatable).")],
+    out: Annotated[Path, typer.Option(help="Folder for <NAME>.jsonl per generator (resumable).")],
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Default: per task (160 / 200 / 32).")] = None,
+    min_history: int = 1,
+    seed: int = 0,
+) -> None:
+    """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
+    from data_prep.parl import read_task
+    from data_prep.parl_baselines import GeneratorSpec, generate_baselines
+
+    specs = [GeneratorSpec.parse(g) for g in generator]
+    examples = read_task(raw, task, min_history=min_history)
+    written = generate_baselines(
+        examples,
+        specs,
+        out,
+        lambda spec: make_engine(spec, backend, base_url, out / "engine-cache.sqlite"),
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+    )
+    for name, path in written.items():
+        console.print(f"[green]wrote[/green] {name} -> {path}")

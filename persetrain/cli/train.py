@@ -1,0 +1,131 @@
+"""``persetrain rubrics``, ``sft``, ``rm`` and ``grpo``: PARL rubric data and the trainers, which parse their own
+arguments (every recipe key and TRL argument passes through)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine
+from persetrain.console import console
+from persetrain.models import DEFAULT_MODEL
+
+rubrics_app = typer.Typer(help="PARL rubrics: induce, validate and score.", no_args_is_help=True)
+app.add_typer(rubrics_app, name="rubrics")
+
+
+@rubrics_app.command("induce")
+def rubrics_induce(
+    data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
+    out: Annotated[Path, typer.Option(help="JSON lines: one record per user and run.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    judge_model: Annotated[str | None, typer.Option(help="Judge model spec; default: --model.")] = None,
+    split: str = "test",
+    runs: Annotated[int, typer.Option(help="Induction runs with seeds seed, seed+1, ...")] = 1,
+    temperature: float = 0.6,
+    max_new_tokens: int = 768,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> None:
+    """Induce each user's rubric set, keep the rules the history satisfies, score the user's text and negatives."""
+    from persetrain.data import load_dataset
+    from persetrain.evaluators.parl import PARLConfig, induce_to_file
+
+    task, examples = load_dataset(data, split)
+    if task.name != "rubric":
+        raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
+    examples = examples[:max_examples] if max_examples else examples
+    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
+    engine = make_engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
+    written = induce_to_file(engine, examples, config, out, seed=seed)
+    console.print(f"[green]wrote[/green] rubrics of {len(examples)} users x {runs} run(s) -> {written}")
+
+
+@rubrics_app.command("warmstart-data")
+def rubrics_warmstart_data(
+    data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
+    out: Annotated[Path, typer.Option(help="Output: an SFT dataset (prompt / completion) for `persetrain sft`.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    judge_model: Annotated[str | None, typer.Option(help="Judge model spec; default: --model.")] = None,
+    split: str = "train",
+    runs: Annotated[int, typer.Option(help="Induction runs per user (seeds seed, seed+1, ...).")] = 1,
+    temperature: float = 0.6,
+    max_new_tokens: int = 384,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> None:
+    """SFT data for GRPO's warm start: the model's own structured-output rubric sets that pass validation."""
+    from persetrain.data import load_dataset
+    from persetrain.evaluators.parl import PARLConfig
+    from persetrain.train.warmstart import write_warmstart_data
+
+    task, examples = load_dataset(data, split)
+    if task.name != "rubric":
+        raise ValueError(f"{data} is a {task.name!r} dataset; warmstart-data needs one `prepare parl` wrote")
+    examples = examples[:max_examples] if max_examples else examples
+    config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
+    engine = make_engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
+    counts = write_warmstart_data(engine, examples, out, config, seed=seed)
+    console.print(
+        f"[green]wrote[/green] {counts['valid']} rubric sets -> {out} (valid share "
+        f"{counts['valid_share']:.2f} of {counts['sets']} induced under structured output)"
+    )
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sft(ctx: typer.Context) -> None:
+    """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
+
+    Every TRL / transformers training argument and every recipe key can be given on the command line,
+    where it overrides the recipe. Same parser and ``main`` as ``python -m persetrain.train.sft``.
+    """
+    from persetrain.train.sft import run_sft
+
+    result = run_sft(list(ctx.args))
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def rm(ctx: typer.Context) -> None:
+    """Train a reward model: ``persetrain rm --config recipes/rm/X.yaml [--any_trl_arg value ...]``.
+
+    TRL's ``RewardTrainer`` on pairs, or the listwise one-forward-per-question path on listwise data
+    (``persetrain prepare preference``). Same parser and ``main`` as ``python -m persetrain.train.rm``.
+    """
+    from persetrain.train.rm import run_rm
+
+    result = run_rm(list(ctx.args))
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def grpo(
+    ctx: typer.Context,
+    backend: Annotated[
+        str, typer.Option(help="trl (this process) or verl (write a verl config and print its command).")
+    ] = "trl",
+    run: Annotated[bool, typer.Option(help="With --backend verl: also run verl.trainer.main_ppo.")] = False,
+) -> None:
+    """Train a rubric generator with GRPO: ``persetrain grpo --config recipes/parl/X.yaml [--any_trl_arg value ...]``.
+
+    Same parser and ``main`` as ``python -m persetrain.train.grpo``; every recipe key can be overridden here.
+    """
+
+    if backend == "verl":
+        from persetrain.train.verl import main as write_verl
+
+        write_verl(list(ctx.args), run=run)
+        return
+    if backend != "trl":
+        raise ValueError(f"--backend {backend!r}: expected trl or verl")
+    from persetrain.train.grpo import run_grpo
+
+    result = run_grpo(list(ctx.args))
+    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
+        raise typer.Exit(code=result.exit_code)
