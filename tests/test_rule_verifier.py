@@ -124,3 +124,24 @@ def test_judge_accuracy_batched_equals_one_check_at_a_time(verifier_data):
     assert measured.yes_share == pytest.approx(sum(p > 0.5 for p in one_by_one) / 12)
     names = {r["rule_name"] for r in rows}
     assert set(measured.per_rule) == names
+
+
+def test_cli_prepares_the_data_and_measures_a_judge(parl_news, tiny_llama_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "verifier"
+    result = runner.invoke(app, ["prepare", "verifier", "--parl", str(parl_news), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    measured = tmp_path / "accuracy.json"
+    args = ["rubrics", "judge-accuracy", "--data", str(out), "--model", str(tiny_llama_dir), "--out", str(measured)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    got = json.loads(measured.read_text())
+    assert got["n"] == len(load_from_disk(str(out))["validation"]) and 0 <= got["accuracy"] <= 1
+    assert set(got["per_rule"]) == {c.name for c in RULES["news"]}
+
+    result = runner.invoke(app, ["rubrics", "judge-accuracy", "--data", str(parl_news), "--split", "train"])
+    assert result.exit_code != 0 and "lacks the columns ['label', 'rule', 'text']" in result.output

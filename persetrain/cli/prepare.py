@@ -98,6 +98,25 @@ def prepare_reference_cmd(
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
 
 
+@prepare_app.command("verifier")
+def prepare_verifier_cmd(
+    out: Annotated[Path, typer.Option(help="Output folder: the verifier dataset (train / validation).")],
+    parl: Annotated[
+        list[Path] | None,
+        typer.Option(help="A prepared SYNTHETIC PARL dataset (parl_<task>); labels from its signature checkers."),
+    ] = None,
+    labels: Annotated[
+        list[Path] | None,
+        typer.Option(help="JSON lines of labelled checks: task, input, text, rule, satisfied, split (repeatable)."),
+    ] = None,
+    seed: int = 0,
+) -> None:
+    """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
+    from data_prep.rule_verifier import prepare_verifier
+
+    prepare_verifier(out, parl=parl or [], labels=labels or [], seed=seed)
+
+
 @prepare_app.command("preference")
 def prepare_preference_cmd(
     out: Annotated[Path, typer.Option(help="Folder for the datasets listwise/, pairs/ and verifier/.")],

@@ -76,6 +76,39 @@ def rubrics_warmstart_data(
     )
 
 
+@rubrics_app.command("judge-accuracy")
+def rubrics_judge_accuracy(
+    data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare verifier` wrote.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    split: str = "validation",
+    tau: Annotated[float, typer.Option(help="p(yes) above which a rule counts as satisfied.")] = 0.5,
+    backend: BackendOpt = "hf",
+    base_url: BaseUrlOpt = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
+) -> None:
+    """How often a PARL judge answers labelled (rule, text) checks right: accuracy, yes share, per rule."""
+    import json
+
+    from datasets import load_from_disk
+
+    from persetrain.io import InputError, write_json
+    from persetrain.rewards.parl import RubricJudge
+    from persetrain.rewards.parl_judge_eval import judge_accuracy
+
+    if not (data / "dataset_dict.json").is_file():
+        raise InputError(data, "not a dataset `persetrain prepare verifier` wrote (no dataset_dict.json)")
+    loaded = load_from_disk(str(data))
+    if split not in loaded:
+        raise InputError(data, f"no split '{split}' (has: {', '.join(loaded)})")
+    missing = {"task", "rule", "input", "text", "label"} - set(loaded[split].column_names)
+    if missing:
+        raise InputError(data, f"split '{split}' lacks the columns {sorted(missing)}; write it with prepare verifier")
+    result = judge_accuracy(RubricJudge(make_engine(model, backend, base_url, None)), list(loaded[split]), tau)
+    if out is not None:
+        write_json(out, result.as_dict())
+    console.print(json.dumps(result.as_dict()))
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft(ctx: typer.Context) -> None:
     """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
