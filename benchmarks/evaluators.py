@@ -181,7 +181,8 @@ def pref_section(args) -> dict:
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
     from persetrain.evaluators.base import SystemSpec
-    from persetrain.evaluators.pref import PREF, PREFConfig, score_by_probs, score_by_text, stage3_inputs
+    from persetrain.evaluators.pref import PREF, PREFConfig
+    from persetrain.evaluators.pref_stages import score_by_probs, score_by_text, stage3_inputs
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
     systems = [

@@ -17,7 +17,9 @@ from data_prep.reference import read_reference
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
-from persetrain.evaluators.expert import ExPerT, ExPerTConfig, ExPerTJudge, parse_aspects
+from persetrain.evaluators.expert import ExPerT, ExPerTConfig
+from persetrain.evaluators.expert_parsing import parse_aspects
+from persetrain.evaluators.expert_pipeline import ExPerTJudge
 from persetrain.io import InputError
 from persetrain.metrics.expert import SCORE_NAMES, expert_scores, mean_scores
 from persetrain.schema import ReferenceExample
@@ -126,7 +128,7 @@ def test_unreadable_extraction_is_kept_unparsed_after_retries(tiny_engine):
 
 
 def test_match_steps_text_failure_and_choice_probs_answer(tiny_engine):
-    from persetrain.evaluators.expert import _Step
+    from persetrain.evaluators.expert_pipeline import _Step
     from persetrain.prompts.expert import match_choices, match_request
 
     aspects = [

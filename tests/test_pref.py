@@ -15,7 +15,9 @@ from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.mcq_letter import McqLetter
-from persetrain.evaluators.pref import PREF, PREFConfig, parse_factors, parse_scores, parse_weights, rotate
+from persetrain.evaluators.pref import PREF, PREFConfig
+from persetrain.evaluators.pref_parsing import parse_factors, parse_scores, parse_weights
+from persetrain.evaluators.pref_stages import rotate
 from persetrain.io import InputError
 from persetrain.metrics.mcq import is_correct, mcq_metrics, ndcg, squared_error, strict_argmax
 from persetrain.schema import McqExample

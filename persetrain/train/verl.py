@@ -92,13 +92,8 @@ def _prompts_per(completions: int, n: int, key: str) -> int:
     return completions // n
 
 
-def verl_config(
-    script_args: ScriptArguments,
-    training_args: GRPOConfig,
-    model_args: ModelConfig,
-    accelerate_config: str | None = None,
-) -> dict[str, Any]:
-    """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe."""
+def _check_recipe(training_args: GRPOConfig) -> str:
+    """The recipe's PARL reward variant, after refusing what verl cannot run."""
     rewards = [name for name in training_args.reward_funcs if name in PARL_REWARDS]
     if len(rewards) != 1 or len(training_args.reward_funcs) != 1:
         raise RecipeError(
@@ -113,110 +108,160 @@ def verl_config(
         raise RecipeError(
             "verl_train_files is not set: the verl backend reads the parquet export of `persetrain prepare parl`"
         )
+    return rewards[0]
+
+
+def _algorithm_section(training_args: GRPOConfig) -> dict[str, Any]:
+    return {
+        "adv_estimator": "grpo",
+        "norm_adv_by_std_in_grpo": training_args.scale_rewards != "none",
+        "use_kl_in_reward": False,
+    }
+
+
+def _data_section(training_args: GRPOConfig, train_batch: int) -> dict[str, Any]:
+    return {
+        "train_files": training_args.verl_train_files,
+        "val_files": training_args.verl_train_files,  # never read: val_before_train false, test_freq -1
+        "train_batch_size": train_batch,
+        "max_prompt_length": training_args.max_prompt_length,
+        "max_response_length": training_args.max_completion_length,
+        "filter_overlong_prompts": True,
+        "truncation": "error",
+        "seed": training_args.seed,
+    }
+
+
+def _model_path(model_args: ModelConfig) -> str:
+    """The model as verl reads it: a persetrain spec (``name:...``, a GGUF file) becomes its local weights."""
+    model_path = model_args.model_name_or_path
+    if ":" in model_path or Path(model_path).suffix == ".gguf":
+        model_path = str(local_weights_dir(model_path))
+    return model_path
+
+
+def _optim_section(training_args: GRPOConfig) -> dict[str, Any]:
+    scheduler = str(training_args.lr_scheduler_type).removeprefix("SchedulerType.").lower()
+    warmup = float(training_args.warmup_steps or 0)  # transformers: < 1 is a ratio of the training steps
+    kwargs = training_args.lr_scheduler_kwargs if isinstance(training_args.lr_scheduler_kwargs, dict) else {}
+    return {
+        "lr": training_args.learning_rate,
+        "lr_scheduler_type": "cosine" if "cosine" in scheduler else "constant",
+        "min_lr_ratio": float(kwargs.get("min_lr_rate", 0.0)),
+        "lr_warmup_steps_ratio": warmup if warmup < 1 else 0.0,
+        "lr_warmup_steps": int(warmup) if warmup >= 1 else -1,
+        "weight_decay": training_args.weight_decay,
+    }
+
+
+def _actor_section(training_args: GRPOConfig, mini_batch: int, offload: bool) -> dict[str, Any]:
+    return {
+        "optim": _optim_section(training_args),
+        "ppo_mini_batch_size": mini_batch,
+        "ppo_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+        "ppo_epochs": training_args.num_iterations,
+        "clip_ratio_low": training_args.epsilon,
+        "clip_ratio_high": training_args.epsilon_high or training_args.epsilon,
+        "loss_agg_mode": _LOSS_AGG_MODE[training_args.loss_type],
+        "use_kl_loss": training_args.beta > 0,
+        "kl_loss_coef": training_args.beta,
+        "kl_loss_type": "low_var_kl",
+        "entropy_coeff": training_args.entropy_coef,
+        "grad_clip": training_args.max_grad_norm,
+        "fsdp_config": {
+            "param_offload": offload,
+            "optimizer_offload": offload,
+            "model_dtype": "bf16" if training_args.bf16 else "fp32",
+        },
+    }
+
+
+def _rollout_section(training_args: GRPOConfig) -> dict[str, Any]:
+    return {
+        "name": "vllm",
+        "n": training_args.num_generations,
+        "temperature": training_args.temperature,
+        "top_p": training_args.top_p,
+        "top_k": training_args.top_k or -1,
+        "gpu_memory_utilization": training_args.vllm_gpu_memory_utilization,
+        "tensor_model_parallel_size": training_args.vllm_tensor_parallel_size,
+        "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+    }
+
+
+def _actor_rollout_ref_section(
+    training_args: GRPOConfig, model_args: ModelConfig, mini_batch: int, offload: bool
+) -> dict[str, Any]:
+    return {
+        "model": {
+            "path": _model_path(model_args),
+            "use_remove_padding": True,
+            "enable_gradient_checkpointing": bool(training_args.activation_checkpointing),
+        },
+        "actor": _actor_section(training_args, mini_batch, offload),
+        "rollout": _rollout_section(training_args),
+        "ref": {
+            "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
+            "fsdp_config": {"param_offload": offload},
+        },
+    }
+
+
+def _reward_section(training_args: GRPOConfig, variant: str) -> dict[str, Any]:
+    return {
+        "reward_manager": {"name": "naive"},
+        "custom_reward_function": {
+            "path": REWARD_MODULE,
+            "name": REWARD_FUNCTION,
+            "reward_kwargs": {
+                "variant": variant,
+                "judge_model": training_args.judge_model,
+                "judge_backend": training_args.judge_backend,
+                "judge_base_url": training_args.judge_base_url,
+            },
+        },
+    }
+
+
+def _trainer_section(training_args: GRPOConfig, processes: int) -> dict[str, Any]:
+    report = [r for r in (training_args.report_to or []) if r in ("wandb", "tensorboard", "mlflow")]
+    output_dir = Path(training_args.output_dir).resolve()
+    return {
+        "project_name": "persetrain",
+        "experiment_name": training_args.run_name or output_dir.name,
+        "logger": ["console", *report],
+        "n_gpus_per_node": processes,
+        "nnodes": 1,
+        "total_epochs": int(training_args.num_train_epochs),
+        "total_training_steps": training_args.max_steps if training_args.max_steps > 0 else None,
+        "save_freq": int(training_args.save_steps) if training_args.save_strategy == "steps" else -1,
+        "default_local_dir": str(output_dir / "verl-checkpoints"),
+        "resume_mode": "auto" if training_args.auto_resume else "disable",
+        "val_before_train": False,
+        "test_freq": -1,
+        "critic_warmup": 0,
+    }
+
+
+def verl_config(
+    script_args: ScriptArguments,
+    training_args: GRPOConfig,
+    model_args: ModelConfig,
+    accelerate_config: str | None = None,
+) -> dict[str, Any]:
+    """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe, one helper per section."""
+    variant = _check_recipe(training_args)
     processes, offload = _accelerate_settings(accelerate_config)
     n = training_args.num_generations
     per_step = training_args.per_device_train_batch_size * processes
     train_batch = _prompts_per(per_step * training_args.steps_per_generation, n, "generation batch")
     mini_batch = _prompts_per(per_step * training_args.gradient_accumulation_steps, n, "optimizer step batch")
-    scheduler = str(training_args.lr_scheduler_type).removeprefix("SchedulerType.").lower()
-    warmup = float(training_args.warmup_steps or 0)  # transformers: < 1 is a ratio of the training steps
-    kwargs = training_args.lr_scheduler_kwargs if isinstance(training_args.lr_scheduler_kwargs, dict) else {}
-    model_path = model_args.model_name_or_path
-    if ":" in model_path or Path(model_path).suffix == ".gguf":  # a persetrain spec verl cannot read
-        model_path = str(local_weights_dir(model_path))
-    report = [r for r in (training_args.report_to or []) if r in ("wandb", "tensorboard", "mlflow")]
-    output_dir = Path(training_args.output_dir).resolve()
     return {
-        "algorithm": {
-            "adv_estimator": "grpo",
-            "norm_adv_by_std_in_grpo": training_args.scale_rewards != "none",
-            "use_kl_in_reward": False,
-        },
-        "data": {
-            "train_files": training_args.verl_train_files,
-            "val_files": training_args.verl_train_files,  # never read: val_before_train false, test_freq -1
-            "train_batch_size": train_batch,
-            "max_prompt_length": training_args.max_prompt_length,
-            "max_response_length": training_args.max_completion_length,
-            "filter_overlong_prompts": True,
-            "truncation": "error",
-            "seed": training_args.seed,
-        },
-        "actor_rollout_ref": {
-            "model": {
-                "path": model_path,
-                "use_remove_padding": True,
-                "enable_gradient_checkpointing": bool(training_args.activation_checkpointing),
-            },
-            "actor": {
-                "optim": {
-                    "lr": training_args.learning_rate,
-                    "lr_scheduler_type": "cosine" if "cosine" in scheduler else "constant",
-                    "min_lr_ratio": float(kwargs.get("min_lr_rate", 0.0)),
-                    "lr_warmup_steps_ratio": warmup if warmup < 1 else 0.0,
-                    "lr_warmup_steps": int(warmup) if warmup >= 1 else -1,
-                    "weight_decay": training_args.weight_decay,
-                },
-                "ppo_mini_batch_size": mini_batch,
-                "ppo_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
-                "ppo_epochs": training_args.num_iterations,
-                "clip_ratio_low": training_args.epsilon,
-                "clip_ratio_high": training_args.epsilon_high or training_args.epsilon,
-                "loss_agg_mode": _LOSS_AGG_MODE[training_args.loss_type],
-                "use_kl_loss": training_args.beta > 0,
-                "kl_loss_coef": training_args.beta,
-                "kl_loss_type": "low_var_kl",
-                "entropy_coeff": training_args.entropy_coef,
-                "grad_clip": training_args.max_grad_norm,
-                "fsdp_config": {
-                    "param_offload": offload,
-                    "optimizer_offload": offload,
-                    "model_dtype": "bf16" if training_args.bf16 else "fp32",
-                },
-            },
-            "rollout": {
-                "name": "vllm",
-                "n": n,
-                "temperature": training_args.temperature,
-                "top_p": training_args.top_p,
-                "top_k": training_args.top_k or -1,
-                "gpu_memory_utilization": training_args.vllm_gpu_memory_utilization,
-                "tensor_model_parallel_size": training_args.vllm_tensor_parallel_size,
-                "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
-            },
-            "ref": {
-                "log_prob_micro_batch_size_per_gpu": training_args.per_device_train_batch_size,
-                "fsdp_config": {"param_offload": offload},
-            },
-        },
-        "reward": {
-            "reward_manager": {"name": "naive"},
-            "custom_reward_function": {
-                "path": REWARD_MODULE,
-                "name": REWARD_FUNCTION,
-                "reward_kwargs": {
-                    "variant": rewards[0],
-                    "judge_model": training_args.judge_model,
-                    "judge_backend": training_args.judge_backend,
-                    "judge_base_url": training_args.judge_base_url,
-                },
-            },
-        },
-        "trainer": {
-            "project_name": "persetrain",
-            "experiment_name": training_args.run_name or output_dir.name,
-            "logger": ["console", *report],
-            "n_gpus_per_node": processes,
-            "nnodes": 1,
-            "total_epochs": int(training_args.num_train_epochs),
-            "total_training_steps": training_args.max_steps if training_args.max_steps > 0 else None,
-            "save_freq": int(training_args.save_steps) if training_args.save_strategy == "steps" else -1,
-            "default_local_dir": str(output_dir / "verl-checkpoints"),
-            "resume_mode": "auto" if training_args.auto_resume else "disable",
-            "val_before_train": False,
-            "test_freq": -1,
-            "critic_warmup": 0,
-        },
+        "algorithm": _algorithm_section(training_args),
+        "data": _data_section(training_args, train_batch),
+        "actor_rollout_ref": _actor_rollout_ref_section(training_args, model_args, mini_batch, offload),
+        "reward": _reward_section(training_args, variant),
+        "trainer": _trainer_section(training_args, processes),
     }
 
 

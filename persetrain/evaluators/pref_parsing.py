@@ -1,0 +1,96 @@
+"""PREF's answers read back: the JSON of each stage parsed (None when unreadable), and retried until it parses.
+
+Kept apart from the stages (``evaluators.pref_stages``) so that what counts as a readable answer can be
+read and tested without an engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
+from persetrain.prompts.pref import ADDED_PREFIX, SCORE_MAX, SCORE_MIN
+
+
+def generate_parsed(
+    engine: Engine,
+    requests: Sequence[ChatRequest],
+    params: Sequence[GenerationParams],
+    parsers: Sequence[Callable[[str], object | None]],
+    retries: int,
+    temperature: float,
+    description: str,
+) -> list[tuple[object | None, str, Cost]]:
+    """(parsed value or None, last text, cost of every attempt) per request, retrying what fails.
+
+    ``parsers[i]`` reads request i's text (None: unreadable). Retries sample with a new seed each
+    time (a greedy retry would repeat the same text).
+    """
+    results: list[list] = [[None, "", Cost()] for _ in requests]
+    todo = list(range(len(requests)))
+    for attempt in range(retries + 1):
+        if not todo:
+            break
+        attempt_params = [
+            params[i] if attempt == 0 else params[i].model_copy(update={"temperature": temperature, "seed": attempt})
+            for i in todo
+        ]
+        label = description if attempt == 0 else f"{description} (retry {attempt})"
+        generations = engine.generate([requests[i] for i in todo], attempt_params, description=label)
+        failed = []
+        for i, generation in zip(todo, generations, strict=True):
+            value = parsers[i](generation.text)
+            results[i] = [value, generation.text, results[i][2] + generation.cost]
+            if value is None:
+                failed.append(i)
+        todo = failed
+    return [tuple(r) for r in results]
+
+
+def _json(text: str) -> object | None:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def parse_factors(text: str) -> dict[str, str] | None:
+    obj = _json(text)
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, str) for v in obj.values()):
+        return None
+    return {str(k).strip(): v.strip() for k, v in obj.items()}
+
+
+def parse_weights(keys: Sequence[str]) -> Callable[[str], dict[str, int] | None]:
+    """Stage 2 must weigh every coverage factor; added keys must carry the ``preh_`` prefix."""
+
+    def parse(text: str) -> dict[str, int] | None:
+        obj = _json(text)
+        if not isinstance(obj, dict) or any(k not in obj for k in keys):
+            return None
+        weights = {}
+        for key, value in obj.items():
+            if key not in keys and not key.startswith(ADDED_PREFIX):
+                return None
+            if not isinstance(value, int) or isinstance(value, bool) or not SCORE_MIN <= value <= SCORE_MAX:
+                return None
+            weights[key] = value
+        return weights
+
+    return parse
+
+
+def parse_scores(n: int) -> Callable[[str], list[float] | None]:
+    def parse(text: str) -> list[float] | None:
+        obj = _json(text)
+        if (
+            not isinstance(obj, list)
+            or len(obj) != n
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj)
+            or not all(SCORE_MIN <= v <= SCORE_MAX for v in obj)
+        ):
+            return None
+        return [float(v) for v in obj]
+
+    return parse
