@@ -48,8 +48,9 @@ def restore_environ():
 
 @pytest.fixture(scope="module")
 def prepared(prepared_root):
-    """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``) and the preference datasets
-    (``data/preference``, from the given PrefEval dev topics) when a recipe trains on them."""
+    """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
+    (``data/verifier/parl_news``) and the preference datasets (``data/preference``, from the given PrefEval
+    dev topics) when a recipe trains on them."""
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (prepared_root / "data" / "parl").exists():
         from typer.testing import CliRunner
 
@@ -58,6 +59,17 @@ def prepared(prepared_root):
         data = prepared_root / "data"
         result = CliRunner().invoke(
             app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"), "--out", str(data / "parl")]
+        )
+        assert result.exit_code == 0, result.output
+    verifier = prepared_root / "data" / "verifier" / "parl_news"
+    if any("parl_news" in r.stem and "verifier" in r.parts for r in RECIPES) and not verifier.exists():
+        from typer.testing import CliRunner
+
+        from persetrain.cli import app
+
+        parl_news = str(prepared_root / "data" / "parl" / "parl_news")
+        result = CliRunner().invoke(
+            app, ["--quiet", "prepare", "verifier", "--parl", parl_news, "--out", str(verifier)]
         )
         assert result.exit_code == 0, result.output
     if (
