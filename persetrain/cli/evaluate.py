@@ -146,12 +146,50 @@ def evaluators_cmd() -> None:
         typer.echo(f"{name}  [{', '.join(cls.tasks)}; {model}]  {options}")
 
 
-@app.command()
+demo_app = typer.Typer(help="End-to-end demos on the embedded model, on a CPU.")
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.callback(invoke_without_command=True)
 def demo(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/demo"),
     model: ModelOpt = DEFAULT_MODEL,
 ) -> None:
-    """Run the main job end to end on the embedded model and write its results to the run directory."""
+    """PerSE end to end (`persetrain demo`); `persetrain demo parl` runs PARL's loop."""
+    if ctx.invoked_subcommand is not None:
+        return
     from persetrain.demo import run_demo
 
     run_demo(out, model=model)
+
+
+@demo_app.command("parl")
+def demo_parl(
+    out: Annotated[Path, typer.Option(help="Run directory; a re-run skips the stages summary.json records.")] = Path(
+        "runs/demo-parl"
+    ),
+    model: ModelOpt = DEFAULT_MODEL,
+    judge: Annotated[str | None, typer.Option(help="A trained rule verifier (skips training one).")] = None,
+    judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default one epoch.")] = None,
+    grpo_steps: int = 12,
+    runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
+    heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
+    fresh: Annotated[bool, typer.Option(help="Start from an empty run directory.")] = False,
+    seed: int = 0,
+) -> None:
+    """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
+    from persetrain.demo_parl import ParlDemoConfig, run_parl_demo
+
+    config = ParlDemoConfig(
+        out=out,
+        model=model,
+        seed=seed,
+        judge=judge,
+        judge_steps=judge_steps,
+        grpo_steps=grpo_steps,
+        heldout_users=heldout_users,
+        runs=runs,
+        fresh=fresh,
+    )
+    run_parl_demo(config)

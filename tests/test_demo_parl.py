@@ -1,0 +1,39 @@
+"""``persetrain demo parl`` end to end at toy sizes on the tiny model: every stage, the report, and a re-run
+that finishes from summary.json instead of starting over."""
+
+from __future__ import annotations
+
+import json
+
+from persetrain.demo_parl import REPORT, SUMMARY, ParlDemoConfig, run_parl_demo
+
+
+def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir, tmp_path):
+    config = ParlDemoConfig(
+        out=tmp_path / "demo",
+        model=str(tiny_llama_dir),
+        judge_steps=2,
+        warmstart_users=2,
+        grpo_steps=1,
+        heldout_users=2,
+        runs=2,
+        max_new_tokens=16,
+    )
+    summary = run_parl_demo(config)
+    assert summary["judge"].endswith("verifier/merged") and summary["judge_heldout_checks"] > 0
+    assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
+    assert summary["grpo_steps"] == 1 and [r["step"] for r in summary["curve"]] == [1]
+    assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
+    for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
+        assert summary[f"{stage}_s"] >= 0
+    report = (config.out / REPORT).read_text()
+    assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
+    assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
+
+    # a second run finds every stage recorded: nothing is trained again
+    (config.out / REPORT).unlink()
+    marker = config.out / "verifier" / "merged" / "config.json"
+    before = marker.stat().st_mtime_ns
+    again = run_parl_demo(config)
+    assert marker.stat().st_mtime_ns == before and again["judge_s"] == summary["judge_s"]
+    assert (config.out / REPORT).is_file()
