@@ -16,6 +16,16 @@ rubrics_app = typer.Typer(help="PARL rubrics: induce, validate and score.", no_a
 app.add_typer(rubrics_app, name="rubrics")
 
 
+def _rubric_examples(data: Path, split: str, max_examples: int | None, command: str) -> list:
+    """The first ``max_examples`` users of a split of a dataset `prepare parl` wrote; any other kind is refused."""
+    from persetrain.data import load_dataset
+
+    task, examples = load_dataset(data, split)
+    if task.name != "rubric":
+        raise ValueError(f"{data} is a {task.name!r} dataset; {command} needs one `prepare parl` wrote")
+    return examples[:max_examples] if max_examples else examples
+
+
 @rubrics_app.command("induce")
 def rubrics_induce(
     data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
@@ -32,13 +42,9 @@ def rubrics_induce(
     seed: int = 0,
 ) -> None:
     """Induce each user's rubric set, keep the rules the history satisfies, score the user's text and negatives."""
-    from persetrain.data import load_dataset
     from persetrain.evaluators.parl import PARLConfig, induce_to_file
 
-    task, examples = load_dataset(data, split)
-    if task.name != "rubric":
-        raise ValueError(f"{data} is a {task.name!r} dataset; rubrics induce needs one `prepare parl` wrote")
-    examples = examples[:max_examples] if max_examples else examples
+    examples = _rubric_examples(data, split, max_examples, "rubrics induce")
     config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = make_engine(model, backend, base_url, out.with_name(out.name + ".cache.sqlite"))
     written = induce_to_file(engine, examples, config, out, seed=seed)
@@ -59,14 +65,10 @@ def rubrics_warmstart_data(
     seed: int = 0,
 ) -> None:
     """SFT data for GRPO's warm start: the model's own structured-output rubric sets that pass validation."""
-    from persetrain.data import load_dataset
     from persetrain.evaluators.parl import PARLConfig
     from persetrain.train.warmstart import write_warmstart_data
 
-    task, examples = load_dataset(data, split)
-    if task.name != "rubric":
-        raise ValueError(f"{data} is a {task.name!r} dataset; warmstart-data needs one `prepare parl` wrote")
-    examples = examples[:max_examples] if max_examples else examples
+    examples = _rubric_examples(data, split, max_examples, "warmstart-data")
     config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = make_engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))
     counts = write_warmstart_data(engine, examples, out, config, seed=seed)
