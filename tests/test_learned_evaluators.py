@@ -488,3 +488,50 @@ def test_pref_stage3_and_aupel_comparisons_take_a_trained_scorer(scorer, tiny_rm
         check_scorer(f"verifier:{tiny_rm_dir}")
     with pytest.raises(ValueError, match="use rm:PATH"):
         check_scorer(str(tiny_rm_dir))
+
+
+def test_expert_matching_takes_a_trained_scorer(scorer, tiny_rm_dir, tmp_path):
+    from persetrain.evaluators.expert import ExPerT, ExPerTConfig
+    from persetrain.evaluators.expert_pipeline import ExPerTJudge, _Step, aspect_text
+    from persetrain.evaluators.rm import sigmoid
+    from persetrain.evaluators.scorers import TrainedScorer
+    from persetrain.prompts.expert import match_choices, match_request
+
+    ref = [
+        {"title": "coffee", "description": "the coffee is great", "evidence": ["great coffee."]},
+        {"title": "staff", "description": "the staff are slow", "evidence": ["slow staff."]},
+    ]
+    out = [
+        {"title": "pastry", "description": "fresh pastries", "evidence": ["lovely pastries."]},
+        {"title": "service", "description": "waiting a long time", "evidence": ["we waited ages."]},
+        {"title": "price", "description": "cheap", "evidence": ["low prices."]},
+    ]
+    inputs = ["Review the cafe."]
+
+    def steps() -> list[_Step]:
+        made = []
+        for side, own, other in (("recall", ref, out), ("precision", out, ref)):
+            for i, aspect in enumerate(own):
+                made.append(_Step(0, side, i, match_request(aspect, other), match_choices(len(other))))
+                made[-1].aspect, made[-1].candidates = aspect, other
+        return made
+
+    trained = TrainedScorer(f"rm:{tiny_rm_dir}")
+    for threshold in (0.0, 0.5, 1.01):
+        found = steps()
+        config = ExPerTConfig(scorer=f"rm:{tiny_rm_dir}", match_threshold=threshold)
+        ExPerTJudge(None, config, "expert", trained, _context(tmp_path)).match_with_scorer(found, inputs)
+        for step in found:
+            contexts = [rm_context(aspect_text(step.aspect), inputs[0], "Rule")] * len(step.candidates)
+            direct = [sigmoid(r) for r in scorer.score(contexts, [aspect_text(c) for c in step.candidates])]
+            assert list(step.probs.values()) == pytest.approx(direct, abs=1e-5)
+            assert list(step.probs) == step.choices[:-1]  # the candidates' numbers; "none" is no candidate
+            best = max(step.probs, key=step.probs.get)
+            assert step.answer == (best if step.probs[best] >= threshold else "none")
+            assert step.cost.calls == len(step.candidates)
+        if threshold == 0.0:
+            assert all(s.answer != "none" for s in found)
+        if threshold == 1.01:
+            assert all(s.answer == "none" for s in found)
+    with pytest.raises(InputError, match="architectures"):
+        ExPerT(ExPerTConfig(scorer=f"verifier:{tiny_rm_dir}")).check_model(MODEL)

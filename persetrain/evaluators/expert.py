@@ -24,6 +24,10 @@ Both ask the same prompt and read the answer at the same position, so under gree
 agree wherever the greedy token is the most probable choice (``benchmarks/evaluators.py`` measures
 both the agreement and the speed-up).
 
+With ``scorer`` (``rm:PATH`` or ``verifier:MODEL``) a trained judge decides the match step instead:
+each aspect is read as a rule and every aspect of the other side as a candidate that follows it or not
+(``ExPerTConfig.scorer``), the way the design lets any registered judge be another method's scorer.
+
 Failures follow the paper's code: an extraction is retried with the temperature raised by
 ``retry_temperature_step`` (up to ``max_retries`` retries) and, if it still fails, the instance is
 kept as ``Judgment(parsed=False)``; a match or alignment step that still fails after its retries
@@ -45,6 +49,7 @@ from pathlib import Path
 from persetrain.engine import Engine
 from persetrain.evaluators.base import Evaluator, JudgeContext, register
 from persetrain.evaluators.expert_pipeline import ExPerTConfig, ExPerTJudge
+from persetrain.evaluators.scorers import TrainedScorer, check_scorer
 from persetrain.io import InputError
 from persetrain.metrics.expert import AGGREGATIONS
 from persetrain.schema import Judgment, ReferenceExample
@@ -77,13 +82,23 @@ class ExPerT(Evaluator):
     tasks = ("reference",)
     Config = ExPerTConfig
 
+    def __init__(self, config: ExPerTConfig | None = None):
+        super().__init__(config)
+        self._scorer: TrainedScorer | None = None  # the trained match judge (config.scorer), loaded on first use
+
+    def check_model(self, model: str) -> None:
+        if self.config.scorer:
+            check_scorer(self.config.scorer)
+
     def judge(
         self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
     ) -> list[Judgment]:
         check_reference_examples(examples, context.data, need_reference=True)
         if self.config.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {self.config.aggregation!r}; use one of {list(AGGREGATIONS)}")
-        return ExPerTJudge(engine, self.config, context.system).run(examples)
+        if self.config.scorer and self._scorer is None:
+            self._scorer = TrainedScorer(self.config.scorer)
+        return ExPerTJudge(engine, self.config, context.system, self._scorer, context).run(examples)
 
     def report(
         self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]

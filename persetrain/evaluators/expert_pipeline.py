@@ -11,8 +11,10 @@ from functools import partial
 from typing import Literal
 
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
-from persetrain.evaluators.base import EvaluatorConfig
+from persetrain.evaluators.base import EvaluatorConfig, JudgeContext
 from persetrain.evaluators.expert_parsing import cut_words, parse_aspects, parse_json_field, refuse_unfinished
+from persetrain.evaluators.learned import Item
+from persetrain.evaluators.scorers import TrainedScorer, grouped_scores
 from persetrain.metrics.expert import DEFAULT, expert_scores
 from persetrain.prompts.expert import (
     ALIGN_KEY,
@@ -30,6 +32,7 @@ from persetrain.prompts.expert import (
     match_schema,
     reason_regex,
 )
+from persetrain.prompts.preference import PERSON_LABELS
 from persetrain.schema import Judgment, ReferenceExample
 
 SIDES = ("recall", "precision")
@@ -64,6 +67,18 @@ class ExPerTConfig(EvaluatorConfig):
     seed: int = 0
     #: Instances rendered as aspect tables in report.md.
     examples_in_report: int = 3
+    #: A trained judge that decides the match step instead of the model (``rm:PATH`` or ``verifier:MODEL``,
+    #: ``evaluators.scorers``): each aspect is read as a rule and every aspect of the other side as a candidate
+    #: that follows it or not. Extraction and alignment stay with the model.
+    scorer: str | None = None
+    #: With ``scorer``: the best candidate matches when the judge's probability that it follows the aspect
+    #: (p(yes), or a reward model's sigmoid) is at least this; otherwise the answer is "none".
+    match_threshold: float = 0.5
+
+
+def aspect_text(aspect: dict) -> str:
+    """An aspect as a trained scorer reads it: its title and description, then its evidence."""
+    return f"{aspect['title']}: {aspect['description']}\nEvidence: {' '.join(aspect['evidence'])}"
 
 
 class _Step:
@@ -74,6 +89,8 @@ class _Step:
     ):
         self.owner, self.side, self.index, self.request = owner, side, index, request
         self.choices, self.kind = choices, kind
+        self.aspect: dict | None = None  # a match step's own aspect and the other side's, for a trained scorer
+        self.candidates: list[dict] = []
         self.answer: str | None = None
         self.reason = ""
         self.probs: dict[str, float] | None = None
@@ -83,8 +100,17 @@ class _Step:
 class ExPerTJudge:
     """The pipeline over a batch of instances; ``run`` returns one Judgment per (example, system)."""
 
-    def __init__(self, engine: Engine, config: ExPerTConfig, name: str):
+    def __init__(
+        self,
+        engine: Engine,
+        config: ExPerTConfig,
+        name: str,
+        scorer: TrainedScorer | None = None,
+        context: JudgeContext | None = None,
+    ):
+        """``scorer`` (with the ``context`` it scores in) decides the match step; see ``ExPerTConfig.scorer``."""
         self.engine, self.config, self.name = engine, config, name
+        self.scorer, self.context = scorer, context
 
     # ------------------------------------------------------------------ retried generation
     def _generate_retried(
@@ -185,6 +211,34 @@ class ExPerTJudge:
                 step.probs, step.cost = p.probs, step.cost + p.cost
                 step.answer = max(choices, key=lambda ch: p.probs[ch])
 
+    def match_with_scorer(self, steps: list[_Step], inputs: Sequence[str]) -> None:
+        """Fill the match steps from the trained scorer: every (aspect, candidate) pair in one call; the most
+        probable candidate matches if its probability reaches ``match_threshold``. ``probs`` holds each
+        candidate's own probability (they need not sum to 1: several may follow the aspect, or none)."""
+        if not steps:
+            return
+        groups = [
+            [
+                Item(
+                    f"{step.owner}:{step.side}:{step.index}",
+                    str(k),
+                    aspect_text(step.aspect),
+                    PERSON_LABELS["rule"],
+                    inputs[step.owner],
+                    aspect_text(candidate),
+                )
+                for k, candidate in enumerate(step.candidates, start=1)
+            ]
+            for step in steps
+        ]
+        raw, costs = grouped_scores(self.scorer, groups, self.context)
+        for step, scores, cost in zip(steps, raw, costs, strict=True):
+            unit = self.scorer.judge.unit(scores)
+            step.probs = {str(k): p for k, p in enumerate(unit, start=1)}
+            best = max(step.probs, key=step.probs.get)
+            step.answer = best if step.probs[best] >= self.config.match_threshold else NONE
+            step.cost = cost
+
     # ------------------------------------------------------------------ the whole pipeline
     def run(self, examples: Sequence[ReferenceExample]) -> list[Judgment]:
         instances = [(ex, system) for ex in examples for system in ex.outputs]
@@ -203,11 +257,15 @@ class ExPerTJudge:
         for n, (ref, out) in enumerate(zip(ref_aspects, out_aspects, strict=True)):
             if ref[0] is None or out[0] is None or not ref[0] or not out[0]:
                 continue
-            for i, aspect in enumerate(ref[0]):
-                match_steps.append(_Step(n, "recall", i, match_request(aspect, out[0]), match_choices(len(out[0]))))
-            for j, aspect in enumerate(out[0]):
-                match_steps.append(_Step(n, "precision", j, match_request(aspect, ref[0]), match_choices(len(ref[0]))))
-        self.answer(match_steps, f"{self.name}: matching")
+            for side, own, other in (("recall", ref[0], out[0]), ("precision", out[0], ref[0])):
+                for i, aspect in enumerate(own):
+                    step = _Step(n, side, i, match_request(aspect, other), match_choices(len(other)))
+                    step.aspect, step.candidates = aspect, other
+                    match_steps.append(step)
+        if self.scorer is not None:
+            self.match_with_scorer(match_steps, [ex.input for ex, _ in instances])
+        else:
+            self.answer(match_steps, f"{self.name}: matching")
 
         align_steps: dict[str, list[_Step]] = {"content": [], "style": []}
         for step in match_steps:
