@@ -18,9 +18,17 @@ negatives stand in for the Non and RAG generators) and the embedded model:
 * ``expert_self_f``: ExPerT's F of ``gold`` (the reference against itself) and whether it is the
   highest of the generators (``expert_self_f_is_max``);
 * ``aupel_gold_rank``: the rank of ``gold`` in AuPEL's personalization Elo (1 + the number of
-  generators rated strictly higher; ``aupel_gold_above_all`` says whether it is strictly first).
+  generators rated strictly higher; ``aupel_gold_above_all`` says whether it is strictly first);
+* ``expert_negatives_f``: ExPerT's mean F of the other generators (the negatives), next to ``expert_self_f``.
+
+With ``--scorer rm:DIR`` (or ``verifier:MODEL``), the ``trained`` section runs AuPEL's comparisons and
+ExPerT's match step with that trained judge, on the held-out users only (the PARL test users,
+``data_prep.parl.split_of``: a judge trained with ``prepare preference --reference`` on the same sample
+never saw them): ``trained_aupel_gold_rank``, ``trained_expert_self_f``, ``trained_expert_negatives_f``, and
+``trained_aupel_quality_gold_rank`` (the same Elo rank in the quality dimension, which shows no profile).
 
     python benchmarks/evaluators.py [--out runs/bench-evaluators] [--expert-examples 1] [--aupel-examples 4]
+        [--scorer rm:DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +55,22 @@ def sample_reference_data(out: Path) -> Path:
         raw = out / "data" / "raw"
         write_parl_sample(raw, seed=0)
         build_reference(raw / "amazon", "amazon", [raw / "amazon" / "baselines.jsonl"], data, synthetic=True)
+    return data
+
+
+def heldout_reference_data(out: Path) -> Path:
+    """The sample's reference records of the held-out (PARL test) users, written once under ``out``."""
+    from data_prep.parl import split_of
+
+    source = sample_reference_data(out)
+    data = out / "data" / "reference-amazon-heldout"
+    if not (data / "dataset.json").is_file():
+        records = [line for line in (source / "test.jsonl").read_text().splitlines() if line.strip()]
+        held = [r for r in records if split_of(json.loads(r)["user_id"]) == "test"]
+        card = json.loads((source / "dataset.json").read_text())
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "test.jsonl").write_text("".join(f"{r}\n" for r in held))
+        (data / "dataset.json").write_text(json.dumps({**card, "n": len(held), "users": "held out (PARL test)"}))
     return data
 
 
@@ -141,9 +165,52 @@ def expert_section(args) -> dict:
         "expert_decisions_compared": compared,
         "expert_f_by_generator": f,
         "expert_self_f": f.get("gold"),
+        "expert_negatives_f": _negatives_f(f),
         "expert_self_f_is_max": bool(f) and f.get("gold") == max(f.values()),
         "expert_unparsed": runs["choice_probs"]["metrics"]["n_unparsed"],
         "expert_instances": len(calls),
+    }
+
+
+def _negatives_f(f: dict[str, float]) -> float | None:
+    """The mean F of every generator other than ``gold`` (the user's own text)."""
+    others = [v for k, v in f.items() if k != "gold"]
+    return float(np.mean(others)) if others else None
+
+
+def _gold_rank(personalization: dict) -> int:
+    """1 + the number of generators rated strictly higher than ``gold`` in personalization Elo."""
+    gold = personalization["gold"]["median"]
+    return 1 + sum(v["median"] > gold for v in personalization.values())
+
+
+def trained_section(args) -> dict:
+    """AuPEL and ExPerT with a trained judge as their scorer (``--scorer``), on the held-out users."""
+    if not args.scorer:
+        return {}
+    data = heldout_reference_data(args.out)
+    n = args.trained_examples
+    metrics, _, aupel_seconds = _evaluate(
+        data, args.out / "trained-aupel", "aupel", n, {"repeats": 40, "vote": "sample", "scorer": args.scorer}
+    )
+    elo = metrics["systems"]["aupel"]["elo"]
+    personalization = elo["personalization"]
+    options = {"max_aspects": 2, "max_evidence": 1, "extract_tokens": 160, "max_retries": 1, "scorer": args.scorer}
+    metrics, judgments, expert_seconds = _evaluate(data, args.out / "trained-expert", "expert", n, options)
+    targets = metrics["systems"]["expert"]["targets"]
+    f = {t: m["content_style_average_f1"] for t, m in targets.items() if "content_style_average_f1" in m}
+    return {
+        "trained_scorer": args.scorer,
+        "trained_users": len({j["example_id"] for j in judgments}),
+        "trained_aupel_gold_rank": _gold_rank(personalization),
+        "trained_aupel_personalization_elo": {s: round(v["median"], 1) for s, v in personalization.items()},
+        # Quality is judged without the profile: gold first there too means the judge need not read the person.
+        "trained_aupel_quality_gold_rank": _gold_rank(elo["quality"]),
+        "trained_expert_f_by_generator": f,
+        "trained_expert_self_f": f.get("gold"),
+        "trained_expert_negatives_f": _negatives_f(f),
+        "trained_aupel_seconds": aupel_seconds,
+        "trained_expert_seconds": expert_seconds,
     }
 
 
@@ -158,7 +225,7 @@ def aupel_section(args) -> dict:
     ranking = sorted(personalization, key=lambda s: -personalization[s]["median"])
     gold = personalization["gold"]["median"]
     return {
-        "aupel_gold_rank": 1 + sum(v["median"] > gold for v in personalization.values()),
+        "aupel_gold_rank": _gold_rank(personalization),
         "aupel_gold_above_all": all(gold > v["median"] for s, v in personalization.items() if s != "gold"),
         "aupel_personalization_elo": {s: round(personalization[s]["median"], 1) for s in ranking},
         "aupel_overall_elo": {s: round(v["median"], 1) for s, v in m["elo"]["overall"].items()},
@@ -252,6 +319,7 @@ SECTIONS: dict[str, Callable] = {
     "expert": expert_section,
     "aupel": aupel_section,
     "pref": pref_section,
+    "trained": trained_section,
 }
 
 
@@ -264,6 +332,8 @@ def main() -> None:
         "--pref-examples", type=int, default=24, help="PrefEval dev questions (of 144) for PREF, at most 24"
     )
     parser.add_argument("--speed-examples", type=int, default=4, help="questions timed for the stage-3 speed-up")
+    parser.add_argument("--scorer", help="rm:DIR or verifier:MODEL: the trained section's judge (skipped without)")
+    parser.add_argument("--trained-examples", type=int, default=8, help="held-out users the trained section judges")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     args = parser.parse_args()
     figures: dict = {}

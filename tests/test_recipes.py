@@ -49,8 +49,9 @@ def restore_environ():
 @pytest.fixture(scope="module")
 def prepared(prepared_root):
     """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
-    (``data/verifier/parl_news``) and the preference datasets (``data/preference``, from the given PrefEval
-    dev topics) when a recipe trains on them."""
+    (``data/verifier/parl_news``), the preference datasets (``data/preference``, from the given PrefEval
+    dev topics) and the sample users' reference preference data (``data/preference-reference``) when a
+    recipe trains on them."""
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (prepared_root / "data" / "parl").exists():
         from typer.testing import CliRunner
 
@@ -94,6 +95,24 @@ def prepared(prepared_root):
                 str(prepared_root / "data" / "preference"),
             ],
         )
+        assert result.exit_code == 0, result.output
+    reference = prepared_root / "data" / "preference-reference"
+    if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
+        from typer.testing import CliRunner
+
+        from persetrain.cli import app
+
+        raw = prepared_root / "data" / "raw" / "parl"
+        sources = []
+        for task in ("amazon", "reddit", "news"):
+            sources += ["--reference", str(prepared_root / "data" / f"reference-{task}")]
+            result = CliRunner().invoke(
+                app,
+                ["--quiet", "prepare", "reference", "--raw", str(raw / task), "--task", task, "--synthetic"]
+                + ["--baselines", str(raw / task / "baselines.jsonl"), "--out", sources[-1]],
+            )
+            assert result.exit_code == 0, result.output
+        result = CliRunner().invoke(app, ["--quiet", "prepare", "preference", *sources, "--out", str(reference)])
         assert result.exit_code == 0, result.output
     return prepared_root
 
