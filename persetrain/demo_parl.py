@@ -46,7 +46,7 @@ class ParlDemoConfig:
     seed: int = 0
     #: A trained rule verifier to judge with; None trains one (stage 0).
     judge: str | None = None
-    #: Verifier SFT steps; None: the recipe's one epoch.
+    #: Verifier SFT steps; None: the recipe's epochs (3).
     judge_steps: int | None = None
     warmstart_users: int = 12
     grpo_steps: int = 12
