@@ -119,21 +119,23 @@ def _decisions(judgment: dict) -> dict[tuple, object]:
     return found
 
 
+#: ExPerT's options for the sample's short reviews (1-4 sentences): a few one-sentence aspects cover them.
+EXPERT_OPTIONS = {
+    "max_aspects": 2,
+    "max_evidence": 1,
+    "extract_tokens": 160,
+    "answer_tokens": 40,
+    "reason_chars": 100,
+    "max_retries": 1,
+}
+
+
 def expert_section(args) -> dict:
     data = sample_reference_data(args.out)
-    # Short reviews (1-4 sentences): a few one-sentence aspects cover them.
-    options = {
-        "max_aspects": 2,
-        "max_evidence": 1,
-        "extract_tokens": 160,
-        "answer_tokens": 40,
-        "reason_chars": 100,
-        "max_retries": 1,
-    }
     runs = {}
     for mode, folder in (("choice_probs", "expert"), ("text", "expert-text")):
         metrics, judgments, seconds = _evaluate(
-            data, args.out / folder, "expert", args.expert_examples, {**options, "mode": mode}
+            data, args.out / folder, "expert", args.expert_examples, {**EXPERT_OPTIONS, "mode": mode}
         )
         # Judging seconds only (the runner's ``cost.seconds``): model loading is the same for both paths.
         runs[mode] = {
@@ -195,7 +197,7 @@ def trained_section(args) -> dict:
     )
     elo = metrics["systems"]["aupel"]["elo"]
     personalization = elo["personalization"]
-    options = {"max_aspects": 2, "max_evidence": 1, "extract_tokens": 160, "max_retries": 1, "scorer": args.scorer}
+    options = {**EXPERT_OPTIONS, "scorer": args.scorer}
     metrics, judgments, expert_seconds = _evaluate(data, args.out / "trained-expert", "expert", n, options)
     targets = metrics["systems"]["expert"]["targets"]
     f = {t: m["content_style_average_f1"] for t, m in targets.items() if "content_style_average_f1" in m}

@@ -46,74 +46,57 @@ def restore_environ():
     os.environ.update(saved)
 
 
+def _prepare(*args: str) -> None:
+    """Run ``persetrain prepare ...`` in-process, as a user would from a checkout."""
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    result = CliRunner().invoke(app, ["--quiet", "prepare", *args])
+    assert result.exit_code == 0, result.output
+
+
 @pytest.fixture(scope="module")
 def prepared(prepared_root):
     """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
     (``data/verifier/parl_news``), the preference datasets (``data/preference``, from the given PrefEval
     dev topics) and the sample users' reference preference data (``data/preference-reference``) when a
     recipe trains on them."""
-    if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (prepared_root / "data" / "parl").exists():
-        from typer.testing import CliRunner
-
-        from persetrain.cli import app
-
-        data = prepared_root / "data"
-        result = CliRunner().invoke(
-            app, ["--quiet", "prepare", "parl", "--raw", str(data / "raw" / "parl"), "--out", str(data / "parl")]
-        )
-        assert result.exit_code == 0, result.output
-    verifier = prepared_root / "data" / "verifier" / "parl_news"
+    data = prepared_root / "data"
+    if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (data / "parl").exists():
+        _prepare("parl", "--raw", str(data / "raw" / "parl"), "--out", str(data / "parl"))
+    verifier = data / "verifier" / "parl_news"
     if any("parl_news" in r.stem and "verifier" in r.parts for r in RECIPES) and not verifier.exists():
-        from typer.testing import CliRunner
-
-        from persetrain.cli import app
-
-        parl_news = str(prepared_root / "data" / "parl" / "parl_news")
-        result = CliRunner().invoke(
-            app, ["--quiet", "prepare", "verifier", "--parl", parl_news, "--out", str(verifier)]
+        _prepare("verifier", "--parl", str(data / "parl" / "parl_news"), "--out", str(verifier))
+    if any({"rm", "verifier"} & set(r.relative_to(REPO).parts) for r in RECIPES) and not (data / "preference").exists():
+        _prepare(
+            "preference",
+            "--prefeval",
+            str(PREFEVAL_DEV),
+            "--holdout-topics",
+            "lifestyle_dietary",
+            "--out",
+            str(data / "preference"),
         )
-        assert result.exit_code == 0, result.output
-    if (
-        any({"rm", "verifier"} & set(r.relative_to(REPO).parts) for r in RECIPES)
-        and not (prepared_root / "data" / "preference").exists()
-    ):
-        from typer.testing import CliRunner
-
-        from persetrain.cli import app
-
-        result = CliRunner().invoke(
-            app,
-            [
-                "--quiet",
-                "prepare",
-                "preference",
-                "--prefeval",
-                str(PREFEVAL_DEV),
-                "--holdout-topics",
-                "lifestyle_dietary",
-                "--out",
-                str(prepared_root / "data" / "preference"),
-            ],
-        )
-        assert result.exit_code == 0, result.output
-    reference = prepared_root / "data" / "preference-reference"
+    reference = data / "preference-reference"
     if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
-        from typer.testing import CliRunner
-
-        from persetrain.cli import app
-
-        raw = prepared_root / "data" / "raw" / "parl"
         sources = []
         for task in ("amazon", "reddit", "news"):
-            sources += ["--reference", str(prepared_root / "data" / f"reference-{task}")]
-            result = CliRunner().invoke(
-                app,
-                ["--quiet", "prepare", "reference", "--raw", str(raw / task), "--task", task, "--synthetic"]
-                + ["--baselines", str(raw / task / "baselines.jsonl"), "--out", sources[-1]],
+            sources += ["--reference", str(data / f"reference-{task}")]
+            raw = data / "raw" / "parl" / task
+            _prepare(
+                "reference",
+                "--raw",
+                str(raw),
+                "--task",
+                task,
+                "--synthetic",
+                "--baselines",
+                str(raw / "baselines.jsonl"),
+                "--out",
+                sources[-1],
             )
-            assert result.exit_code == 0, result.output
-        result = CliRunner().invoke(app, ["--quiet", "prepare", "preference", *sources, "--out", str(reference)])
-        assert result.exit_code == 0, result.output
+        _prepare("preference", *sources, "--out", str(reference))
     return prepared_root
 
 
