@@ -26,7 +26,7 @@ both the agreement and the speed-up).
 
 With ``scorer`` (``rm:PATH`` or ``verifier:MODEL``) a trained judge decides the match step instead:
 each aspect is read as a rule and every aspect of the other side as a candidate that follows it or not
-(``ExPerTConfig.scorer``), the way the design lets any registered judge be another method's scorer.
+(``ExPerTConfig.scorer``), as PREF's stage 3 and AuPEL's comparisons take one.
 
 Failures follow the paper's code: an extraction is retried with the temperature raised by
 ``retry_temperature_step`` (up to ``max_retries`` retries) and, if it still fails, the instance is
