@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from data_prep import parl_edits as edits
 from data_prep.parl_synthetic import _OPENERS, _PET_WORDS
 
 #: Wordings per rule, and how many of them (the first ones) the train split uses.
@@ -25,11 +26,13 @@ TRAIN_WORDINGS = 3
 
 @dataclass(frozen=True)
 class RuleCheck:
-    """One checkable rule: its signature name, a checker over a text, and its wordings."""
+    """One checkable rule: its signature name, a checker over a text, its wordings, and a counterfactual edit
+    that gives a text the signature or takes it away (``data_prep.parl_edits``)."""
 
     name: str
     check: Callable[[str], bool]
     wordings: tuple[str, ...]
+    edit: edits.Edit
 
 
 def _body(text: str) -> str:
@@ -61,6 +64,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "No uppercase characters appear anywhere in the text.",
             "The text avoids capitalization completely: all of its letters are lower case.",
         ),
+        edits.lowercase,
     ),
     RuleCheck(
         "signoff",
@@ -72,6 +76,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "The text closes with a signature-style farewell line of its own.",
             "A brief sign-off on a new line concludes the text.",
         ),
+        edits.signoff,
     ),
     RuleCheck(
         "short_sentences",
@@ -83,6 +88,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "Each sentence of the text contains ten words or fewer.",
             "The text is made of terse, compact sentences and never a long, winding one.",
         ),
+        edits.short_sentences,
     ),
     RuleCheck(
         "question",
@@ -94,6 +100,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "A rhetorical question appears in the text, ending in a question mark.",
             "The writer poses a question to the reader rather than only making statements.",
         ),
+        edits.prose_question,
     ),
     RuleCheck(
         "topic_word",
@@ -105,6 +112,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "A personal aside about the writer's own life, said to play a part 'as always', appears in the text.",
             "The writer digresses to a favourite personal subject that, as always, plays a part.",
         ),
+        edits.topic_word,
     ),
     RuleCheck(
         "exclaim",
@@ -116,6 +124,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "All sentences finish with an exclamation point.",
             "The tone is exclamatory throughout: no sentence ends in a period.",
         ),
+        edits.prose_exclaim,
     ),
     RuleCheck(
         "opener",
@@ -127,6 +136,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "Before getting to the point, the text begins with a short informal introductory phrase.",
             "The text kicks off with a chatty preamble such as 'Quick thoughts:' instead of starting on the content.",
         ),
+        edits.opener,
     ),
 )
 
@@ -141,6 +151,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "No uppercase characters appear anywhere in the headline.",
             "The headline avoids capitalization completely: all of its letters are lower case.",
         ),
+        edits.lowercase,
     ),
     RuleCheck(
         "question",
@@ -152,6 +163,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "A question mark closes the headline, which is worded as a question.",
             "The headline takes the form of a question to the reader.",
         ),
+        edits.headline_question,
     ),
     RuleCheck(
         "colon",
@@ -163,6 +175,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "A colon appears in the headline.",
             "The headline uses the 'label: news' pattern with a colon.",
         ),
+        edits.colon,
     ),
     RuleCheck(
         "short",
@@ -174,6 +187,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline has six or fewer words in total.",
             "The headline is terse, never longer than half a dozen words.",
         ),
+        edits.short,
     ),
     RuleCheck(
         "pet_word",
@@ -185,6 +199,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline begins with a signature hook word (for instance 'Finally') before the news.",
             "An attention word like 'Breaking' leads off the headline.",
         ),
+        edits.pet_word,
     ),
     RuleCheck(
         "exclaim",
@@ -196,6 +211,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "An exclamation mark finishes the headline.",
             "The headline is punctuated as an exclamation at its end.",
         ),
+        edits.headline_exclaim,
     ),
     RuleCheck(
         "number",
@@ -207,6 +223,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "A numeric count written with digits appears in the headline.",
             "The headline quotes a number from the story in numerals.",
         ),
+        edits.number,
     ),
 )
 

@@ -16,6 +16,9 @@ Two sources know the truth:
 * labelled rows from anywhere else (``--labels FILE.jsonl``): ``{task, input, text, rule, satisfied,
   split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
 
+With ``--counterfactuals``, each synthetic train text also comes in edited copies that toggle one signature
+each (``data_prep.parl_edits``): minimal pairs that only reading the property a rule names explains.
+
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
 records the counts before and after.
@@ -66,8 +69,20 @@ def _texts(example: dict) -> Iterator[tuple[str, str, str]]:
         yield f"negative-{name}", example["target_input"], neg
 
 
-def signature_rows(parl_dir: Path, seed: int) -> dict[str, list[dict]]:
-    """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is."""
+def _edited(task: str, kind: str, text: str, rng: random.Random) -> Iterator[tuple[str, str]]:
+    """``(kind, text)`` of each counterfactual copy of ``text``: one signature toggled (``data_prep.parl_edits``)."""
+    for check in RULES[task]:
+        edited = check.edit(text, not check.check(text), rng)
+        if check.check(edited) != check.check(text):
+            yield f"{kind}:edit-{check.name}", edited
+
+
+def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> dict[str, list[dict]]:
+    """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
+
+    With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
+    checked against every rule like the original (validation texts are never edited).
+    """
     from datasets import load_from_disk
 
     info_path = parl_dir / "build_info.json"
@@ -88,23 +103,27 @@ def signature_rows(parl_dir: Path, seed: int) -> dict[str, list[dict]]:
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
-                for check in RULES[task]:
-                    pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
-                    wording = rng.choice(pool)
-                    rows[split].append(
-                        _row(
-                            f"{example['id']}:{kind}:{check.name}",
-                            task,
-                            inp,
-                            text,
-                            check.wordings[wording],
-                            check.check(text),
-                            user_id=example["user_id"],
-                            rule_name=check.name,
-                            wording=wording,
-                            text_kind=kind,
+                texts = [(kind, text)]
+                if counterfactuals and split == "train":
+                    texts += list(_edited(task, kind, text, rng))
+                for text_kind, judged in texts:
+                    for check in RULES[task]:
+                        pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
+                        wording = rng.choice(pool)
+                        rows[split].append(
+                            _row(
+                                f"{example['id']}:{text_kind}:{check.name}",
+                                task,
+                                inp,
+                                judged,
+                                check.wordings[wording],
+                                check.check(judged),
+                                user_id=example["user_id"],
+                                rule_name=check.name,
+                                wording=wording,
+                                text_kind=text_kind,
+                            )
                         )
-                    )
     return rows
 
 
@@ -182,14 +201,20 @@ def _card(info: dict) -> str:
 
 
 def prepare_verifier(
-    out: str | Path, parl: Sequence[str | Path] = (), labels: Sequence[str | Path] = (), seed: int = 0
+    out: str | Path,
+    parl: Sequence[str | Path] = (),
+    labels: Sequence[str | Path] = (),
+    seed: int = 0,
+    counterfactuals: bool = False,
 ) -> dict[str, int]:
-    """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes."""
+    """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes.
+
+    ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`)."""
     from datasets import Dataset, DatasetDict
 
     if not (parl or labels):
         raise ValueError("no source: give --parl (a prepared synthetic PARL dataset) and/or --labels FILE.jsonl")
-    reads = [signature_rows(Path(p), seed) for p in parl] + [label_rows(Path(p)) for p in labels]
+    reads = [signature_rows(Path(p), seed, counterfactuals) for p in parl] + [label_rows(Path(p)) for p in labels]
     rows = {split: [row for read in reads for row in read[split]] for split in SPLITS}
     before = {split: dict(Counter(r["label"] for r in rows[split])) for split in SPLITS}
     rows = {split: balance(rows[split], seed) for split in SPLITS}
@@ -212,11 +237,13 @@ def prepare_verifier(
         "sources": [str(p) for p in (*parl, *labels)],
         "seed": seed,
         "train_wordings": TRAIN_WORDINGS,
+        "counterfactuals": counterfactuals,
         "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
         "splits": {split: len(r) for split, r in rows.items()},
         "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
-        f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others. Labelled rows: their "
-        "`split` field.",
+        f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others"
+        + ("; every train text also in edited copies, one signature toggled in each" if counterfactuals else "")
+        + ". Labelled rows: their `split` field.",
     }
     write_json(tmp / "build_info.json", info)
     (tmp / "README.md").write_text(_card(info), encoding="utf-8")

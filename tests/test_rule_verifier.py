@@ -4,6 +4,7 @@ bad input, and the judge's accuracy on labelled checks (batched == one check at 
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 
 import pytest
@@ -75,6 +76,32 @@ def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news,
     info = json.loads((verifier_data / "build_info.json").read_text())
     assert info["task"] == "verifier_sft" and info["synthetic"] and info["splits"]["train"] == len(data["train"])
     assert "Synthetic data" in (verifier_data / "README.md").read_text()
+
+
+@pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
+def test_every_edit_toggles_its_signature_on_every_text(sample, task):
+    """The counterfactual edits give and take away each signature on every text the sample has."""
+    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
+    texts = [t for ex in examples for t in (*(h.output for h in ex.history), ex.output, *ex.baselines.values())]
+    rng = random.Random(0)
+    for text in texts:
+        for check in RULES[task]:
+            for want in (True, False):
+                assert check.check(check.edit(text, want, rng)) is want, (check.name, want, text)
+
+
+def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(parl_news, verifier_data, tmp_path):
+    out = tmp_path / "counterfactual"
+    prepare_verifier(out, parl=[parl_news], counterfactuals=True)
+    plain, edited = load_from_disk(str(verifier_data)), load_from_disk(str(out))
+    assert edited["validation"]["id"] == plain["validation"]["id"]  # held-out texts are never edited
+    kinds = Counter(kind.partition(":edit-")[2] for kind in edited["train"]["text_kind"])
+    assert set(kinds) == {"", *(c.name for c in RULES["news"])} and len(edited["train"]) > 4 * len(plain["train"])
+    checks = {c.name: c for c in RULES["news"]}
+    for row in edited["train"].select(range(0, len(edited["train"]), 7)):
+        assert (row["label"] == "yes") == checks[row["rule_name"]].check(row["text"]), row["id"]
+    assert json.loads((out / "build_info.json").read_text())["counterfactuals"] is True
+    assert "edited copies" in (out / "README.md").read_text()
 
 
 def test_labelled_rows_and_their_errors(tmp_path):

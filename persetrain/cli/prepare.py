@@ -109,12 +109,16 @@ def prepare_verifier_cmd(
         list[Path] | None,
         typer.Option(help="JSON lines of labelled checks: task, input, text, rule, satisfied, split (repeatable)."),
     ] = None,
+    counterfactuals: Annotated[
+        bool,
+        typer.Option(help="Also train on edited copies of the synthetic train texts, one signature toggled in each."),
+    ] = False,
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
     from data_prep.rule_verifier import prepare_verifier
 
-    prepare_verifier(out, parl=parl or [], labels=labels or [], seed=seed)
+    prepare_verifier(out, parl=parl or [], labels=labels or [], seed=seed, counterfactuals=counterfactuals)
 
 
 @prepare_app.command("preference")

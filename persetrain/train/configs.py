@@ -164,3 +164,16 @@ class SFTConfig(HardwarePrecision, RunSwitches, trl.SFTConfig):
             "(see persetrain.train.sft.CompletionOnlySFTTrainer). Off: TRL's own loss."
         },
     )
+    shared_prefix_packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each batch as a prefix trie: rows whose prompts share a head compute it once "
+            "(persetrain.train.prefix_pack). For data that asks many short questions of one long prompt, "
+            "such as the rule verifier's; per_device_train_batch_size still counts rows."
+        },
+    )
+
+    def __post_init__(self):
+        if self.shared_prefix_packing and (self.packing or self.padding_free):
+            raise ValueError("shared_prefix_packing packs the batch itself: set packing and padding_free to false")
+        super().__post_init__()

@@ -40,6 +40,7 @@ from trl import SFTTrainer, get_peft_config, get_quantization_config
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
 from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig
+from persetrain.train.prefix_pack import PrefixGroupedSampler, SharedPrefixCollator, additive_mask
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
 
@@ -69,8 +70,16 @@ class CompletionOnlySFTTrainer(SFTTrainer):
     """
 
     def __init__(self, *args, completion_logits_only: bool = True, **kwargs):
+        if kwargs["args"].shared_prefix_packing and kwargs.get("data_collator") is None:
+            kwargs["data_collator"] = SharedPrefixCollator()
         super().__init__(*args, **kwargs)
         self.completion_logits_only = completion_logits_only
+
+    def _get_train_sampler(self, train_dataset=None):
+        if not self.args.shared_prefix_packing:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        return PrefixGroupedSampler(dataset["input_ids"], self.args.per_device_train_batch_size, self.args.seed)
 
     def _slices_logits(self) -> bool:
         return (
@@ -83,9 +92,10 @@ class CompletionOnlySFTTrainer(SFTTrainer):
         )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "tree_mask" in inputs:
+            return self._trie_loss(model, inputs, num_items_in_batch)
         if return_outputs or not self._slices_logits():
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        mode = "train" if self.model.training else "eval"
         labels = inputs["labels"]
         # Position t is scored on the token at t + 1; the last position predicts nothing.
         targets = F.pad(labels[:, 1:], (0, 1), value=-100)
@@ -94,7 +104,29 @@ class CompletionOnlySFTTrainer(SFTTrainer):
         # use_cache=False also lets transformers see packed sequences in position_ids and build their
         # block-diagonal mask (it skips that detection when a cache exists).
         outputs = model(**forward_inputs, use_cache=False, logits_to_keep=keep)
-        logits = outputs.logits
+        logits = self._checked(model, outputs.logits, keep)
+        return self._nll(logits, targets[keep], inputs, num_items_in_batch)
+
+    def _trie_loss(self, model, inputs, num_items_in_batch):
+        """The loss of a :func:`persetrain.train.prefix_pack.prefix_trie` batch: one forward over the trie, each
+        (row, completion token) read from the logits of the position that predicts it."""
+        ids, positions = inputs["input_ids"], inputs["label_positions"]
+        keep = torch.zeros_like(ids, dtype=torch.bool)
+        keep[0, positions] = True
+        dtype = self.accelerator.unwrap_model(model).dtype
+        outputs = model(
+            input_ids=ids,
+            position_ids=inputs["position_ids"],
+            attention_mask=additive_mask(inputs["tree_mask"], dtype),
+            use_cache=False,
+            logits_to_keep=keep,
+        )
+        # Kept positions come back in position order; a position that predicts several labels is read for each.
+        logits = self._checked(model, outputs.logits, keep)[keep[0].cumsum(0)[positions] - 1]
+        return self._nll(logits, inputs["labels"][0], inputs, num_items_in_batch)
+
+    def _checked(self, model, logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """``logits`` as ``[kept positions, vocab]``, or one line naming the model that ignored the mask."""
         n_kept = int(keep.sum())
         if logits.dim() != 2 or logits.size(0) != n_kept:
             raise RuntimeError(
@@ -102,16 +134,21 @@ class CompletionOnlySFTTrainer(SFTTrainer):
                 f"(logits {tuple(logits.shape)} for {n_kept} labelled positions); "
                 "set completion_logits_only: false for this model."
             )
+        return logits
+
+    def _nll(self, logits, targets, inputs, num_items_in_batch):
+        """Summed token NLL of ``targets`` under ``logits`` ``[n, vocab]``, normalised as TRL normalises it, and
+        TRL's token metrics."""
+        mode = "train" if self.model.training else "eval"
         log_probs = logits.float().log_softmax(-1)
-        kept_targets = targets[keep]
-        nll = F.nll_loss(log_probs, kept_targets, reduction="sum")
-        denominator = keep.sum() if num_items_in_batch is None else num_items_in_batch
+        nll = F.nll_loss(log_probs, targets, reduction="sum")
+        denominator = targets.numel() if num_items_in_batch is None else num_items_in_batch
         # Clamped so that a batch without labelled tokens gives a finite zero, as in TRL.
         loss = nll / torch.as_tensor(denominator, device=nll.device).clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # num_items_in_batch counts every rank's tokens while DDP averages gradients over ranks.
             loss = loss * self.accelerator.num_processes
-        self._log_token_metrics(mode, inputs, log_probs.detach(), kept_targets)
+        self._log_token_metrics(mode, inputs, log_probs.detach(), targets)
         return loss
 
     def _log_token_metrics(self, mode: str, inputs: dict, log_probs: torch.Tensor, targets: torch.Tensor) -> None:

@@ -1,0 +1,111 @@
+"""Shared-prefix packing for SFT: rows whose prompts share a head compute it once, in one packed forward.
+
+Why: a yes/no verifier is trained on many checks of one text. PARL's judge prompt is the system message,
+the task input and the text (~200 tokens), then the rule and the answer (~30), and the verifier data asks
+every rule of a text in that prompt. Per-row SFT computes the ~200 shared tokens once per rule; here each
+distinct token path is computed once per batch.
+
+How: the batch's rows (prompt + completion token ids) are merged into a prefix trie. Every trie node is one
+position of a single packed row; a position attends to itself and its ancestors (a 4-D attention mask,
+which every transformers attention path takes as is), and its position id is its depth, so each row sees
+exactly the tokens and positions it would see alone. Each (row, completion token) is predicted from its
+parent's position: a token two rows share is predicted once but counted once per row, so the loss, the
+normalisation by ``num_items_in_batch`` and the gradients equal per-row SFT's (``tests/test_prefix_pack.py``).
+Rows are batched in token order (:class:`PrefixGroupedSampler`) so that rows sharing a head share a batch.
+
+The mask is ``N x N`` for the ``N`` packed tokens: batches of a few thousand distinct tokens, the sizes a
+CPU or one GPU trains, cost far less in attention than the repeated heads cost in the rest of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+
+def prefix_trie(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> dict[str, torch.Tensor]:
+    """Pack ``(input_ids, labels)`` rows (TRL's: ``labels`` is -100 where a token carries no loss) into a trie.
+
+    Returns ``input_ids`` ``[1, N]`` (one token per node, parents before children), ``position_ids``
+    ``[1, N]`` (depths), ``tree_mask`` ``[1, 1, N, N]`` (bool: query attends to key), and one entry per
+    (row, completion token): ``label_positions`` ``[M]`` (the position that predicts it) and ``labels``
+    ``[1, M]`` (the token).
+    """
+    children: dict[tuple[int, int], int] = {}
+    tokens: list[int] = []
+    parents: list[int] = []
+    depths: list[int] = []
+    label_positions: list[int] = []
+    labels: list[int] = []
+    for ids, row_labels in rows:
+        node = -1
+        for depth, (token, label) in enumerate(zip(ids, row_labels, strict=True)):
+            if label != -100 and node >= 0:
+                label_positions.append(node)
+                labels.append(label)
+            child = children.get((node, token))
+            if child is None:
+                child = children[(node, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(node)
+                depths.append(depth)
+            node = child
+    n = len(tokens)
+    mask = torch.zeros((n, n), dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            mask[i] = mask[parent]
+        mask[i, i] = True
+    return {
+        "input_ids": torch.tensor([tokens]),
+        "position_ids": torch.tensor([depths]),
+        "tree_mask": mask[None, None],
+        "label_positions": torch.tensor(label_positions, dtype=torch.long),
+        "labels": torch.tensor([labels], dtype=torch.long),
+    }
+
+
+class SharedPrefixCollator:
+    """TRL-tokenized rows (``input_ids``, ``labels``) to one :func:`prefix_trie` batch.
+
+    ``shift_labels`` repeats ``labels``: the trainer counts ``num_items_in_batch`` from it as it stands (the
+    labels are already aligned with the positions that predict them), one item per (row, completion token).
+    """
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        batch = prefix_trie([(e["input_ids"], e["labels"]) for e in examples])
+        batch["shift_labels"] = batch["labels"]
+        return batch
+
+
+def additive_mask(tree_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The bool mask as the additive float mask every attention implementation reads (eager ignores bools)."""
+    return torch.zeros(tree_mask.shape, dtype=dtype, device=tree_mask.device).masked_fill(
+        ~tree_mask, torch.finfo(dtype).min
+    )
+
+
+class PrefixGroupedSampler(torch.utils.data.Sampler[int]):
+    """Rows in token order, cut into batches, the batches shuffled each epoch (seeded).
+
+    Token order puts rows with a common head next to each other, so they land in one batch and share it; the
+    shuffle keeps the order of batches random, as ``group_by_length`` does for lengths.
+    """
+
+    def __init__(self, input_ids: Sequence[Sequence[int]], batch_size: int, seed: int):
+        order = sorted(range(len(input_ids)), key=lambda i: list(input_ids[i]))
+        self.batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        for k in torch.randperm(len(self.batches), generator=generator).tolist():
+            yield from self.batches[k]

@@ -1,0 +1,127 @@
+"""Shared-prefix packing for SFT: the prefix trie, and the packed loss and gradients equal to per-row SFT's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset, DatasetDict
+
+from persetrain.train.prefix_pack import PrefixGroupedSampler, prefix_trie
+from persetrain.train.sft import build_sft_trainer, make_parser
+
+TEXTS = ["Wow: Brentaville unveils engine!", "did marton open a clinic?", "Zorenford school opens gym (4)"]
+RULES = ["The headline ends with '!'.", "A colon appears in the headline.", "The headline contains a digit."]
+
+
+def _row(text: str, rule: str) -> dict:
+    satisfied = (
+        ("!" in rule and text.endswith("!"))
+        or ("colon" in rule and ":" in text)
+        or ("digit" in rule and any(c.isdigit() for c in text))
+    )
+    return {
+        "prompt": [
+            {"role": "system", "content": "Judge whether the headline satisfies the rule. Answer yes or no."},
+            {"role": "user", "content": f"<Headline>\n{text}\n</Headline>\n<Rule>\n{rule}\n</Rule>"},
+        ],
+        "completion": [{"role": "assistant", "content": "yes" if satisfied else "no"}],
+    }
+
+
+@pytest.fixture(scope="module")
+def checks_dir(tmp_path_factory) -> Path:
+    rows = [_row(text, rule) for text in TEXTS for rule in RULES]
+    path = tmp_path_factory.mktemp("checks") / "verifier"
+    DatasetDict(train=Dataset.from_list(rows), validation=Dataset.from_list(rows[:3])).save_to_disk(str(path))
+    return path
+
+
+def _trainer(model_dir: Path, data_dir: Path, out: Path, *extra: str):
+    argv = [
+        *("--model_name_or_path", str(model_dir), "--dataset_path", str(data_dir), "--output_dir", str(out)),
+        *("--report_to", "none", "--per_device_train_batch_size", "9", "--max_length", "256"),
+        *("--disable_tqdm", "true", "--save_strategy", "no", "--logging_steps", "1", *extra),
+    ]
+    return build_sft_trainer(*make_parser().parse_args_and_config(argv))
+
+
+def test_trie_holds_each_shared_token_once_and_labels_every_row():
+    no = [-100] * 4
+    rows = [([1, 2, 3, 7, 8], [*no, 8]), ([1, 2, 3, 9, 8], [*no, 8]), ([1, 2, 3, 7, 8], [*no, 8])]
+    batch = prefix_trie(rows)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 7, 8, 9, 8]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 4]]
+    # Three rows, one completion token each: the repeated row is predicted again from the same position.
+    assert batch["label_positions"].tolist() == [3, 5, 3] and batch["labels"].tolist() == [[8, 8, 8]]
+    mask = batch["tree_mask"][0, 0]
+    assert mask[6].tolist() == [True, True, True, False, False, True, True]  # 9's branch never sees 7
+    assert mask[4].tolist() == [True, True, True, True, True, False, False]
+
+
+def test_sampler_batches_rows_that_share_a_head():
+    ids = [[5, 1, 2], [3, 1], [5, 1, 9], [3, 2], [6, 0]]
+    sampler = PrefixGroupedSampler(ids, batch_size=2, seed=0)
+    assert sorted(map(sorted, sampler.batches)) == [[0, 2], [1, 3], [4]]
+    assert sorted(sampler) == list(range(5)) and len(sampler) == 5
+    orders = set()
+    for epoch in range(8):
+        sampler.set_epoch(epoch)
+        orders.add(tuple(sampler))
+    assert len(orders) > 1  # the batches' order changes from epoch to epoch
+
+
+def test_packed_loss_and_gradients_equal_per_row_sft(tiny_llama_dir, checks_dir, tmp_path):
+    packed = _trainer(tiny_llama_dir, checks_dir, tmp_path / "packed", "--shared_prefix_packing", "true")
+    padded = _trainer(tiny_llama_dir, checks_dir, tmp_path / "padded")
+    rows = [packed.train_dataset[i] for i in range(len(packed.train_dataset))]
+    results = []
+    for trainer in (packed, padded):
+        model = trainer.model
+        model.train(False)
+        model.zero_grad()
+        inputs = trainer._prepare_inputs(trainer.data_collator(rows))
+        n_items = trainer._get_num_items_in_batch([inputs], torch.device("cpu"))
+        loss = trainer.compute_loss(model, dict(inputs), num_items_in_batch=n_items)
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((inputs, int(n_items), loss.item(), grads))
+    (
+        (packed_inputs, packed_items, packed_loss, packed_grads),
+        (padded_inputs, padded_items, padded_loss, padded_grads),
+    ) = results
+    assert packed_items == padded_items == 9 * 3  # "yes"/"no", "<|im_end|>" and its newline, per row
+    # The shared system prompt and each headline are computed once, not once per rule.
+    assert packed_inputs["input_ids"].size(1) < 0.5 * padded_inputs["attention_mask"].sum()
+    assert abs(packed_loss - padded_loss) < 1e-5
+    assert packed_grads.keys() == padded_grads.keys() and packed_grads
+    for name, grad in packed_grads.items():
+        torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_packed_run_learns_and_logs(tiny_llama_dir, checks_dir, tmp_path):
+    trainer = _trainer(
+        tiny_llama_dir,
+        checks_dir,
+        tmp_path / "run",
+        "--shared_prefix_packing",
+        "true",
+        "--per_device_train_batch_size",
+        "3",
+        "--max_steps",
+        "12",
+        "--learning_rate",
+        "3e-3",
+    )
+    trainer.train()
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3])
+    assert all("mean_token_accuracy" in r for r in trainer.state.log_history if "loss" in r)
+
+
+def test_shared_prefix_packing_refuses_sequence_packing(tmp_path):
+    with pytest.raises(ValueError, match="shared_prefix_packing packs the batch itself"):
+        make_parser().parse_args_and_config(
+            ["--output_dir", str(tmp_path), "--shared_prefix_packing", "true", "--packing", "true"]
+        )
