@@ -171,7 +171,7 @@ def demo_parl(
     ),
     model: ModelOpt = DEFAULT_MODEL,
     judge: Annotated[str | None, typer.Option(help="A trained rule verifier (skips training one).")] = None,
-    judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default the recipe's 3 epochs.")] = None,
+    judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default the recipe's 900.")] = None,
     grpo_steps: int = 12,
     runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
     heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
