@@ -10,8 +10,8 @@ same order (token order, which is what shared-prefix packing batches by), ``--ro
 
 Each path times ``--steps`` optimizer steps after two warm-up steps and keeps its best; ``--rounds``
 repeats both, interleaved, and keeps each one's best (a shared 2-core machine moves with its load).
-Reported: rows/s, tokens computed per row, and ``shared_prefix_speedup`` (rows/s ratio of the same run).
-The last line printed is one JSON object.
+Reported: rows/s, tokens computed per row (padding included), and ``shared_prefix_speedup`` (the rows/s
+ratio of the same run). The last line printed is one JSON object.
 
     python benchmarks/verifier_sft.py [--rows 28] [--steps 3] [--rounds 2]
 """
@@ -62,7 +62,7 @@ def measure(data: Path, model: str, shared: bool, rows: int, steps: int, warmup:
     with tempfile.TemporaryDirectory(prefix="verifier-bench-") as out:
         argv = ["--config", str(RECIPE), "--model_name_or_path", model, "--dataset_path", str(data)]
         argv += ["--output_dir", out, "--max_steps", str(warmup + steps), "--per_device_train_batch_size", str(rows)]
-        argv += ["--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true", "--merge_adapter", "false"]
+        argv += ["--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
         argv += ["--shared_prefix_packing", "true"]  # the same row order for both paths: token order
         timer = _StepTimer()
         trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
@@ -71,7 +71,7 @@ def measure(data: Path, model: str, shared: bool, rows: int, steps: int, warmup:
 
             trainer.data_collator = DataCollatorForLanguageModeling(pad_token_id=trainer.processing_class.pad_token_id)
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(rows)])
-        tokens = batch["input_ids"].numel() if shared else int(batch["attention_mask"].sum())
+        tokens = batch["input_ids"].numel()  # padding included: the padded path computes it too
         trainer.train()
     return {"rows_per_s": rows / min(timer.seconds[warmup:]), "tokens_per_row": tokens / rows}
 

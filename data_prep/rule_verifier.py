@@ -97,19 +97,24 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
             "label other data and pass it with --labels",
         )
     rng = random.Random(f"{seed}:verifier:{parl_dir.name}")
+    # The edits draw from their own generator: the wordings drawn for the original texts (validation's
+    # included) are the same with and without counterfactuals.
+    edit_rng = random.Random(f"{seed}:edits:{parl_dir.name}")
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     dataset = load_from_disk(str(parl_dir))
     for parl_split, split in _PARL_SPLITS.items():
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
-                texts = [(kind, text)]
+                texts = [(kind, text, rng)]
                 if counterfactuals and split == "train":
-                    texts += list(_edited(task, kind, text, rng))
-                for text_kind, judged in texts:
+                    texts += [
+                        (edit_kind, edited, edit_rng) for edit_kind, edited in _edited(task, kind, text, edit_rng)
+                    ]
+                for text_kind, judged, draw in texts:
                     for check in RULES[task]:
                         pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
-                        wording = rng.choice(pool)
+                        wording = draw.choice(pool)
                         rows[split].append(
                             _row(
                                 f"{example['id']}:{text_kind}:{check.name}",

@@ -7,9 +7,8 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml`` (or
    ``judge``: one already trained). ``judge_heldout_accuracy``: its accuracy on the held-out users' checks in
    the 2 wordings it never saw, next to the untrained model's on the same checks. It judges every later stage.
-1. **warm start**: the base model's structured-output rubric sets for training users that pass validation by
-   the judge (``persetrain rubrics warmstart-data``) -> LoRA SFT, merged. With no set passing, GRPO starts from
-   the base.
+1. **warm start**: the base model's structured-output rubric sets for training users that pass validation
+   (``persetrain rubrics warmstart-data``) -> LoRA SFT, merged. With no set passing, GRPO starts from the base.
 2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: per step the mean reward, the share of rollouts with
    >= 2 valid rules and the mean margin product D over the rollouts that have one; their first and last fifth.
 3. **untrained** and 4. **trained**: the base and the GRPO generator on the held-out users with the ``parl``
@@ -109,9 +108,8 @@ def _warmstart_stage(cfg: ParlDemoConfig, train, config) -> dict:
 
     try:
         engine = load_engine(cfg.model, cache_path=cfg.out / "warmstart-engine.sqlite")
-        judge = load_engine(config.judge_model) if config.judge_model else None
         counts = write_warmstart_data(
-            engine, train[: cfg.warmstart_users], cfg.out / "warmstart_data", config, cfg.seed, judge
+            engine, train[: cfg.warmstart_users], cfg.out / "warmstart_data", config, cfg.seed
         )
     except ValueError as err:  # no set passed validation: GRPO starts from the base model, as recorded
         console.print(f"warm start skipped: {err}")
@@ -230,9 +228,9 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
 
     stage("judge", lambda: _judge_stage(cfg, data))
     config = PARLConfig(temperature=0.6, max_new_tokens=cfg.max_new_tokens, runs=cfg.runs, judge_model=summary["judge"])
-    # The warm start keeps the sets whose rules the reward's own judge validates: the base model says "yes" to
-    # every rule, so sets it validates teach rules that the trained judge then rejects in every GRPO step.
-    stage("warmstart", lambda: _warmstart_stage(cfg, train, replace(config, runs=1)))
+    # The warm start teaches the format: validated by the base model, which keeps every parsed set. Validated by
+    # the trained judge instead, 2 of 12 sets passed and every GRPO rollout after that warm start was unparsable.
+    stage("warmstart", lambda: _warmstart_stage(cfg, train, replace(config, runs=1, judge_model=None)))
     stage("grpo", lambda: _grpo_stage(cfg, data, summary["policy"], summary["judge"]))
     stage("untrained", lambda: _generator_stage(cfg, "untrained", cfg.model, test, data, config))
     stage("trained", lambda: _generator_stage(cfg, "trained", summary["grpo_model"], test, data, config))
