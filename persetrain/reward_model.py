@@ -11,9 +11,11 @@ decoder the context's ids, then the candidate's and EOS - what TRL's standard fo
 ``prompt + completion + eos_token`` -, for an encoder its sentence-pair form ``[CLS] context [SEP]
 candidate [SEP]`` with segment ids. A text longer than ``max_length`` loses tokens from the left of the
 *context* (the oldest part of a profile, then of the request): the candidate is what is scored, so it
-is kept whole as long as it fits at all. Rows are sorted by length and padded on the right into
-batches of at most ``batch_tokens`` padded tokens; under ``torch.no_grad`` a row's score does not
-depend on which rows share its batch (the tests check batched == one at a time).
+is kept whole as long as it fits at all. A decoder computes a context once for all its candidates,
+as the listwise trainer does (a multiple-choice question's context is most of its tokens); groups are
+sorted by length and padded on the right into batches of at most ``batch_tokens`` padded tokens.
+Under ``torch.no_grad`` a text's score depends neither on the batch nor on the candidates that share
+its context (the tests check both against each text's plain forward).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from persetrain.console import progress
 from persetrain.io import InputError
 from persetrain.models import _from_pretrained, best_device, best_dtype, resolve
 from persetrain.reward_inputs import encode, is_encoder
+from persetrain.train.rm_listwise import ListwiseCollator, option_rewards
 
 SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 
@@ -135,41 +138,70 @@ class RewardModelScorer:
 
     def encode(self, context: str, candidate: str) -> tuple[list[int], bool]:
         """The token ids the model reads for one text, cut to ``max_length``; and whether anything was cut."""
-        ids, _, cut = self._encode(context, candidate)
-        return ids, cut
+        [(context_ids, [(_, ids)])], cut = self._groups([context], [candidate])
+        return context_ids + ids, bool(cut)
 
-    def _encode(self, context: str, candidate: str) -> tuple[list[int], list[int], bool]:
-        """Ids, segment ids and the cut flag, built as training builds them (``persetrain.reward_inputs``):
-        the context loses its oldest tokens first; a candidate longer than the limit keeps its start."""
-        whole = encode(self.tokenizer, context, [candidate])
-        if len(whole.row(0)) <= self.max_length:
-            return whole.row(0), whole.segments(0), False
-        fitted = encode(self.tokenizer, context, [candidate], self.max_length)
-        return fitted.row(0)[: self.max_length], fitted.segments(0)[: self.max_length], True
+    def _groups(
+        self, contexts: Sequence[str], candidates: Sequence[str]
+    ) -> tuple[list[tuple[list[int], list[tuple[int, list[int]]]]], set[int]]:
+        """The texts as groups of one context's ids and its candidates' ``(index, ids)``, built as training builds
+        them (``persetrain.reward_inputs``), and the indices whose context was cut to fit.
+
+        A decoder's group holds every candidate of one context that fits whole: the context is computed once
+        for all of them. A candidate that does not fit is a group of its own, its context losing the oldest
+        tokens first (a candidate longer than the limit keeps its start). An encoder attends both ways, so
+        each of its texts is a group of one.
+        """
+        shared = not is_encoder(self.tokenizer)
+        by_context: dict[str, list[int]] = {}
+        for i, context in enumerate(contexts):
+            by_context.setdefault(context if shared else str(i), []).append(i)
+        groups, cut = [], set()
+        for indices in by_context.values():
+            context = contexts[indices[0]]
+            whole = encode(self.tokenizer, context, [candidates[i] for i in indices])
+            fitting = []
+            for i, tail in zip(indices, whole.candidates, strict=True):
+                if len(whole.context) + len(tail) <= self.max_length:
+                    fitting.append((i, tail))
+                    continue
+                fitted = encode(self.tokenizer, context, [candidates[i]], self.max_length)
+                groups.append((fitted.context, [(i, fitted.candidates[0][: self.max_length - len(fitted.context)])]))
+                cut.add(i)
+            if fitting:
+                groups.append((whole.context, fitting))
+        return groups, cut
 
     @torch.no_grad()
     def score_detailed(
         self, contexts: Sequence[str], candidates: Sequence[str], description: str = "reward model"
     ) -> list[Scored]:
-        """One ``Scored`` per (context, candidate) pair, in the given order."""
+        """One ``Scored`` per (context, candidate) pair, in the given order.
+
+        Groups are batched largest first while the batch's padded tokens stay within ``batch_tokens``; a
+        decoder's batch is the listwise trainer's forward (``persetrain.train.rm_listwise.option_rewards``):
+        each context once, its candidates attending to its cached states.
+        """
         if len(contexts) != len(candidates):
             raise ValueError(f"{len(contexts)} contexts for {len(candidates)} candidates")
-        rows = [self._encode(c, x) for c, x in zip(contexts, candidates, strict=True)]
-        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
-        scores: list[float] = [0.0] * len(rows)
+        groups, cut = self._groups(contexts, candidates)
+        groups.sort(key=lambda g: -(len(g[0]) + max(len(ids) for _, ids in g[1])))
+        scored: list[Scored | None] = [None] * len(contexts)
         with progress() as bar:
-            task = bar.add_task(description, total=len(rows))
+            task = bar.add_task(description, total=len(contexts))
             start = 0
-            while start < len(order):
-                width = len(rows[order[start]][0])  # the longest row of the batch (rows sorted longest first)
-                batch = order[start : start + max(1, self.batch_tokens // max(width, 1))]
-                for i, value in zip(
-                    batch, self._forward([rows[i][0] for i in batch], [rows[i][1] for i in batch]), strict=True
-                ):
-                    scores[i] = value
-                start += len(batch)
-                bar.advance(task, len(batch))
-        return [Scored(score, len(ids), cut) for score, (ids, _, cut) in zip(scores, rows, strict=True)]
+            while start < len(groups):
+                end = start + 1
+                while end < len(groups) and self._padded_tokens(groups[start : end + 1]) <= self.batch_tokens:
+                    end += 1
+                batch = groups[start:end]
+                rewards = self._forward(batch)
+                for row, (context_ids, options) in enumerate(batch):
+                    for k, (i, ids) in enumerate(options):
+                        scored[i] = Scored(rewards[row][k], len(context_ids) + len(ids), i in cut)
+                    bar.advance(task, len(options))
+                start = end
+        return scored
 
     def score(
         self, contexts: Sequence[str], candidates: Sequence[str], description: str = "reward model"
@@ -177,13 +209,19 @@ class RewardModelScorer:
         """The reward of each ``context + candidate``."""
         return [s.score for s in self.score_detailed(contexts, candidates, description)]
 
-    def _forward(self, rows: list[list[int]], segments: list[list[int]]) -> list[float]:
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
-        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
-        extra = {}
-        if is_encoder(self.tokenizer):  # the sentence-pair form it was trained on: segment 1 is the candidate
-            extra["token_type_ids"] = torch.tensor([s + [0] * (width - len(s)) for s in segments], device=self.device)
-        logits = self.model(input_ids=ids, attention_mask=mask, **extra).logits
-        return logits[:, 0].float().tolist()
+    def _padded_tokens(self, groups: list[tuple[list[int], list[tuple[int, list[int]]]]]) -> int:
+        """Tokens a batch of groups computes, padding included: contexts plus option rows when the context is
+        shared, else one whole row per option."""
+        context = max(len(c) for c, _ in groups)
+        options = max(len(ids) for _, opts in groups for _, ids in opts)
+        width = max(len(opts) for _, opts in groups)
+        if is_encoder(self.tokenizer):
+            return len(groups) * width * (context + options)
+        return len(groups) * (context + width * options)
+
+    def _forward(self, groups: list[tuple[list[int], list[tuple[int, list[int]]]]]) -> list[list[float]]:
+        """Each group's candidates' rewards, in its order."""
+        collate = ListwiseCollator(self.tokenizer)
+        batch = collate([{"context_ids": c, "option_ids": [ids for _, ids in opts], "gold": 0} for c, opts in groups])
+        rewards = option_rewards(self.model, {k: v.to(self.device) for k, v in batch.items()})
+        return [rewards[row, : len(opts)].tolist() for row, (_, opts) in enumerate(groups)]

@@ -102,6 +102,38 @@ def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir
     assert scorer.score(contexts[:1], candidates[:1]) == pytest.approx(batched[:1], abs=1e-5)
 
 
+def test_candidates_sharing_a_context_score_as_each_text_alone(scorer, tiny_rm_dir):
+    """A decoder computes a context once for all its candidates (the listwise trainer's forward): each score
+    equals the text's plain forward, whatever the group's size, batch and order; a candidate that does not
+    fit whole leaves the group and loses the start of its own context only."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_rm_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_rm_dir)
+    options = [*CANDIDATES, "Stay home and read.", "A quiet cabin by a lake, far from any road."]
+    contexts = [CONTEXTS[0]] * 4 + [CONTEXTS[2]] * 3 + [CONTEXTS[1]]
+    candidates = [options[i % len(options)] for i in range(len(contexts))]
+    order = [5, 0, 7, 2, 6, 1, 4, 3]  # the groups' members interleaved
+    shared = scorer.score([contexts[i] for i in order], [candidates[i] for i in order])
+    with torch.no_grad():
+        alone = [
+            model(**tokenizer(contexts[i] + candidates[i] + tokenizer.eos_token, return_tensors="pt")).logits.item()
+            for i in order
+        ]
+    assert shared == pytest.approx(alone, abs=1e-5)
+    long = "a long answer " * 12
+    old, scorer.max_length = scorer.max_length, len(scorer.encode(CONTEXTS[0], CANDIDATES[0])[0]) + 2
+    try:
+        scored = scorer.score_detailed([CONTEXTS[0]] * 2, [CANDIDATES[0], long])
+        ids, cut = scorer.encode(CONTEXTS[0], long)
+    finally:
+        scorer.max_length = old
+    assert [s.truncated for s in scored] == [False, True] and cut
+    with torch.no_grad():
+        assert scored[1].score == pytest.approx(model(input_ids=torch.tensor([ids])).logits.item(), abs=1e-5)
+    assert scored[0].score == pytest.approx(alone[order.index(0)], abs=1e-5)
+
+
 def test_an_encoder_reward_model_scores_at_cls_and_keeps_its_trailing_sep(tmp_path):
     """A BERT-style backbone (the packaged MiniLM's tokenizer, no EOS): padding never changes a score, and a cut
     text still ends with the candidate and [SEP]."""
