@@ -27,9 +27,10 @@ from transformers import AutoConfig, TrainerCallback
 from trl import RewardTrainer
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
+from persetrain.reward_batches import ListwiseCollator, option_rewards
 from persetrain.reward_inputs import encode
 from persetrain.train.rm import ListwiseRewardTrainer, RMConfig
-from persetrain.train.rm_listwise import ListwiseCollator, option_rewards, ranking_loss
+from persetrain.train.rm_listwise import ranking_loss
 
 
 class StepTimer(TrainerCallback):

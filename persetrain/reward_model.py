@@ -30,8 +30,8 @@ import torch
 from persetrain.console import progress
 from persetrain.io import InputError
 from persetrain.models import _from_pretrained, best_device, best_dtype, resolve
+from persetrain.reward_batches import ListwiseCollator, option_rewards
 from persetrain.reward_inputs import encode, is_encoder
-from persetrain.train.rm_listwise import ListwiseCollator, option_rewards
 
 SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 
@@ -179,7 +179,7 @@ class RewardModelScorer:
         """One ``Scored`` per (context, candidate) pair, in the given order.
 
         Groups are batched largest first while the batch's padded tokens stay within ``batch_tokens``; a
-        decoder's batch is the listwise trainer's forward (``persetrain.train.rm_listwise.option_rewards``):
+        decoder's batch is the listwise trainer's forward (``persetrain.reward_batches.option_rewards``):
         each context once, its candidates attending to its cached states.
         """
         if len(contexts) != len(candidates):

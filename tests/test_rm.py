@@ -19,10 +19,11 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer
 from persetrain.prompts.preference import rm_context
+from persetrain.reward_batches import ListwiseCollator, option_rewards
 from persetrain.reward_inputs import encode
 from persetrain.train.recipe import RecipeError
 from persetrain.train.rm import run_rm
-from persetrain.train.rm_listwise import ListwiseCollator, option_rewards, ranking_loss
+from persetrain.train.rm_listwise import ranking_loss
 
 QUESTIONS = [
     {

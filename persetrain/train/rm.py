@@ -39,16 +39,10 @@ from trl import RewardTrainer, get_peft_config, get_quantization_config
 
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
+from persetrain.reward_batches import ListwiseCollator, option_rewards
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.rm_listwise import (
-    LISTWISE_COLUMNS,
-    ListwiseCollator,
-    option_rewards,
-    person_contrast_loss,
-    ranking_loss,
-    tokenize_listwise,
-)
+from persetrain.train.rm_listwise import LISTWISE_COLUMNS, person_contrast_loss, ranking_loss, tokenize_listwise
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
 
 #: Losses of a listwise dataset (a pairs dataset always trains TRL's Bradley-Terry).
