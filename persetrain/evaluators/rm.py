@@ -28,7 +28,7 @@ from persetrain.reward_model import RewardModelScorer, check_reward_model
 class RMConfig(LearnedJudgeConfig):
     #: Longest text in tokens (context + candidate); longer ones lose the start of the context. None: the model's.
     max_length: int | None = None
-    #: Padded tokens per forward pass (rows are sorted by length, so little of it is padding).
+    #: Most padded tokens per forward pass (a memory bound; padding is bounded apart, ``MAX_PADDED_SHARE``).
     batch_tokens: int = 8192
 
 
