@@ -13,7 +13,8 @@ candidate [SEP]`` with segment ids. A text longer than ``max_length`` loses toke
 *context* (the oldest part of a profile, then of the request): the candidate is what is scored, so it
 is kept whole as long as it fits at all. A decoder computes a context once for all its candidates,
 as the listwise trainer does (a multiple-choice question's context is most of its tokens); groups are
-sorted by length and padded on the right into batches of at most ``batch_tokens`` padded tokens.
+sorted by their longest candidate and padded on the right into batches of at most ``batch_tokens`` padded
+tokens and ``MAX_PADDED_SHARE`` x their real ones.
 Under ``torch.no_grad`` a text's score depends neither on the batch nor on the candidates that share
 its context (the tests check both against each text's plain forward).
 """
@@ -38,6 +39,8 @@ SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 #: (113 questions, 12.8k real tokens): batches capped by size alone computed 22k tokens in 32 s, capped at
 #: 1.25x 15-16k in 22-23 s.
 MAX_PADDED_SHARE = 1.25
+#: One context's ids and its candidates' ``(index in the caller's order, ids)``: what one forward shares.
+Group = tuple[list[int], list[tuple[int, list[int]]]]
 
 
 def _config_of(spec: str) -> tuple[str, dict]:
@@ -145,9 +148,7 @@ class RewardModelScorer:
         [(context_ids, [(_, ids)])], cut = self._groups([context], [candidate])
         return context_ids + ids, bool(cut)
 
-    def _groups(
-        self, contexts: Sequence[str], candidates: Sequence[str]
-    ) -> tuple[list[tuple[list[int], list[tuple[int, list[int]]]]], set[int]]:
+    def _groups(self, contexts: Sequence[str], candidates: Sequence[str]) -> tuple[list[Group], set[int]]:
         """The texts as groups of one context's ids and its candidates' ``(index, ids)``, built as training builds
         them (``persetrain.reward_inputs``), and the indices whose context was cut to fit.
 
@@ -217,12 +218,12 @@ class RewardModelScorer:
         """The reward of each ``context + candidate``."""
         return [s.score for s in self.score_detailed(contexts, candidates, description)]
 
-    def _fits(self, groups: list[tuple[list[int], list[tuple[int, list[int]]]]]) -> bool:
+    def _fits(self, groups: list[Group]) -> bool:
         padded = self._padded_tokens(groups)
         real = sum(len(context) + sum(len(ids) for _, ids in options) for context, options in groups)
         return padded <= self.batch_tokens and padded <= MAX_PADDED_SHARE * real
 
-    def _padded_tokens(self, groups: list[tuple[list[int], list[tuple[int, list[int]]]]]) -> int:
+    def _padded_tokens(self, groups: list[Group]) -> int:
         """Tokens a batch of groups computes, padding included: contexts plus option rows when the context is
         shared, else one whole row per option."""
         context = max(len(c) for c, _ in groups)
@@ -232,7 +233,7 @@ class RewardModelScorer:
             return len(groups) * width * (context + options)
         return len(groups) * (context + width * options)
 
-    def _forward(self, groups: list[tuple[list[int], list[tuple[int, list[int]]]]]) -> list[list[float]]:
+    def _forward(self, groups: list[Group]) -> list[list[float]]:
         """Each group's candidates' rewards, in its order."""
         collate = ListwiseCollator(self.tokenizer)
         batch = collate([{"context_ids": c, "option_ids": [ids for _, ids in opts], "gold": 0} for c, opts in groups])
