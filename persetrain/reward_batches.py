@@ -62,16 +62,17 @@ class ListwiseCollator:
         }
         if is_encoder(self.tokenizer) or not self.share_context:
             pairs = [(row["context_ids"], option) for row, opts in zip(rows, options, strict=True) for option in opts]
-            batch["pair_ids"], batch["pair_mask"] = _pad([c + o for c, o in pairs], pad)
+            batch["pair_ids"], batch["pair_mask"] = pad_right([c + o for c, o in pairs], pad)
             if is_encoder(self.tokenizer):
-                batch["pair_types"], _ = _pad([[0] * len(c) + [1] * len(o) for c, o in pairs], 0)
+                batch["pair_types"], _ = pad_right([[0] * len(c) + [1] * len(o) for c, o in pairs], 0)
             return batch
-        batch["context_ids"], batch["context_mask"] = _pad([row["context_ids"] for row in rows], pad)
-        batch["option_ids"], batch["option_attention"] = _pad([o for opts in options for o in opts], pad)
+        batch["context_ids"], batch["context_mask"] = pad_right([row["context_ids"] for row in rows], pad)
+        batch["option_ids"], batch["option_attention"] = pad_right([o for opts in options for o in opts], pad)
         return batch
 
 
-def _pad(sequences: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_right(sequences: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sequences`` right-padded with ``pad`` to the longest, and their attention mask."""
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)

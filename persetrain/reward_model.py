@@ -12,9 +12,9 @@ decoder the context's ids, then the candidate's and EOS - what TRL's standard fo
 candidate [SEP]`` with segment ids. A text longer than ``max_length`` loses tokens from the left of the
 *context* (the oldest part of a profile, then of the request): the candidate is what is scored, so it
 is kept whole as long as it fits at all. A decoder computes a context once for all its candidates,
-as the listwise trainer does (a multiple-choice question's context is most of its tokens); groups are
-sorted by their longest candidate and padded on the right into batches of at most ``batch_tokens`` padded
-tokens and ``MAX_PADDED_SHARE`` x their real ones.
+as the listwise trainer does (a multiple-choice question's context is most of its tokens), in two passes
+batched by their own lengths: the contexts, then the candidates over the contexts' cached states; every
+pass is cut into the batches that compute the fewest padded tokens (``FORWARD_TOKENS`` per pass).
 Under ``torch.no_grad`` a text's score depends neither on the batch nor on the candidates that share
 its context (the tests check both against each text's plain forward).
 """
@@ -22,23 +22,28 @@ its context (the tests check both against each text's plain forward).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from persetrain.console import progress
+from persetrain.engine.hf.kv import right_padded, row_states
+from persetrain.engine.prefix_cache import LayerStates
 from persetrain.io import InputError
-from persetrain.models import _from_pretrained, best_device, best_dtype, resolve
-from persetrain.reward_batches import ListwiseCollator, option_rewards
+from persetrain.models import _from_pretrained, best_device, best_dtype, cache_argument, resolve
+from persetrain.reward_batches import ListwiseCollator, option_rewards, pad_right
 from persetrain.reward_inputs import encode, is_encoder
 
 SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
-#: The most padded tokens a scoring batch computes per real token. Measured on PrefEval's multiple choice
-#: (113 questions, 12.8k real tokens): batches capped by size alone computed 22k tokens in 32 s, capped at
-#: 1.25x 15-16k in 22-23 s.
-MAX_PADDED_SHARE = 1.25
+#: What one forward pass costs beyond its tokens, in tokens: measured on SmolLM2-135M on a 2-core CPU, a pass of
+#: n rows takes about 0.04 s + tokens / 780 per second, so a pass is worth computing about 32 padding tokens less.
+FORWARD_TOKENS = 32
+#: Contexts whose cached states are held at once, in batches of ``batch_tokens``: the memory bound of scoring
+#: (SmolLM2-135M keeps 46 KB of states per token in fp32, an 8B Llama 128 KB in bf16).
+CHUNK_BATCHES = 4
 #: One context's ids and its candidates' ``(index in the caller's order, ids)``: what one forward shares.
 Group = tuple[list[int], list[tuple[int, list[int]]]]
 
@@ -185,32 +190,26 @@ class RewardModelScorer:
     ) -> list[Scored]:
         """One ``Scored`` per (context, candidate) pair, in the given order.
 
-        Groups are sorted by their longest candidate, then their context, and a batch grows while its padded
-        tokens stay within ``batch_tokens`` and within ``MAX_PADDED_SHARE`` x its real ones: every candidate
-        row is padded to the batch's longest, so padding, not batch size, decides the cost. A decoder's batch
-        is the listwise trainer's forward (``persetrain.reward_batches.option_rewards``): each context once,
-        its candidates attending to its cached states.
+        A decoder runs the listwise trainer's forward (``persetrain.reward_batches.option_rewards``) in its two
+        halves, each batched by its own lengths: the contexts, sorted by length, then every candidate of a chunk
+        of questions, sorted by length, attending to its context's cached states. Batching whole questions
+        pads each candidate row to the longest candidate of the batch and each context to the longest context;
+        splitting the halves leaves almost no padding in what the linear layers compute (padding in the cache
+        costs attention only). An encoder scores one whole row per text, sorted by length.
         """
         if len(contexts) != len(candidates):
             raise ValueError(f"{len(contexts)} contexts for {len(candidates)} candidates")
         groups, cut = self._groups(contexts, candidates)
-        groups.sort(key=lambda g: (-max(len(ids) for _, ids in g[1]), -len(g[0])))
-        scored: list[Scored | None] = [None] * len(contexts)
+        rewards: dict[int, float] = {}
         with progress() as bar:
             task = bar.add_task(description, total=len(contexts))
-            start = 0
-            while start < len(groups):
-                end = start + 1
-                while end < len(groups) and self._fits(groups[start : end + 1]):
-                    end += 1
-                batch = groups[start:end]
-                rewards = self._forward(batch)
-                for row, (context_ids, options) in enumerate(batch):
-                    for k, (i, ids) in enumerate(options):
-                        scored[i] = Scored(rewards[row][k], len(context_ids) + len(ids), i in cut)
-                    bar.advance(task, len(options))
-                start = end
-        return scored
+            if is_encoder(self.tokenizer):
+                self._encoder_rewards(groups, rewards, lambda n: bar.advance(task, n))
+            else:
+                for chunk in self._chunks(groups):
+                    self._decoder_rewards(chunk, rewards, lambda n: bar.advance(task, n))
+        tokens = {i: len(context) + len(ids) for context, options in groups for i, ids in options}
+        return [Scored(rewards[i], tokens[i], i in cut) for i in range(len(contexts))]
 
     def score(
         self, contexts: Sequence[str], candidates: Sequence[str], description: str = "reward model"
@@ -218,24 +217,87 @@ class RewardModelScorer:
         """The reward of each ``context + candidate``."""
         return [s.score for s in self.score_detailed(contexts, candidates, description)]
 
-    def _fits(self, groups: list[Group]) -> bool:
-        padded = self._padded_tokens(groups)
-        real = sum(len(context) + sum(len(ids) for _, ids in options) for context, options in groups)
-        return padded <= self.batch_tokens and padded <= MAX_PADDED_SHARE * real
+    def _chunks(self, groups: list[Group]) -> list[list[Group]]:
+        """Groups in chunks whose contexts' cached states stay within ``CHUNK_BATCHES`` batches of tokens."""
+        chunks: list[list[Group]] = [[]]
+        held = 0
+        for group in groups:
+            if chunks[-1] and held + len(group[0]) > CHUNK_BATCHES * self.batch_tokens:
+                chunks.append([])
+                held = 0
+            chunks[-1].append(group)
+            held += len(group[0])
+        return chunks
 
-    def _padded_tokens(self, groups: list[Group]) -> int:
-        """Tokens a batch of groups computes, padding included: contexts plus option rows when the context is
-        shared, else one whole row per option."""
-        context = max(len(c) for c, _ in groups)
-        options = max(len(ids) for _, opts in groups for _, ids in opts)
-        width = max(len(opts) for _, opts in groups)
-        if is_encoder(self.tokenizer):
-            return len(groups) * width * (context + options)
-        return len(groups) * (context + width * options)
+    def _batches(self, rows: list[tuple[int, int]]) -> list[list[int]]:
+        """Indices of ``rows`` (``(computed length, cached length)``, sorted by the first) in consecutive batches
+        that cost the fewest computed tokens, padding included, plus ``FORWARD_TOKENS`` per forward pass; a
+        batch holds at most ``batch_tokens``, cache included, unless it is a single row. An exact partition
+        (dynamic programming over the sorted rows): padding and the count of passes both cost time on a CPU.
+        """
+        cost = [0.0] + [math.inf] * len(rows)
+        start = [0] * (len(rows) + 1)
+        for end in range(1, len(rows) + 1):
+            width, cache = rows[end - 1][0], 0
+            for first in range(end - 1, -1, -1):
+                cache = max(cache, rows[first][1])
+                if first < end - 1 and (end - first) * (width + cache) > self.batch_tokens:
+                    break
+                total = cost[first] + (end - first) * width + FORWARD_TOKENS
+                if total < cost[end]:
+                    cost[end], start[end] = total, first
+        batches, end = [], len(rows)
+        while end:
+            batches.append(list(range(start[end], end)))
+            end = start[end]
+        return batches[::-1]
 
-    def _forward(self, groups: list[Group]) -> list[list[float]]:
-        """Each group's candidates' rewards, in its order."""
-        collate = ListwiseCollator(self.tokenizer)
-        batch = collate([{"context_ids": c, "option_ids": [ids for _, ids in opts], "gold": 0} for c, opts in groups])
-        rewards = option_rewards(self.model, {k: v.to(self.device) for k, v in batch.items()})
-        return [rewards[row, : len(opts)].tolist() for row, (_, opts) in enumerate(groups)]
+    def _decoder_rewards(self, groups: list[Group], rewards: dict[int, float], advance: Callable[[int], None]) -> None:
+        """Every candidate's reward: the contexts' states first, then the candidates over them."""
+        pad = self.tokenizer.pad_token_id
+        states: list[LayerStates | None] = [None] * len(groups)
+        order = sorted(range(len(groups)), key=lambda g: len(groups[g][0]))
+        for batch in self._batches([(len(groups[g][0]), 0) for g in order]):
+            members = [order[b] for b in batch]
+            ids, mask = (t.to(self.device) for t in pad_right([groups[g][0] for g in members], pad))
+            positions = torch.arange(ids.size(1), device=self.device).expand_as(ids)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            cache = out.cache if hasattr(out, "cache") else out.past_key_values
+            for row, g in enumerate(members):
+                states[g] = row_states(cache, row, 0, len(groups[g][0]))
+        candidates = sorted(
+            ((g, i, ids) for g, (_, options) in enumerate(groups) for i, ids in options),
+            key=lambda c: (len(c[2]), len(groups[c[0]][0])),
+        )
+        for batch in self._batches([(len(ids), len(groups[g][0])) for g, _, ids in candidates]):
+            members = [candidates[b] for b in batch]
+            lengths = [len(groups[g][0]) for g, _, _ in members]
+            width = max(lengths)
+            cache = right_padded([states[g] for g, _, _ in members], lengths, width)
+            ids, option_mask = (t.to(self.device) for t in pad_right([c[2] for c in members], pad))
+            context_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], device=self.device)
+            offsets = torch.tensor(lengths, device=self.device)[:, None]
+            positions = offsets + torch.arange(ids.size(1), device=self.device)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.cat([context_mask, option_mask], dim=1),
+                position_ids=positions,
+                use_cache=False,
+                **cache_argument(self.model, cache),
+            )
+            for (_, i, _), reward in zip(members, out.logits[:, 0].float().tolist(), strict=True):
+                rewards[i] = reward
+            advance(len(members))
+
+    def _encoder_rewards(self, groups: list[Group], rewards: dict[int, float], advance: Callable[[int], None]) -> None:
+        """Every text's reward, one ``[CLS] context [SEP] candidate [SEP]`` row each, in length-sorted batches."""
+        order = sorted(range(len(groups)), key=lambda g: len(groups[g][0]) + len(groups[g][1][0][1]))
+        for batch in self._batches([(len(groups[g][0]) + len(groups[g][1][0][1]), 0) for g in order]):
+            members = [groups[order[b]] for b in batch]
+            rows = ListwiseCollator(self.tokenizer)(
+                [{"context_ids": c, "option_ids": [x], "gold": 0} for c, [(_, x)] in members]
+            )
+            scores = option_rewards(self.model, {k: v.to(self.device) for k, v in rows.items()})
+            for row, (_, [(i, _)]) in enumerate(members):
+                rewards[i] = scores[row, 0].item()
+            advance(len(members))

@@ -85,7 +85,8 @@ CANDIDATES = ["A lentil curry.", "Paris in August, with every museum and the bus
 
 
 def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir):
-    """Length-sorted, right-padded batches (forced small here) == each text alone through transformers."""
+    """Length-sorted, right-padded batches (forced small here), and one pass per text, == each text alone through
+    transformers."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_rm_dir, dtype=torch.float32).eval()
@@ -100,6 +101,8 @@ def test_batched_scores_equal_the_plain_forward_of_each_text(scorer, tiny_rm_dir
     assert batched == pytest.approx(alone, abs=1e-5)
     assert len(set(round(s, 4) for s in batched)) > 3  # the texts really score differently
     assert scorer.score(contexts[:1], candidates[:1]) == pytest.approx(batched[:1], abs=1e-5)
+    one_by_one = RewardModelScorer(str(tiny_rm_dir), device="cpu", batch_tokens=1)  # a chunk and a pass per text
+    assert one_by_one.score(contexts, candidates) == pytest.approx(batched, abs=1e-5)
 
 
 def test_candidates_sharing_a_context_score_as_each_text_alone(scorer, tiny_rm_dir):

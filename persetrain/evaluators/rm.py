@@ -28,7 +28,7 @@ from persetrain.reward_model import RewardModelScorer, check_reward_model
 class RMConfig(LearnedJudgeConfig):
     #: Longest text in tokens (context + candidate); longer ones lose the start of the context. None: the model's.
     max_length: int | None = None
-    #: Most padded tokens per forward pass (a memory bound; padding is bounded apart, ``MAX_PADDED_SHARE``).
+    #: Most tokens per forward pass, cached context included (a memory bound; batches are cut to the least padding).
     batch_tokens: int = 8192
 
 
