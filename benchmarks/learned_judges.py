@@ -3,18 +3,20 @@
 1. Data (``persetrain prepare preference``): the training topics' questions as listwise rows (reward model)
    and yes/no rows (verifier). By default the 8 given topics less a validation pair, which is held out whole
    and evaluated on; with ``--eval DIR`` every ``--train`` topic trains and DIR's topics are evaluated.
-2. Training: ``recipes/rm/cpu_smollm2_prefeval.yaml`` and ``recipes/verifier/cpu_smollm2_prefeval.yaml``
-   as they are, with this run's data and output folders (``train_seconds`` counts both).
+2. Training: two reward models, the decoder ``recipes/rm/cpu_smollm2_prefeval.yaml`` (``rm``) and the
+   encoder ``recipes/rm/cpu_minilm_prefeval.yaml`` (``rm-minilm``), and the verifier
+   ``recipes/verifier/cpu_smollm2_prefeval.yaml``, as they are, with this run's data and output folders
+   (``train_seconds`` counts all three).
 3. Judging, through ``persetrain meta-eval`` on the evaluation topics (``--max-eval N --seed S`` picks the
-   questions ``persetrain evaluate --max-examples N --seed S`` picks): the reward model, the verifier and
+   questions ``persetrain evaluate --max-examples N --seed S`` picks): the reward models, the verifier and
    the ``odd-one-out`` baseline, each also with the person removed (``blind``) and with another question's
    preference (``swap``). The untrained references, zero-shot letter choice (``mcq-letter``) and PREF, run
    on a seeded subset of at least 100 of the same questions (``--reference-questions``).
 4. Speed (``benchmarks/rm_speed.py``): the listwise path against TRL's ``RewardTrainer`` per question,
    their losses on the same questions, and the listwise path's share of the fp32 matmul rate.
 
-``--out DIR`` keeps everything: ``DIR/rm`` and ``DIR/verifier/merged`` are the checkpoints, so
-``persetrain evaluate --evaluator rm --model DIR/rm --data DIR/data/eval --max-examples N --seed S``
+``--out DIR`` keeps everything: ``DIR/rm``, ``DIR/rm-minilm`` and ``DIR/verifier/merged`` are the
+checkpoints, so ``persetrain evaluate --evaluator rm --model DIR/rm --data DIR/data/eval --max-examples N --seed S``
 reproduces ``rm_accuracy``. A rerun skips what is already there (finished trainings, judged systems).
 The last line printed is one JSON object.
 
@@ -42,7 +44,11 @@ from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 REPO = Path(__file__).resolve().parents[1]
 GIVEN = [REPO.parent / "shared" / "data" / "prefeval-dev", REPO.parent / "shared" / "data" / "prefeval-train"]
 VALIDATION_TOPICS = ("lifestyle_dietary", "travel_restaurant")
-RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
+#: The reward models trained, by system name: the decoder (``rm_*`` keys) and the encoder (``rm_minilm_*``).
+RM_RECIPES = {
+    "rm": REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml",
+    "rm-minilm": REPO / "recipes" / "rm" / "cpu_minilm_prefeval.yaml",
+}
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
 MODEL = "embedded:smollm2-135m-instruct"
 
@@ -111,6 +117,19 @@ def accuracy(metrics: dict, system: str) -> float:
     return metrics["systems"][system]["metrics"]["accuracy"]
 
 
+def rm_figures(metrics: dict, system: str) -> dict[str, float]:
+    """A reward model's accuracy, its blind and swap accuracies and its seconds per question, under keys named
+    after the system (``rm-minilm`` -> ``rm_minilm_accuracy``)."""
+    found = metrics["systems"][system]
+    key = system.replace("-", "_")
+    return {
+        f"{key}_accuracy": found["metrics"]["accuracy"],
+        f"{key}_blind_accuracy": found["blind"]["accuracy"],
+        f"{key}_swap_accuracy": found["swap"]["accuracy"],
+        f"{key}_seconds_per_question": found["metrics"]["cost"]["seconds"] / metrics["n_examples"],
+    }
+
+
 def main() -> None:
     from persetrain.train import rm, sft
 
@@ -119,12 +138,13 @@ def main() -> None:
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     common = ["--report_to", "none", "--save_strategy", "no"]
-    times["rm"] = times.get("rm") or train(
-        rm,
-        RM_RECIPE,
-        ["--dataset_path", str(data / "listwise"), "--output_dir", str(args.out / "rm"), *common],
-        args.out / "rm",
-    )
+    for name, recipe in RM_RECIPES.items():
+        times[name] = times.get(name) or train(
+            rm,
+            recipe,
+            ["--dataset_path", str(data / "listwise"), "--output_dir", str(args.out / name), *common],
+            args.out / name,
+        )
     times["verifier"] = times.get("verifier") or train(
         sft,
         VERIFIER_RECIPE,
@@ -142,7 +162,7 @@ def main() -> None:
     write_json(times_file, times)
 
     systems = [
-        SystemSpec("rm", "rm", str(args.out / "rm")),
+        *(SystemSpec(name, "rm", str(args.out / name)) for name in RM_RECIPES),
         SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
         SystemSpec("odd-one-out", "odd-one-out"),
     ]
@@ -172,20 +192,17 @@ def main() -> None:
 
     n = judged["n_examples"]
     result = {
-        "rm_accuracy": accuracy(judged, "rm"),
+        **{key: value for name in RM_RECIPES for key, value in rm_figures(judged, name).items()},
         "verifier_accuracy": accuracy(judged, "verifier"),
-        "rm_blind_accuracy": judged["systems"]["rm"]["blind"]["accuracy"],
-        "rm_swap_accuracy": judged["systems"]["rm"]["swap"]["accuracy"],
         "verifier_blind_accuracy": judged["systems"]["verifier"]["blind"]["accuracy"],
         "verifier_swap_accuracy": judged["systems"]["verifier"]["swap"]["accuracy"],
         "odd_one_out_accuracy": accuracy(judged, "odd-one-out"),
         "zero_shot_accuracy": untrained["systems"]["zero-shot"]["accuracy"],
         "pref_accuracy": untrained["systems"]["pref"]["accuracy"],
-        "rm_seconds_per_question": judged["systems"]["rm"]["metrics"]["cost"]["seconds"] / n,
         "verifier_seconds_per_question": judged["systems"]["verifier"]["metrics"]["cost"]["seconds"] / n,
         "pref_seconds_per_question": untrained["systems"]["pref"]["cost"]["seconds"] / len(references),
-        "train_seconds": times["rm"] + times["verifier"],
-        "rm_train_seconds": times["rm"],
+        "train_seconds": sum(times.values()),
+        **{f"{name.replace('-', '_')}_train_seconds": times[name] for name in RM_RECIPES},
         "verifier_train_seconds": times["verifier"],
         "n_eval": n,
         "n_reference": len(references),
