@@ -117,11 +117,16 @@ def accuracy(metrics: dict, system: str) -> float:
     return metrics["systems"][system]["metrics"]["accuracy"]
 
 
+def key_of(system: str) -> str:
+    """A system's name as the prefix of its result keys (``rm-minilm`` -> ``rm_minilm``)."""
+    return system.replace("-", "_")
+
+
 def rm_figures(metrics: dict, system: str) -> dict[str, float]:
     """A reward model's accuracy, its blind and swap accuracies and its seconds per question, under keys named
     after the system (``rm-minilm`` -> ``rm_minilm_accuracy``)."""
     found = metrics["systems"][system]
-    key = system.replace("-", "_")
+    key = key_of(system)
     return {
         f"{key}_accuracy": found["metrics"]["accuracy"],
         f"{key}_blind_accuracy": found["blind"]["accuracy"],
@@ -202,7 +207,7 @@ def main() -> None:
         "verifier_seconds_per_question": judged["systems"]["verifier"]["metrics"]["cost"]["seconds"] / n,
         "pref_seconds_per_question": untrained["systems"]["pref"]["cost"]["seconds"] / len(references),
         "train_seconds": sum(times.values()),
-        **{f"{name.replace('-', '_')}_train_seconds": times[name] for name in RM_RECIPES},
+        **{f"{key_of(name)}_train_seconds": times[name] for name in RM_RECIPES},
         "verifier_train_seconds": times["verifier"],
         "n_eval": n,
         "n_reference": len(references),

@@ -275,8 +275,8 @@ class RewardModelScorer:
             width = max(lengths)
             cache = right_padded([states[g] for g, _, _ in members], lengths, width)
             ids, option_mask = (t.to(self.device) for t in pad_right([c[2] for c in members], pad))
-            context_mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], device=self.device)
             offsets = torch.tensor(lengths, device=self.device)[:, None]
+            context_mask = (torch.arange(width, device=self.device) < offsets).long()
             positions = offsets + torch.arange(ids.size(1), device=self.device)
             out = self.model(
                 input_ids=ids,
@@ -291,8 +291,9 @@ class RewardModelScorer:
 
     def _encoder_rewards(self, groups: list[Group], rewards: dict[int, float], advance: Callable[[int], None]) -> None:
         """Every text's reward, one ``[CLS] context [SEP] candidate [SEP]`` row each, in length-sorted batches."""
-        order = sorted(range(len(groups)), key=lambda g: len(groups[g][0]) + len(groups[g][1][0][1]))
-        for batch in self._batches([(len(groups[g][0]) + len(groups[g][1][0][1]), 0) for g in order]):
+        lengths = [len(context) + len(ids) for context, [(_, ids)] in groups]
+        order = sorted(range(len(groups)), key=lengths.__getitem__)
+        for batch in self._batches([(lengths[g], 0) for g in order]):
             members = [groups[order[b]] for b in batch]
             rows = ListwiseCollator(self.tokenizer)(
                 [{"context_ids": c, "option_ids": [x], "gold": 0} for c, [(_, x)] in members]
