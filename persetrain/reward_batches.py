@@ -25,11 +25,12 @@ from persetrain.reward_inputs import is_encoder
 @dataclass
 class ListwiseCollator:
     """A batch of questions: contexts ``[B, Lc]`` and options ``[B * K, Lo]`` when the context is shared; else
-    one whole row per option, ``[B * K, L]`` (an encoder's ``[CLS] context [SEP] option [SEP]`` with its
+    one whole row per real option, ``[N, L]`` (an encoder's ``[CLS] context [SEP] option [SEP]`` with its
     segment ids). K is the most options in the batch.
 
-    Questions with fewer options get one-token placeholder rows, masked out of the loss by
-    ``option_mask`` ``[B, K]``. Padding is on the right: every context position keeps a query that
+    Questions with fewer options are masked out of the loss by ``option_mask`` ``[B, K]``: whole rows hold
+    only the real options (a swapped context's single one costs one row, not K), shared contexts get one-token
+    placeholder options. Padding is on the right: every context position keeps a query that
     attends to something (a left-padded row would attend to nothing), and a decoder's option positions
     continue from its own context's length.
     """
@@ -40,32 +41,33 @@ class ListwiseCollator:
     share_context: bool = True
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        """Rows with ``swap_context_ids`` add one row each after the batch's questions: the swapped context
-        with the gold option as its only option (``swapped`` marks them)."""
+        """Rows with ``swap_context_ids`` add one row per swapped context after the batch's questions, question
+        by question: the swapped context with the gold option as its only option (``swapped`` marks them)."""
         pad = self.tokenizer.pad_token_id
         swapped = [False] * len(rows)
         if rows and "swap_context_ids" in rows[0]:
             rows = [
                 *rows,
                 *(
-                    {"context_ids": r["swap_context_ids"], "option_ids": [r["option_ids"][r["gold"]]], "gold": 0}
+                    {"context_ids": context, "option_ids": [r["option_ids"][r["gold"]]], "gold": 0}
                     for r in rows
+                    for context in r["swap_context_ids"]
                 ),
             ]
             swapped += [True] * (len(rows) - len(swapped))
         k = max(len(row["option_ids"]) for row in rows)
-        options = [[row["option_ids"][i] if i < len(row["option_ids"]) else [pad] for i in range(k)] for row in rows]
         batch = {
             "option_mask": torch.tensor([[i < len(row["option_ids"]) for i in range(k)] for row in rows]),
             "gold": torch.tensor([row["gold"] for row in rows]),
             "swapped": torch.tensor(swapped),
         }
         if is_encoder(self.tokenizer) or not self.share_context:
-            pairs = [(row["context_ids"], option) for row, opts in zip(rows, options, strict=True) for option in opts]
+            pairs = [(row["context_ids"], option) for row in rows for option in row["option_ids"]]
             batch["pair_ids"], batch["pair_mask"] = pad_right([c + o for c, o in pairs], pad)
             if is_encoder(self.tokenizer):
                 batch["pair_types"], _ = pad_right([[0] * len(c) + [1] * len(o) for c, o in pairs], 0)
             return batch
+        options = [[row["option_ids"][i] if i < len(row["option_ids"]) else [pad] for i in range(k)] for row in rows]
         batch["context_ids"], batch["context_mask"] = pad_right([row["context_ids"] for row in rows], pad)
         batch["option_ids"], batch["option_attention"] = pad_right([o for opts in options for o in opts], pad)
         return batch
@@ -83,12 +85,14 @@ def pad_right(sequences: list[list[int]], pad: int) -> tuple[torch.Tensor, torch
 
 
 def option_rewards(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The reward of every option, ``[B, K]``: a decoder's shared-context forward, or an encoder's pair rows."""
+    """The reward of every option, ``[B, K]``: a decoder's shared-context forward, or one whole row per real option
+    (0 where ``option_mask`` is False)."""
     b, k = batch["option_mask"].shape
     if "pair_ids" in batch:
         segments = {"token_type_ids": batch["pair_types"]} if "pair_types" in batch else {}
         out = model(input_ids=batch["pair_ids"], attention_mask=batch["pair_mask"], use_cache=False, **segments)
-        return out.logits.reshape(b, k).float()
+        rewards = out.logits.new_zeros((b, k), dtype=torch.float32)
+        return rewards.masked_scatter(batch["option_mask"], out.logits.float().reshape(-1))
     context_mask = batch["context_mask"]
     positions = torch.arange(context_mask.size(1), device=context_mask.device).expand_as(context_mask)
     context = model(input_ids=batch["context_ids"], attention_mask=context_mask, position_ids=positions, use_cache=True)

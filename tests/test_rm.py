@@ -158,6 +158,7 @@ def test_encoder_rows_are_its_sentence_pairs():
         )
     )
     batch = _listwise_batch(tokenizer)
+    assert batch["pair_ids"].size(0) == sum(len(q["options"]) for q in QUESTIONS)  # no rows for missing options
     with torch.no_grad():
         packed = option_rewards(model.eval(), batch)
         for q, question in enumerate(QUESTIONS):
@@ -172,8 +173,10 @@ def _write_listwise(path, rows):
 
 
 def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
-    """`persetrain rm` on the real embedded model, with LoRA: a run directory that loads as a reward model."""
-    data = _write_listwise(tmp_path / "listwise", QUESTIONS * 2)
+    """`persetrain rm` on the real embedded model, with LoRA and the person contrast over two other persons: a
+    run directory that loads as a reward model."""
+    rows = [{**q, "prompt_blind": "Question: " + q["prompt"].split("Question: ")[1]} for q in QUESTIONS]
+    data = _write_listwise(tmp_path / "listwise", rows * 2)
     out = tmp_path / "rm"
     result = run_rm(
         [
@@ -193,6 +196,10 @@ def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
             "2",
             "--learning_rate",
             "1e-3",
+            "--person_contrast",
+            "1.0",
+            "--contrast_persons",
+            "2",
             "--logging_steps",
             "1",
             "--save_strategy",
@@ -204,7 +211,7 @@ def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
     assert result.global_step == 2 and result.model_dir == out / "merged"
     logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in logs if r.get("event") == "log" and "loss" in r]
-    assert len(steps) == 2 and all(0.0 <= r["accuracy"] <= 1.0 for r in steps)
+    assert len(steps) == 2 and all(0.0 <= r["accuracy"] <= 1.0 and "person_margin" in r for r in steps)
     config = json.loads((out / "merged" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForSequenceClassification"] and len(config["id2label"]) == 1
 
@@ -256,13 +263,28 @@ def test_swapped_prompts_keep_the_request_and_change_the_person():
         for i, q in enumerate(QUESTIONS)
     ]
     swaps = swapped_prompts(Dataset.from_list(rows), seed=0)
-    for i, (row, swap) in enumerate(zip(rows, swaps, strict=True)):
+    for i, (row, [swap]) in enumerate(zip(rows, swaps, strict=True)):
         assert swap.endswith(row["prompt_blind"]) and swap != row["prompt"]
         donor = next(r for r in rows if swap.startswith(r["prompt"].removesuffix(r["prompt_blind"])))
         # Questions 0 and 2 share topic t0 and swap persons; question 1 is alone in t1 and takes another's.
         assert (donor["topic"] == row["topic"]) == (i != 1)
+    # Two other persons each: question 0's same-topic person first, then the one person left.
+    for row, pair in zip(rows, swapped_prompts(Dataset.from_list(rows), seed=0, persons=2), strict=True):
+        persons = {swap.removesuffix(row["prompt_blind"]) for swap in pair}
+        assert len(persons) == 2 and row["prompt"].removesuffix(row["prompt_blind"]) not in persons
+    with pytest.raises(ValueError, match="needs at least 4 different persons"):
+        swapped_prompts(Dataset.from_list(rows), seed=0, persons=3)
     with pytest.raises(ValueError, match="'prompt_blind' column"):
         swapped_prompts(Dataset.from_list(QUESTIONS), seed=0)
+
+
+def test_person_contrast_with_one_other_person_is_the_pairwise_logistic_loss():
+    """The softmax over persons reduces to ``-log sigmoid(own - other)`` with one other person."""
+    from persetrain.train.rm_listwise import person_contrast_loss
+
+    own, other = torch.tensor([0.3, -1.2, 2.0]), torch.tensor([[0.5], [-2.0], [1.0]])
+    expected = -F.logsigmoid(own - other[:, 0]).mean()
+    assert person_contrast_loss(own, other).item() == pytest.approx(expected.item(), abs=1e-6)
 
 
 def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm, embedded_tokenizer):
@@ -273,15 +295,17 @@ def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm
         {**q, "prompt_blind": "Question: " + q["prompt"].split("Question: ")[1], "topic": str(i)}
         for i, q in enumerate(QUESTIONS)
     ]
-    data = tokenize_listwise(Dataset.from_list(rows), embedded_tokenizer, None, "test", swap_seed=0)
+    data = tokenize_listwise(Dataset.from_list(rows), embedded_tokenizer, None, "test", swap_seed=0, persons=2)
     batch = ListwiseCollator(embedded_tokenizer)(list(data))
-    assert batch["swapped"].tolist() == [False] * 3 + [True] * 3
+    assert batch["swapped"].tolist() == [False] * 3 + [True] * 6
     with torch.no_grad():
         rewards = option_rewards(tiny_rm, batch)
-        for q, swap in zip(QUESTIONS, swapped_prompts(Dataset.from_list(rows), seed=0), strict=True):
-            ids = encode(embedded_tokenizer, swap, [q["options"][q["gold"]]]).row(0)
-            alone = tiny_rm(input_ids=torch.tensor([ids]))
-            assert rewards[3 + QUESTIONS.index(q), 0].item() == pytest.approx(alone.logits.item(), abs=1e-5)
+        swaps = swapped_prompts(Dataset.from_list(rows), seed=0, persons=2)
+        for i, (q, pair) in enumerate(zip(QUESTIONS, swaps, strict=True)):
+            for k, swap in enumerate(pair):
+                ids = encode(embedded_tokenizer, swap, [q["options"][q["gold"]]]).row(0)
+                alone = tiny_rm(input_ids=torch.tensor([ids]))
+                assert rewards[3 + 2 * i + k, 0].item() == pytest.approx(alone.logits.item(), abs=1e-5)
 
 
 def test_push_merges_a_reward_model_adapter_and_cards_it(tiny_llama_dir, tmp_path):

@@ -36,7 +36,7 @@ GRPO_ONLY_KEYS = frozenset(
     }
 )
 # Keys only persetrain's RMConfig (TRL's RewardConfig) has.
-RM_ONLY_KEYS = frozenset({"loss", "person_contrast", "center_rewards_coefficient"})
+RM_ONLY_KEYS = frozenset({"loss", "person_contrast", "contrast_persons", "center_rewards_coefficient"})
 # transformers.TrainingArguments defaults, for recipes that leave the batch keys out.
 DEFAULT_PER_DEVICE_BATCH = 8
 DEFAULT_GRADIENT_ACCUMULATION = 1

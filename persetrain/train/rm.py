@@ -82,10 +82,19 @@ class RMConfig(HardwarePrecision, RunSwitches, trl.RewardConfig):
             "'prompt_blind' column."
         },
     )
+    contrast_persons: int = field(
+        default=1,
+        metadata={
+            "help": "Other persons the person-contrast term scores each gold option under: a softmax over its own "
+            "person and these (same topic first), drawn once per row with the run's seed."
+        },
+    )
 
     def __post_init__(self):
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
+        if self.contrast_persons < 1:
+            raise ValueError(f"contrast_persons must be at least 1, not {self.contrast_persons}")
         super().__post_init__()
 
 
@@ -109,7 +118,9 @@ class ListwiseRewardTrainer(RewardTrainer):
         if not self.listwise:
             return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
         swap_seed = args.seed if args.person_contrast > 0 else None
-        return tokenize_listwise(dataset, processing_class, args.max_length, dataset_name, swap_seed)
+        return tokenize_listwise(
+            dataset, processing_class, args.max_length, dataset_name, swap_seed, args.contrast_persons
+        )
 
     def _set_signature_columns_if_needed(self):
         if not self.listwise:
@@ -129,9 +140,10 @@ class ListwiseRewardTrainer(RewardTrainer):
             loss = loss + self.args.center_rewards_coefficient * (rewards[valid] ** 2).mean()
         if inputs["swapped"].any():
             own_gold = rewards.gather(1, gold[:, None]).squeeze(1)
-            swapped_gold = all_rewards[inputs["swapped"], 0]
+            swapped_gold = all_rewards[inputs["swapped"], 0].reshape(own_gold.size(0), -1)
             loss = loss + self.args.person_contrast * person_contrast_loss(own_gold, swapped_gold)
-            person_margin = self.accelerator.gather_for_metrics((own_gold - swapped_gold).detach().mean())
+            margin = (own_gold[:, None] - swapped_gold).detach().mean()
+            person_margin = self.accelerator.gather_for_metrics(margin)
             self._metrics[mode]["person_margin"].append(person_margin.mean().item())
         self._log_listwise_metrics(mode, {**inputs, "gold": gold, "option_mask": valid}, rewards.detach())
         return (loss, {"rewards": rewards}) if return_outputs else loss

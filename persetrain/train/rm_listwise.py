@@ -24,28 +24,34 @@ LISTWISE_COLUMNS = ("context_ids", "option_ids", "gold", "swap_context_ids")
 
 
 def tokenize_listwise(
-    dataset: Dataset, tokenizer, max_length: int | None, name: str, swap_seed: int | None = None
+    dataset: Dataset,
+    tokenizer,
+    max_length: int | None,
+    name: str,
+    swap_seed: int | None = None,
+    persons: int = 1,
 ) -> Dataset:
     """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_inputs``).
 
-    With ``swap_seed``, each row also gets ``swap_context_ids``: its own request under another row's person
-    (:func:`swapped_prompts`), the context the person-contrast term scores the gold option in.
+    With ``swap_seed``, each row also gets ``swap_context_ids``: its own request under ``persons`` other rows'
+    persons (:func:`swapped_prompts`), the contexts the person-contrast term scores the gold option in.
     """
-    swaps = swapped_prompts(dataset, swap_seed) if swap_seed is not None else None
+    swaps = swapped_prompts(dataset, swap_seed, persons) if swap_seed is not None else None
 
     def tokenize(row: dict, i: int) -> dict:
         encoded = encode(tokenizer, row["prompt"], list(row["options"]), max_length)
         out = {"context_ids": encoded.context, "option_ids": encoded.candidates}
         if swaps is not None:
-            out["swap_context_ids"] = encode(tokenizer, swaps[i], [row["options"][row["gold"]]], max_length).context
+            gold = [row["options"][row["gold"]]]
+            out["swap_context_ids"] = [encode(tokenizer, swap, gold, max_length).context for swap in swaps[i]]
         return out
 
     return dataset.map(tokenize, with_indices=True, desc=f"Tokenizing {name} dataset")
 
 
-def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
-    """Each row's request under another row's person: a seeded draw among the rows with another person text,
-    from the *same* topic where the dataset has topics and the topic has another person.
+def swapped_prompts(dataset: Dataset, seed: int, persons: int = 1) -> list[list[str]]:
+    """Each row's request under ``persons`` other rows' persons: a seeded draw without replacement among the
+    other person texts, from the *same* topic first, then (where the topic has too few) from the others.
 
     Same-topic persons are the hard negatives: they share the topic's words (two diets, two hotel tastes),
     so only reading what this person wants tells them apart, where a person from another topic is told
@@ -59,15 +65,26 @@ def swapped_prompts(dataset: Dataset, seed: int) -> list[str]:
         )
     prompts, blinds = dataset["prompt"], dataset["prompt_blind"]
     topics = dataset["topic"] if "topic" in dataset.column_names else [""] * len(prompts)
-    persons = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
+    texts = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
+    by_topic: dict[str, list[str]] = {}
+    for text, topic in zip(texts, topics, strict=True):
+        if text not in by_topic.setdefault(topic, []):
+            by_topic[topic].append(text)
+    everyone = list(dict.fromkeys(texts))
+    if len(everyone) <= persons:
+        raise ValueError(
+            f"the person-contrast term with {persons} other person(s) needs at least {persons + 1} different "
+            f"persons in the dataset (has {len(everyone)})"
+        )
     rng = random.Random(seed)
     swaps = []
-    for i, blind in enumerate(blinds):
-        others = [j for j in range(len(persons)) if persons[j] != persons[i] and topics[j] == topics[i]]
-        others = others or [j for j in range(len(persons)) if persons[j] != persons[i]]
-        if not others:
-            raise ValueError("the person-contrast term needs at least two different persons in the dataset")
-        swaps.append(persons[rng.choice(others)] + blind)
+    for text, topic, blind in zip(texts, topics, blinds, strict=True):
+        near = [t for t in by_topic[topic] if t != text]
+        drawn = rng.sample(near, min(persons, len(near)))
+        if len(drawn) < persons:
+            far = [t for t in everyone if t != text and t not in near]
+            drawn += rng.sample(far, persons - len(drawn))
+        swaps.append([person + blind for person in drawn])
     return swaps
 
 
@@ -87,11 +104,14 @@ def ranking_loss(rewards: torch.Tensor, gold: torch.Tensor, option_mask: torch.T
 
 
 def person_contrast_loss(own_gold: torch.Tensor, swapped_gold: torch.Tensor) -> torch.Tensor:
-    """``-log sigmoid(r(own person, gold) - r(other person, gold))``, averaged over questions.
+    """``-log softmax([r(own person, gold), r(other person k, gold) for k])[0]``, averaged over questions:
+    ``own_gold`` is ``[B]``, ``swapped_gold`` ``[B, K]``. With one other person it is
+    ``-log sigmoid(r(own, gold) - r(other, gold))``.
 
     The ranking loss alone can be met from the options (the gold one often stands apart from three that
     share what the person avoids), so a judge learns the dataset and ignores the person. This term asks
-    the gold answer to fit its own person better than someone else with the same request: only a judge
-    that reads the person can lower it.
+    the gold answer to fit its own person better than others with the same request - the softmax over the
+    persons is the question "whose answer is this?" - and only a judge that reads the person can lower it.
     """
-    return -F.logsigmoid(own_gold - swapped_gold).mean()
+    logits = torch.cat([own_gold[:, None], swapped_gold], dim=1)
+    return F.cross_entropy(logits, torch.zeros_like(own_gold, dtype=torch.long))
