@@ -4,8 +4,9 @@
 figure would fit the validation pair (113 questions, a standard error of about 0.045). This script measures a
 recipe without it: the 6 given topics outside the validation pair are cut into 3 folds of 2 whole topics, and
 each fold is judged by a model trained on the other 4 (``--holdout-topics`` of ``persetrain prepare
-preference``), through ``persetrain meta-eval`` with the ``blind`` and ``swap`` probes. The pooled figures
-(every question of the 6 topics judged once) are what a setting is chosen by.
+preference``), through ``persetrain meta-eval`` with the ``blind`` and ``swap`` probes, next to the lexical
+``odd-one-out`` baseline on the same questions. The pooled figures (every question of the 6 topics judged
+once) are what a setting is chosen by.
 
     python benchmarks/rm_topic_folds.py --recipe recipes/rm/cpu_minilm_prefeval.yaml --name minilm \\
         [--folds 0,1,2] [--out runs/rm-topic-folds] [-- --key value ...]
@@ -59,9 +60,10 @@ def fold_data(out: Path, fold: int, seed: int) -> tuple[Path, Path]:
         holdout = sorted({*VALIDATION_TOPICS, *FOLDS[fold]})
         prepare_preference(data, prefeval=GIVEN, holdout_topics=holdout, seed=seed)
     judged = data / "judged"
-    (judged / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
-    for f in (f for d in GIVEN for f in topic_files(d) if f.stem in FOLDS[fold]):
-        shutil.copy2(f, judged / OPTIONS_DIR / f.name)
+    if not (judged / OPTIONS_DIR).is_dir():
+        (judged / OPTIONS_DIR).mkdir(parents=True)
+        for f in (f for d in GIVEN for f in topic_files(d) if f.stem in FOLDS[fold]):
+            shutil.copy2(f, judged / OPTIONS_DIR / f.name)
     return data, judged
 
 

@@ -66,11 +66,10 @@ def swapped_prompts(dataset: Dataset, seed: int, persons: int = 1) -> list[list[
     prompts, blinds = dataset["prompt"], dataset["prompt_blind"]
     topics = dataset["topic"] if "topic" in dataset.column_names else [""] * len(prompts)
     texts = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
-    by_topic: dict[str, list[str]] = {}
+    by_topic: dict[str, dict[str, None]] = {}  # each topic's distinct persons, in dataset order
     for text, topic in zip(texts, topics, strict=True):
-        if text not in by_topic.setdefault(topic, []):
-            by_topic[topic].append(text)
-    everyone = list(dict.fromkeys(texts))
+        by_topic.setdefault(topic, {})[text] = None
+    everyone = dict.fromkeys(texts)
     if len(everyone) <= persons:
         raise ValueError(
             f"the person-contrast term with {persons} other person(s) needs at least {persons + 1} different "
@@ -82,7 +81,7 @@ def swapped_prompts(dataset: Dataset, seed: int, persons: int = 1) -> list[list[
         near = [t for t in by_topic[topic] if t != text]
         drawn = rng.sample(near, min(persons, len(near)))
         if len(drawn) < persons:
-            far = [t for t in everyone if t != text and t not in near]
+            far = [t for t in everyone if t not in by_topic[topic]]
             drawn += rng.sample(far, persons - len(drawn))
         swaps.append([person + blind for person in drawn])
     return swaps
