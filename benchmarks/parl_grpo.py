@@ -52,6 +52,7 @@ def grpo_run(args: argparse.Namespace) -> dict:
         seed=args.seed,
         judge=args.judge,
         judge_steps=args.judge_steps,
+        warmstart=args.warmstart,
         warmstart_users=args.warmstart_users,
         grpo_steps=args.steps,
         heldout_users=args.heldout_users,
@@ -78,7 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=12,
         help="GRPO steps, the recipe's max_steps (23-66 s each on this CPU: 12 took 10 minutes).",
     )
-    parser.add_argument("--warmstart-users", type=int, default=12, help="Training users induced for the warm start.")
+    parser.add_argument(
+        "--warmstart", default="truth", help="Warm-start sets: truth (the users' true rules) or induced (the base's)."
+    )
+    parser.add_argument("--warmstart-users", type=int, default=None, help="Training users in the warm start (all).")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")
     parser.add_argument("--runs", type=int, default=3, help="Seeds of rubric induction per evaluated generator.")

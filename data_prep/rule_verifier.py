@@ -77,14 +77,11 @@ def _edited(task: str, kind: str, text: str, rng: random.Random) -> Iterator[tup
             yield f"{kind}:edit-{check.name}", edited
 
 
-def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> dict[str, list[dict]]:
-    """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
+def require_synthetic(parl_dir: Path, hint: str = "label other data and pass it with --labels") -> None:
+    """Refuse a PARL dataset that is not the synthetic sample's: only there do the signature checkers know the truth.
 
-    With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
-    checked against every rule like the original (validation texts are never edited).
+    ``hint`` ends the message: what the caller's command takes instead.
     """
-    from datasets import load_from_disk
-
     info_path = parl_dir / "build_info.json"
     if not info_path.is_file():
         raise InputError(
@@ -93,9 +90,19 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
     if not json.loads(info_path.read_text(encoding="utf-8")).get("synthetic"):
         raise InputError(
             info_path,
-            "field 'synthetic' is not true: signature checkers know only the synthetic sample users; "
-            "label other data and pass it with --labels",
+            f"field 'synthetic' is not true: signature checkers know only the synthetic sample users; {hint}",
         )
+
+
+def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> dict[str, list[dict]]:
+    """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
+
+    With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
+    checked against every rule like the original (validation texts are never edited).
+    """
+    from datasets import load_from_disk
+
+    require_synthetic(parl_dir)
     rng = random.Random(f"{seed}:verifier:{parl_dir.name}")
     # The edits draw from their own generator: the wordings drawn for the original texts (validation's
     # included) are the same with and without counterfactuals.

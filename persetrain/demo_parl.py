@@ -7,8 +7,10 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml`` (or
    ``judge``: one already trained). ``judge_heldout_accuracy``: its accuracy on the held-out users' checks in
    the 2 wordings it never saw, next to the untrained model's on the same checks. It judges every later stage.
-1. **warm start**: the base model's structured-output rubric sets for training users that pass validation
-   (``persetrain rubrics warmstart-data``) -> LoRA SFT, merged. With no set passing, GRPO starts from the base.
+1. **warm start**: rubric sets of the training users -> LoRA SFT, merged (``persetrain rubrics warmstart-data``).
+   ``truth`` (the default): their true rules, the signatures all their history has, in the judge's training
+   wordings (``data_prep.parl_rubrics``). ``induced``: the base model's structured-output sets that pass
+   validation by the base model; with none passing, GRPO starts from the base.
 2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: per step the mean reward, the share of rollouts with
    >= 2 valid rules and the mean margin product D over the rollouts that have one; their first and last fifth.
 3. **untrained** and 4. **trained**: the base and the GRPO generator on the held-out users with the ``parl``
@@ -49,7 +51,10 @@ class ParlDemoConfig:
     judge: str | None = None
     #: Verifier SFT steps; None: the recipe's (900).
     judge_steps: int | None = None
-    warmstart_users: int = 12
+    #: Where the warm start's rubric sets come from: ``truth`` (the synthetic users' true rules) or ``induced``.
+    warmstart: str = "truth"
+    #: Training users in the warm start (``None``: all of them).
+    warmstart_users: int | None = None
     grpo_steps: int = 12
     heldout_users: int | None = None
     #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
@@ -57,6 +62,10 @@ class ParlDemoConfig:
     max_new_tokens: int = 512
     #: Start from an empty ``out`` instead of skipping the stages ``summary.json`` records.
     fresh: bool = False
+
+    def __post_init__(self) -> None:
+        if self.warmstart not in ("truth", "induced"):
+            raise ValueError(f"warmstart is 'truth' or 'induced', not {self.warmstart!r}")
 
 
 def _fifths(values: list[float]) -> tuple[float | None, float | None]:
@@ -101,16 +110,19 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     }
 
 
-def _warmstart_stage(cfg: ParlDemoConfig, train, config) -> dict:
+def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
+    from data_prep.parl_rubrics import write_true_warmstart_data
     from persetrain.engine import load_engine
     from persetrain.train.sft import run_sft
     from persetrain.train.warmstart import write_warmstart_data
 
+    out = cfg.out / "warmstart_data"
     try:
-        engine = load_engine(cfg.model, cache_path=cfg.out / "warmstart-engine.sqlite")
-        counts = write_warmstart_data(
-            engine, train[: cfg.warmstart_users], cfg.out / "warmstart_data", config, cfg.seed
-        )
+        if cfg.warmstart == "truth":
+            counts = write_true_warmstart_data(data, "train", out, cfg.seed, max_examples=cfg.warmstart_users)
+        else:
+            engine = load_engine(cfg.model, cache_path=cfg.out / "warmstart-engine.sqlite")
+            counts = write_warmstart_data(engine, train[: cfg.warmstart_users], out, config, cfg.seed)
     except ValueError as err:  # no set passed validation: GRPO starts from the base model, as recorded
         console.print(f"warm start skipped: {err}")
         counts = {"valid": 0, "valid_share": 0.0}
@@ -126,8 +138,9 @@ def _warmstart_stage(cfg: ParlDemoConfig, train, config) -> dict:
         policy = str(run_sft([*args, "--disable_tqdm", "true"]).model_dir)
     return {
         "policy": policy,
-        "valid_share_warmstart_structured": round(counts["valid_share"], 3),
-        "warmstart_rows": counts["valid"],
+        "warmstart_source": cfg.warmstart,
+        "valid_share_warmstart": round(counts["valid_share"], 3),
+        "warmstart_rows": counts.get("rows", counts["valid"]),
     }
 
 
@@ -228,9 +241,10 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
 
     stage("judge", lambda: _judge_stage(cfg, data))
     config = PARLConfig(temperature=0.6, max_new_tokens=cfg.max_new_tokens, runs=cfg.runs, judge_model=summary["judge"])
-    # The warm start teaches the format: validated by the base model, which keeps every parsed set. Validated by
-    # the trained judge instead, 2 of 12 sets passed and every GRPO rollout after that warm start was unparsable.
-    stage("warmstart", lambda: _warmstart_stage(cfg, train, replace(config, runs=1, judge_model=None)))
+    # An induced warm start is validated by the base model, which keeps every parsed set: validated by the trained
+    # judge, 2 of 12 sets passed and every GRPO rollout after that warm start was unparsable. Kept by the base
+    # model, 9 of 12 sets were the same two rules, which the trained judge rejects: no GRPO rollout was valid.
+    stage("warmstart", lambda: _warmstart_stage(cfg, data, train, replace(config, runs=1, judge_model=None)))
     stage("grpo", lambda: _grpo_stage(cfg, data, summary["policy"], summary["judge"]))
     stage("untrained", lambda: _generator_stage(cfg, "untrained", cfg.model, test, data, config))
     stage("trained", lambda: _generator_stage(cfg, "trained", summary["grpo_model"], test, data, config))
@@ -269,7 +283,8 @@ def write_report(path: Path, s: dict) -> None:
         f"model {s['judge_heldout_accuracy_untrained']:.3f} (yes share {s['judge_heldout_yes_share_untrained']:.2f}). "
         f"Per rule: {per_rule}.\n",
         "## GRPO reward curve\n",
-        f"Warm start: {s['valid_share_warmstart_structured']:.2f} of the structured-output sets passed validation.\n",
+        f"Warm start ({s['warmstart_source']}): {s['warmstart_rows']} rubric sets, valid share "
+        f"{s['valid_share_warmstart']:.2f}.\n",
         "| step | mean reward | valid share | mean D |\n|---:|---:|---:|---:|\n" + curve + "\n",
         f"Mean D first fifth {_number(s['mean_d_first_fifth'])}, last fifth {_number(s['mean_d_last_fifth'])}; "
         f"valid share {_number(s['valid_share_first_fifth'], 2)} -> {_number(s['valid_share_last_fifth'], 2)}.\n",

@@ -172,6 +172,9 @@ def demo_parl(
     model: ModelOpt = DEFAULT_MODEL,
     judge: Annotated[str | None, typer.Option(help="A trained rule verifier (skips training one).")] = None,
     judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default the recipe's 900.")] = None,
+    warmstart: Annotated[
+        str, typer.Option(help="Warm-start sets: truth (the users' true rules) or induced (the base model's).")
+    ] = "truth",
     grpo_steps: int = 12,
     runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
     heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
@@ -187,6 +190,7 @@ def demo_parl(
         seed=seed,
         judge=judge,
         judge_steps=judge_steps,
+        warmstart=warmstart,
         grpo_steps=grpo_steps,
         heldout_users=heldout_users,
         runs=runs,

@@ -55,19 +55,34 @@ def rubrics_induce(
 def rubrics_warmstart_data(
     data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare parl` wrote (parl_<task>).")],
     out: Annotated[Path, typer.Option(help="Output: an SFT dataset (prompt / completion) for `persetrain sft`.")],
+    source: Annotated[
+        str,
+        typer.Option(
+            help="induced: the model's own structured-output sets that pass validation; truth: the SYNTHETIC "
+            "users' true rules (signatures all their history has), in the judge's training wordings."
+        ),
+    ] = "induced",
     model: ModelOpt = DEFAULT_MODEL,
     judge_model: Annotated[str | None, typer.Option(help="Judge model spec; default: --model.")] = None,
     split: str = "train",
-    runs: Annotated[int, typer.Option(help="Induction runs per user (seeds seed, seed+1, ...).")] = 1,
+    runs: Annotated[int, typer.Option(help="Induction runs (induced) or copies per user (truth).")] = 1,
     temperature: float = 0.6,
     max_new_tokens: int = 384,
     max_examples: int | None = None,
     seed: int = 0,
 ) -> None:
-    """SFT data for GRPO's warm start: the model's own structured-output rubric sets that pass validation."""
+    """SFT data for GRPO's warm start: rubric sets that pass validation, induced by the model or known true."""
     from persetrain.evaluators.parl import PARLConfig
     from persetrain.train.warmstart import write_warmstart_data
 
+    if source == "truth":
+        from data_prep.parl_rubrics import write_true_warmstart_data
+
+        counts = write_true_warmstart_data(data, split, out, seed=seed, copies=runs, max_examples=max_examples)
+        console.print(f"[green]wrote[/green] {counts['rows']} true rubric sets of {counts['valid']} users -> {out}")
+        return
+    if source != "induced":
+        raise ValueError(f"--source is 'induced' or 'truth', not {source!r}")
     examples = _rubric_examples(data, split, max_examples, "warmstart-data")
     config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = make_engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))

@@ -12,7 +12,9 @@ that survives validation, and GRPO starts from there.
 writes a ``DatasetDict`` in TRL's conversational prompt-completion format: the GRPO prompt (the
 induction prompt) and, as the completion, the set's valid rules as one compact JSON array. Induction
 and validation are the ``parl`` evaluator's (``persetrain.evaluators.parl.induce``), so the data
-follows the same parsing limits and threshold as the reward.
+follows the same parsing limits and threshold as the reward. Where the truth is known (the SYNTHETIC
+users, ``--source truth``), the rows come from ``data_prep.parl_rubrics`` instead and are written the
+same way.
 """
 
 from __future__ import annotations
@@ -57,35 +59,34 @@ def warmstart_rows(
     return rows, counts
 
 
-def write_warmstart_data(
-    engine, examples: Sequence[RubricExample], out_dir: Path, config: PARLConfig, seed: int = 0, judge_engine=None
-) -> dict:
-    """Write the warm-start dataset (train split) atomically; return the counts (also in ``build_info.json``)."""
+def save_warmstart(rows: Sequence[dict], counts: dict, out_dir: Path, info: dict) -> dict:
+    """Write the warm-start dataset (train split) atomically; return the counts (also in ``build_info.json``).
+
+    ``info`` records how the rows were made (source, seeds, thresholds) next to the counts.
+    """
     from datasets import Dataset, DatasetDict
 
-    rows, counts = warmstart_rows(engine, examples, config, seed, judge_engine)
     if not rows:
         raise ValueError(
-            f"no rubric set of {counts['sets']} passed validation ({counts['parsed']} parsed): nothing "
+            f"no rubric set of {counts['sets']} passed validation ({counts.get('parsed', 0)} parsed): nothing "
             "to warm-start from; try more --runs or a larger --max-new-tokens"
         )
-    counts["valid_share"] = counts["valid"] / counts["sets"]
+    counts = {**counts, "valid_share": counts["valid"] / counts["sets"]}
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
-    write_json(
-        tmp / "build_info.json",
-        {
-            "task": "warmstart",
-            "structured": config.structured,
-            "runs": config.runs,
-            "tau": config.tau,
-            "seed": seed,
-            **counts,
-        },
-    )
+    write_json(tmp / "build_info.json", {"task": "warmstart", **info, **counts})
     if out_dir.exists():
         import shutil
 
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     return counts
+
+
+def write_warmstart_data(
+    engine, examples: Sequence[RubricExample], out_dir: Path, config: PARLConfig, seed: int = 0, judge_engine=None
+) -> dict:
+    """Induce, validate and write the warm-start dataset; return the counts."""
+    rows, counts = warmstart_rows(engine, examples, config, seed, judge_engine)
+    info = {"source": "induced", "structured": config.structured, "runs": config.runs, "tau": config.tau, "seed": seed}
+    return save_warmstart(rows, counts, out_dir, info)

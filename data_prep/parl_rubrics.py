@@ -1,0 +1,79 @@
+"""True rubric sets of the SYNTHETIC PARL users: what a perfect rubric generator would write for them.
+
+Why: GRPO learns from differences between one prompt's rollouts, and the base model's own rubric sets,
+validated by the base model (which says "yes" to nearly every rule), are mostly rules the trained judge
+rejects on the user's own texts; a policy warm-started on them has no valid rollout to learn from. The
+synthetic users know their truth: a signature rule holds on a user's history when its checker
+(``data_prep.parl_signatures``) says so for every history text. Warm-starting on those sets, written in
+the rule wordings the judge was trained on, starts GRPO from sets that pass validation, so the reward's
+discriminative part can move.
+
+Only the PARL dataset's ``train`` users are used (the CLI and the demo pass that split); each user gives
+``copies`` rows, each with its own rule order and wording draw, so the policy does not learn one string
+per user.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from persetrain.prompts.parl import MIN_RULES, induction_messages
+from persetrain.schema import RubricExample
+
+
+def true_rules(example: RubricExample) -> list[str]:
+    """Names of the signatures every history text of ``example`` has, in ``RULES`` order."""
+    texts = [h.output for h in example.history]
+    return [check.name for check in RULES[example.task] if all(check.check(t) for t in texts)]
+
+
+def true_rubric_rows(examples: Sequence[RubricExample], seed: int = 0, copies: int = 2) -> tuple[list[dict], dict]:
+    """SFT rows (induction prompt -> the user's true rules as a JSON array) and counts, like the induced ones.
+
+    A user with fewer than ``MIN_RULES`` true rules gives no row: the reward scores such a set as too small.
+    """
+    rng = random.Random(f"{seed}:true-rubrics")
+    rows: list[dict] = []
+    users = 0
+    for ex in examples:
+        names = true_rules(ex)
+        if len(names) < MIN_RULES:
+            continue
+        users += 1
+        checks = {check.name: check for check in RULES[ex.task]}
+        prompt = induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history])
+        for copy in range(copies):
+            order = rng.sample(names, len(names))
+            rules = [checks[name].wordings[rng.randrange(TRAIN_WORDINGS)] for name in order]
+            completion = json.dumps([{"rule": r} for r in rules], ensure_ascii=False)
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "completion": [{"role": "assistant", "content": completion}],
+                    "id": ex.id,
+                    "run": copy,
+                }
+            )
+    return rows, {"sets": len(examples), "valid": users, "rows": len(rows)}
+
+
+def write_true_warmstart_data(
+    parl_dir: Path, split: str, out_dir: Path, seed: int = 0, copies: int = 2, max_examples: int | None = None
+) -> dict:
+    """The warm-start dataset from the true rubric sets of a synthetic PARL dataset's ``split``; the counts.
+
+    Refuses a dataset whose ``build_info.json`` does not say ``synthetic``: elsewhere the checkers know no truth.
+    """
+    from data_prep.rule_verifier import require_synthetic
+    from persetrain.data import load_dataset
+    from persetrain.train.warmstart import save_warmstart
+
+    require_synthetic(parl_dir, "warm-start from induced sets instead (--source induced)")
+    _, examples = load_dataset(parl_dir, split)
+    rows, counts = true_rubric_rows(examples[:max_examples], seed, copies)
+    info = {"source": "truth", "split": split, "copies": copies, "seed": seed}
+    return save_warmstart(rows, counts, out_dir, info)
