@@ -22,6 +22,8 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     summary = run_parl_demo(config)
     assert summary["judge"].endswith("verifier/merged") and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
+    assert summary["warmstart_source"] == "truth" and summary["warmstart_rows"] == 2 * 2  # 2 users, 2 copies
+    assert summary["policy"].endswith("warmstart/merged")
     assert summary["grpo_steps"] == 1 and [r["step"] for r in summary["curve"]] == [1]
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):

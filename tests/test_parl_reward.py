@@ -88,6 +88,10 @@ def test_parser_limits():
     # rules outside 20..400 characters are dropped, the set still counts them
     parsed = parse_rubric(_rubric(["too short", "x" * 401, RULES[0], RULES[1]]))
     assert parsed.rules == RULES[:2] and parsed.total_rules == 4
+    # a rule repeated (up to case and spacing) counts once, so two copies of one rule are too few valid rules
+    repeated = parse_rubric(_rubric([RULES[0], "  " + RULES[0].upper().replace(" ", "  "), RULES[1]]))
+    assert repeated.rules == RULES[:2] and repeated.total_rules == 3
+    assert parse_rubric(_rubric([RULES[0], RULES[0]])).rules == RULES[:1]
 
 
 def _samples():

@@ -4,7 +4,8 @@ Three layers, each usable alone:
 
 * ``parse_rubric`` — the generator's text to rules, with the reference code's limits: a JSON array of
   2..10 objects that each have a string ``"rule"`` (else unparsable, reward 0.0); rules of 20..400
-  characters are kept. It tolerates what models wrap JSON in (``<think>`` blocks, code fences, text
+  characters are kept, each once (a repeat, up to case and spacing, is dropped: the reference code keeps
+  repeats, and a GRPO policy learned to reach 2 valid rules by writing one rule twice). It tolerates what models wrap JSON in (``<think>`` blocks, code fences, text
   after the array).
 * ``reward_parts`` — pure math over judge scores (METHODS.md, PARL): consistency validation (a rule
   survives only if p(yes) > τ = 0.5 on every history item's own text), soft score S = mean p(yes)
@@ -139,8 +140,12 @@ def parse_rubric(text: str) -> ParsedRubric:
         return ParsedRubric(None, len(items), f"{len(items)} rules; a set needs {MIN_RULES}..{MAX_RULES}")
     if not all(isinstance(item, dict) and isinstance(item.get("rule"), str) for item in items):
         return ParsedRubric(None, len(items), 'every element must be an object with a string "rule"')
-    rules = [item["rule"].strip() for item in items]
-    return ParsedRubric([r for r in rules if MIN_RULE_CHARS <= len(r) <= MAX_RULE_CHARS], len(items))
+    kept: dict[str, str] = {}
+    for item in items:
+        rule = item["rule"].strip()
+        if MIN_RULE_CHARS <= len(rule) <= MAX_RULE_CHARS:
+            kept.setdefault(" ".join(rule.casefold().split()), rule)
+    return ParsedRubric(list(kept.values()), len(items))
 
 
 # --------------------------------------------------------------------------------------- math
