@@ -72,5 +72,6 @@ def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_sourc
     assert result.exit_code != 0 and "build_info.json: field 'synthetic' is not true" in result.output
     assert "--source induced" in result.output and "Traceback" not in result.output
     assert not out.exists() and not out.with_name("warmstart.tmp").exists()
-    bad = CliRunner().invoke(app, ["rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--source", "x"])
+    args = ["rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--source", "x"]
+    bad = CliRunner().invoke(app, args)
     assert bad.exit_code != 0 and "--source is 'induced' or 'truth', not 'x'" in bad.output

@@ -5,8 +5,8 @@ Three layers, each usable alone:
 * ``parse_rubric`` — the generator's text to rules, with the reference code's limits: a JSON array of
   2..10 objects that each have a string ``"rule"`` (else unparsable, reward 0.0); rules of 20..400
   characters are kept, each once (a repeat, up to case and spacing, is dropped: the reference code keeps
-  repeats, and a GRPO policy learned to reach 2 valid rules by writing one rule twice). It tolerates what models wrap JSON in (``<think>`` blocks, code fences, text
-  after the array).
+  repeats, and a GRPO policy learned to reach 2 valid rules by writing one rule twice). It tolerates what
+  models wrap JSON in (``<think>`` blocks, code fences, text after the array).
 * ``reward_parts`` — pure math over judge scores (METHODS.md, PARL): consistency validation (a rule
   survives only if p(yes) > τ = 0.5 on every history item's own text), soft score S = mean p(yes)
   over the valid rules, margin product D = Π_j σ(k (S_gt − S_j)) with k = 20, cardinality c, and
