@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from persetrain.io import InputError
 from persetrain.prompts.parl import MIN_RULES, induction_messages
 from persetrain.schema import RubricExample
 
@@ -75,5 +76,7 @@ def write_true_warmstart_data(
     require_synthetic(parl_dir, "warm-start from induced sets instead (--source induced)")
     _, examples = load_dataset(parl_dir, split)
     rows, counts = true_rubric_rows(examples[:max_examples], seed, copies)
+    if not rows:
+        raise InputError(parl_dir, f"no {split} user has {MIN_RULES} or more rules that all their history satisfies")
     info = {"source": "truth", "split": split, "copies": copies, "seed": seed}
     return save_warmstart(rows, counts, out_dir, info)

@@ -66,11 +66,6 @@ def save_warmstart(rows: Sequence[dict], counts: dict, out_dir: Path, info: dict
     """
     from datasets import Dataset, DatasetDict
 
-    if not rows:
-        raise ValueError(
-            f"no rubric set of {counts['sets']} passed validation ({counts.get('parsed', 0)} parsed): nothing "
-            "to warm-start from; try more --runs or a larger --max-new-tokens"
-        )
     counts = {**counts, "valid_share": counts["valid"] / counts["sets"]}
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
@@ -88,5 +83,10 @@ def write_warmstart_data(
 ) -> dict:
     """Induce, validate and write the warm-start dataset; return the counts."""
     rows, counts = warmstart_rows(engine, examples, config, seed, judge_engine)
+    if not rows:
+        raise ValueError(
+            f"no rubric set of {counts['sets']} passed validation ({counts['parsed']} parsed): nothing "
+            "to warm-start from; try more --runs or a larger --max-new-tokens"
+        )
     info = {"source": "induced", "structured": config.structured, "runs": config.runs, "tau": config.tau, "seed": seed}
     return save_warmstart(rows, counts, out_dir, info)
