@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, load_from_disk
 from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
@@ -82,6 +82,9 @@ def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
     parts = [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines()]
     assert len(parts) == 2 * 2  # every completion of both generation batches
     assert {p["variant"] for p in parts} == {"parl-a"}
+    # each rollout names the example it was sampled for; a step's rollouts share their prompt
+    ids = set(load_from_disk(str(parl_news))["train"]["id"])
+    assert {p["id"] for p in parts} <= ids and len({p["id"] for p in parts if p["step"] == 1}) == 1
     assert all(p["reward"] in (0.0, 0.1) or p["valid_rules"] >= 2 for p in parts)
     steps = [r for r in _log(out) if r["event"] == "log" and "loss" in r]
     assert len(steps) == 2

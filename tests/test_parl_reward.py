@@ -170,6 +170,7 @@ def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
         "target_input": [s.target_input for s in samples],
         "ground_truth": [s.ground_truth for s in samples],
         "negatives": [s.negatives for s in samples],
+        "id": ["amazon:u1", "amazon:u2"],
     }
     rewards = reward(
         prompts=[[{"role": "user", "content": "x"}]] * 2,
@@ -184,6 +185,7 @@ def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
     assert extra["parl/valid_rules"] == [3, 0] and metrics["parl/parsed_share"] == 0.5
     lines = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
     assert {"total_rules", "valid_rules", "s_gt", "s_negatives", "d", "c", "reward", "variant"} <= lines[0].keys()
+    assert [(line["rollout"], line["id"]) for line in lines] == [(0, "amazon:u1"), (1, "amazon:u2")]
 
 
 def test_verl_adapter_same_keys(tiny_llama_dir):

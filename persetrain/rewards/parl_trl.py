@@ -6,7 +6,8 @@ columns are the dataset's (``persetrain prepare parl`` writes ``task``, ``histor
 ``log_extra`` and ``log_metric``. One call is one generation batch: it is scored with one engine call
 (``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
 logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file, with
-the optimizer step it was scored for and its index among that call's rollouts (``step``, ``rollout``).
+the optimizer step it was scored for, its index among that call's rollouts and, when the dataset has an ``id``
+column, the example it was sampled for (``step``, ``rollout``, ``id``): what tells a step's users apart.
 """
 
 from __future__ import annotations
@@ -76,11 +77,16 @@ class PARLReward:
         self.last_parts = parts
         # TRL scores the rollouts of the coming optimizer step while its state still holds the last one.
         step = trainer_state.global_step + 1 if trainer_state is not None else None
-        self._log(parts, log_extra, log_metric, step)
+        self._log(parts, log_extra, log_metric, step, columns.get("id"))
         return [p.reward for p in parts]
 
     def _log(
-        self, parts: list[RewardParts], log_extra: Callable | None, log_metric: Callable | None, step: int | None
+        self,
+        parts: list[RewardParts],
+        log_extra: Callable | None,
+        log_metric: Callable | None,
+        step: int | None,
+        ids: Sequence[str] | None,
     ) -> None:
         if log_extra is not None:
             for key in ("total_rules", "valid_rules", "s_gt", "d", "c"):
@@ -98,4 +104,5 @@ class PARLReward:
             self.parts_path.parent.mkdir(parents=True, exist_ok=True)
             with self.parts_path.open("a", encoding="utf-8") as f:
                 for rollout, p in enumerate(parts):
-                    f.write(json.dumps({"step": step, "rollout": rollout, **p.as_dict()}) + "\n")
+                    id = ids[rollout] if ids is not None else None
+                    f.write(json.dumps({"step": step, "rollout": rollout, "id": id, **p.as_dict()}) + "\n")
