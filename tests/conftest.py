@@ -74,3 +74,21 @@ def prepared_root(tmp_path_factory):
         result = CliRunner().invoke(app, ["--quiet", *args])
         assert result.exit_code == 0, result.output
     return root
+
+
+@pytest.fixture(scope="session")
+def parl_sample(tmp_path_factory):
+    """The SYNTHETIC PARL users' raw files (``write_parl_sample`` with its defaults). Read-only: copy to edit."""
+    from data_prep.parl_synthetic import write_parl_sample
+
+    return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
+
+
+@pytest.fixture(scope="session")
+def parl_prepared(parl_sample, tmp_path_factory):
+    """``persetrain prepare parl`` of ``parl_sample``, every task (``parl_amazon``, ``parl_reddit``, ``parl_news``)."""
+    from data_prep.parl import prepare_parl
+
+    out = tmp_path_factory.mktemp("parl")
+    prepare_parl(parl_sample.root, out)
+    return out

@@ -10,36 +10,22 @@ import pytest
 from datasets import load_from_disk
 from typer.testing import CliRunner
 
-from data_prep.parl import prepare_parl
 from data_prep.parl_rubrics import true_rules
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
-from data_prep.parl_synthetic import write_parl_sample
 from persetrain.cli import app
 from persetrain.data import load_dataset
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
-
-
-@pytest.fixture(scope="module")
-def parl_root(sample, tmp_path_factory):
-    out = tmp_path_factory.mktemp("parl")
-    prepare_parl(sample.root, out)
-    return out
-
-
 @pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
-def test_true_rules_are_the_planted_signatures(sample, parl_root, task):
-    planted = json.loads(sample.ground_truth.read_text())["users"]
+def test_true_rules_are_the_planted_signatures(parl_sample, parl_prepared, task):
+    planted = json.loads(parl_sample.ground_truth.read_text())["users"]
     for split in ("train", "test"):
-        for ex in load_dataset(parl_root / f"parl_{task}", split)[1]:
+        for ex in load_dataset(parl_prepared / f"parl_{task}", split)[1]:
             assert set(true_rules(ex)) == set(planted[ex.user_id]), ex.id
 
 
-def test_truth_warmstart_data_holds_training_users_true_rules_in_training_wordings(parl_root, tmp_path):
-    data, out = parl_root / "parl_news", tmp_path / "warmstart"
+def test_truth_warmstart_data_holds_training_users_true_rules_in_training_wordings(parl_prepared, tmp_path):
+    data, out = parl_prepared / "parl_news", tmp_path / "warmstart"
     result = CliRunner().invoke(
         app,
         ["-q", "rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--source", "truth", "--runs", "2"],
@@ -60,9 +46,9 @@ def test_truth_warmstart_data_holds_training_users_true_rules_in_training_wordin
     assert info["source"] == "truth" and info["valid_share"] == 1.0 and info["rows"] == len(rows)
 
 
-def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_source(parl_root, tmp_path):
+def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_source(parl_prepared, tmp_path):
     data = tmp_path / "parl_news"
-    shutil.copytree(parl_root / "parl_news", data)
+    shutil.copytree(parl_prepared / "parl_news", data)
     info = json.loads((data / "build_info.json").read_text())
     (data / "build_info.json").write_text(json.dumps({**info, "synthetic": False}))
     out = tmp_path / "warmstart"

@@ -10,9 +10,8 @@ from collections import Counter
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines, prepare_parl, read_task
+from data_prep.parl import attach_baselines, read_task
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
-from data_prep.parl_synthetic import write_parl_sample
 from data_prep.rule_verifier import prepare_verifier
 from persetrain.engine import load_engine
 from persetrain.io import InputError
@@ -22,15 +21,8 @@ from persetrain.rewards.parl_judge_eval import judge_accuracy
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
-
-
-@pytest.fixture(scope="module")
-def parl_news(sample, tmp_path_factory):
-    out = tmp_path_factory.mktemp("parl")
-    prepare_parl(sample.root, out, tasks=("news",))
-    return out / "parl_news"
+def parl_news(parl_prepared):
+    return parl_prepared / "parl_news"
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +33,10 @@ def verifier_data(parl_news, tmp_path_factory):
 
 
 @pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
-def test_checkers_agree_with_the_planted_signatures_on_every_text(sample, task):
+def test_checkers_agree_with_the_planted_signatures_on_every_text(parl_sample, task):
     """Users' texts have exactly their signatures, the generic negative none, the RAG-like one the first."""
-    truth = json.loads(sample.ground_truth.read_text())["users"]
-    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
+    truth = json.loads(parl_sample.ground_truth.read_text())["users"]
+    examples = attach_baselines(read_task(parl_sample.root / task, task), [parl_sample.root / task / "baselines.jsonl"])
     assert len(examples) == 32
     for ex in examples:
         traits = truth[ex.user_id]
@@ -79,9 +71,9 @@ def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news,
 
 
 @pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
-def test_every_edit_toggles_its_signature_on_every_text(sample, task):
+def test_every_edit_toggles_its_signature_on_every_text(parl_sample, task):
     """The counterfactual edits give and take away each signature on every text the sample has."""
-    examples = attach_baselines(read_task(sample.root / task, task), [sample.root / task / "baselines.jsonl"])
+    examples = attach_baselines(read_task(parl_sample.root / task, task), [parl_sample.root / task / "baselines.jsonl"])
     texts = [t for ex in examples for t in (*(h.output for h in ex.history), ex.output, *ex.baselines.values())]
     rng = random.Random(0)
     for text in texts:

@@ -8,8 +8,6 @@ import json
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import prepare_parl
-from data_prep.parl_synthetic import write_parl_sample
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
@@ -19,11 +17,8 @@ from persetrain.train.warmstart import write_warmstart_data
 
 
 @pytest.fixture(scope="module")
-def users(tmp_path_factory):
-    raw, out = tmp_path_factory.mktemp("parl-raw"), tmp_path_factory.mktemp("parl")
-    write_parl_sample(raw)
-    prepare_parl(raw, out, tasks=("news",))
-    return load_dataset(out / "parl_news", "train")[1][:2]
+def users(parl_prepared):
+    return load_dataset(parl_prepared / "parl_news", "train")[1][:2]
 
 
 def test_induced_rows_hold_each_set_valid_rules(tiny_llama_dir, users, tmp_path):
