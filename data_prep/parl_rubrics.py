@@ -15,14 +15,13 @@ per user.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
 
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
 from persetrain.io import InputError
-from persetrain.prompts.parl import MIN_RULES, induction_messages
+from persetrain.prompts.parl import MIN_RULES
 from persetrain.schema import RubricExample
 
 
@@ -37,6 +36,8 @@ def true_rubric_rows(examples: Sequence[RubricExample], seed: int = 0, copies: i
 
     A user with fewer than ``MIN_RULES`` true rules gives no row: the reward scores such a set as too small.
     """
+    from persetrain.train.warmstart import warmstart_row
+
     rng = random.Random(f"{seed}:true-rubrics")
     rows: list[dict] = []
     users = 0
@@ -46,20 +47,10 @@ def true_rubric_rows(examples: Sequence[RubricExample], seed: int = 0, copies: i
             continue
         users += 1
         checks = {check.name: check for check in RULES[ex.task]}
-        prompt = induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history])
         for copy in range(copies):
             order = rng.sample(names, len(names))
-            rules = [checks[name].wordings[rng.randrange(TRAIN_WORDINGS)] for name in order]
-            completion = json.dumps([{"rule": r} for r in rules], ensure_ascii=False)
-            rows.append(
-                {
-                    "prompt": prompt,
-                    "completion": [{"role": "assistant", "content": completion}],
-                    "id": ex.id,
-                    "run": copy,
-                }
-            )
-    return rows, {"sets": len(examples), "valid": users, "rows": len(rows)}
+            rows.append(warmstart_row(ex, [checks[n].wordings[rng.randrange(TRAIN_WORDINGS)] for n in order], copy))
+    return rows, {"sets": len(examples), "valid": users}
 
 
 def write_true_warmstart_data(

@@ -64,8 +64,10 @@ class ParlDemoConfig:
     fresh: bool = False
 
     def __post_init__(self) -> None:
-        if self.warmstart not in ("truth", "induced"):
-            raise ValueError(f"warmstart is 'truth' or 'induced', not {self.warmstart!r}")
+        from persetrain.train.warmstart import SOURCES
+
+        if self.warmstart not in SOURCES:
+            raise ValueError(f"warmstart is one of {SOURCES}, not {self.warmstart!r}")
 
 
 def _fifths(values: list[float]) -> tuple[float | None, float | None]:
@@ -125,7 +127,7 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
             counts = write_warmstart_data(engine, train[: cfg.warmstart_users], out, config, cfg.seed)
     except ValueError as err:  # no set passed validation: GRPO starts from the base model, as recorded
         console.print(f"warm start skipped: {err}")
-        counts = {"valid": 0, "valid_share": 0.0}
+        counts = {"valid": 0, "rows": 0, "valid_share": 0.0}
     policy = cfg.model
     if counts["valid"]:
         # One pass at GRPO's learning rate, no LoRA dropout (a third of the forward pass on a CPU): 2 epochs at
@@ -140,7 +142,7 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
         "policy": policy,
         "warmstart_source": cfg.warmstart,
         "valid_share_warmstart": round(counts["valid_share"], 3),
-        "warmstart_rows": counts.get("rows", counts["valid"]),
+        "warmstart_rows": counts["rows"],
     }
 
 

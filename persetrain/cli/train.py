@@ -73,16 +73,16 @@ def rubrics_warmstart_data(
 ) -> None:
     """SFT data for GRPO's warm start: rubric sets that pass validation, induced by the model or known true."""
     from persetrain.evaluators.parl import PARLConfig
-    from persetrain.train.warmstart import write_warmstart_data
+    from persetrain.train.warmstart import SOURCES, write_warmstart_data
 
+    if source not in SOURCES:
+        raise ValueError(f"--source is 'induced' or 'truth', not {source!r}")
     if source == "truth":
         from data_prep.parl_rubrics import write_true_warmstart_data
 
         counts = write_true_warmstart_data(data, split, out, seed=seed, copies=runs, max_examples=max_examples)
         console.print(f"[green]wrote[/green] {counts['rows']} true rubric sets of {counts['valid']} users -> {out}")
         return
-    if source != "induced":
-        raise ValueError(f"--source is 'induced' or 'truth', not {source!r}")
     examples = _rubric_examples(data, split, max_examples, "warmstart-data")
     config = PARLConfig(runs=runs, temperature=temperature, max_new_tokens=max_new_tokens, judge_model=judge_model)
     engine = make_engine(model, "hf", None, out.with_name(out.name + ".cache.sqlite"))

@@ -28,6 +28,20 @@ from persetrain.io import write_json
 from persetrain.prompts.parl import MIN_RULES, induction_messages
 from persetrain.schema import RubricExample
 
+#: Where a warm start's rubric sets come from: the model's own validated sets, or the known truth.
+SOURCES = ("induced", "truth")
+
+
+def warmstart_row(example: RubricExample, rules: Sequence[str], run: int) -> dict:
+    """One SFT row: the induction prompt of ``example`` -> ``rules`` as one compact JSON array."""
+    history = example.history
+    return {
+        "prompt": induction_messages(example.task, [h.input for h in history], [h.output for h in history]),
+        "completion": [{"role": "assistant", "content": json.dumps([{"rule": r} for r in rules], ensure_ascii=False)}],
+        "id": example.id,
+        "run": run,
+    }
+
 
 def warmstart_rows(
     engine, examples: Sequence[RubricExample], config: PARLConfig, seed: int = 0, judge_engine=None
@@ -43,19 +57,7 @@ def warmstart_rows(
             if len(kept) < MIN_RULES:
                 continue
             counts["valid"] += 1
-            ex = user.example
-            rows.append(
-                {
-                    "prompt": induction_messages(
-                        ex.task, [h.input for h in ex.history], [h.output for h in ex.history]
-                    ),
-                    "completion": [
-                        {"role": "assistant", "content": json.dumps([{"rule": r} for r in kept], ensure_ascii=False)}
-                    ],
-                    "id": ex.id,
-                    "run": run,
-                }
-            )
+            rows.append(warmstart_row(user.example, kept, run))
     return rows, counts
 
 
@@ -66,7 +68,7 @@ def save_warmstart(rows: Sequence[dict], counts: dict, out_dir: Path, info: dict
     """
     from datasets import Dataset, DatasetDict
 
-    counts = {**counts, "valid_share": counts["valid"] / counts["sets"]}
+    counts = {**counts, "rows": len(rows), "valid_share": counts["valid"] / counts["sets"]}
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
     write_json(tmp / "build_info.json", {"task": "warmstart", **info, **counts})
