@@ -11,7 +11,7 @@ import pytest
 from datasets import load_from_disk
 
 from data_prep.parl import attach_baselines, read_task
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE
 from data_prep.rule_verifier import prepare_verifier
 from persetrain.engine import load_engine
 from persetrain.io import InputError
@@ -44,6 +44,14 @@ def test_checkers_agree_with_the_planted_signatures_on_every_text(parl_sample, t
         planted += [(ex.baselines["synthetic-non"], set()), (ex.baselines["synthetic-rag"], {traits[0]})]
         for text, has in planted:
             assert {c.name for c in RULES[task] if c.check(text)} == has, (ex.id, text)
+
+
+def test_every_rule_has_its_own_distinct_wordings():
+    """A wording repeated inside a rule would shrink the validation wordings; one shared by two rules, mislabel."""
+    for task, checks in RULES.items():
+        wordings = [w.casefold() for check in checks for w in check.wordings]
+        assert all(len(check.wordings) == WORDINGS_PER_RULE for check in checks), task
+        assert len(set(wordings)) == len(wordings), task
 
 
 def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news, verifier_data):
