@@ -54,6 +54,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
         judge_steps=args.judge_steps,
         warmstart=args.warmstart,
         warmstart_users=args.warmstart_users,
+        warmstart_samples=args.warmstart_samples,
+        warmstart_copies=args.warmstart_copies,
         grpo_steps=args.steps,
         heldout_users=args.heldout_users,
         runs=args.runs,
@@ -83,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmstart", default="truth", help="Warm-start sets: truth (the users' true rules) or induced (the base's)."
     )
     parser.add_argument("--warmstart-users", type=int, default=None, help="Training users in the warm start (all).")
+    parser.add_argument(
+        "--warmstart-samples", type=int, default=0, help="Extra synthetic samples whose users join the warm start."
+    )
+    parser.add_argument("--warmstart-copies", type=int, default=2, help="Truth warm-start rows per user.")
     parser.add_argument("--max-new-tokens", type=int, default=512, help="Longest induced rubric set (tokens).")
     parser.add_argument("--heldout-users", type=int, default=None, help="Evaluate on the first N held-out users.")
     parser.add_argument("--runs", type=int, default=3, help="Seeds of rubric induction per evaluated generator.")

@@ -8,8 +8,11 @@ synthetic users know their truth: a signature rule holds on a user's history whe
 the rule wordings the judge was trained on, starts GRPO from sets that pass validation, so the reward's
 discriminative part can move.
 
-Only the PARL dataset's ``train`` users are used (the CLI and the demo pass that split); each user gives
-``copies`` rows, each with its own rule order and wording draw, so the policy does not learn one string
+Only the PARL dataset's ``train`` users are used (the CLI and the demo pass that split), plus every user of
+``extra`` synthetic datasets: other samples (other seeds) of new users, never the held-out ones. More users
+are what teaches the policy to read a history: on 23 users it wrote the commonest rule for everyone, on 87
+it covered more held-out users and GRPO then raised their Max-Diff (``benchmarks/README.md``). Each user
+gives ``copies`` rows, each with its own rule order and wording draw, so the policy does not learn one string
 per user.
 """
 
@@ -54,20 +57,34 @@ def true_rubric_rows(examples: Sequence[RubricExample], seed: int = 0, copies: i
 
 
 def write_true_warmstart_data(
-    parl_dir: Path, split: str, out_dir: Path, seed: int = 0, copies: int = 2, max_examples: int | None = None
+    parl_dir: Path,
+    split: str,
+    out_dir: Path,
+    seed: int = 0,
+    copies: int = 2,
+    max_examples: int | None = None,
+    extra: Sequence[Path] = (),
 ) -> dict:
-    """The warm-start dataset from the true rubric sets of a synthetic PARL dataset's ``split``; the counts.
+    """The warm-start dataset from the true rubric sets of a synthetic PARL dataset's ``split`` and of every user
+    of the ``extra`` datasets (all their splits); the counts.
 
     Refuses a dataset whose ``build_info.json`` does not say ``synthetic``: elsewhere the checkers know no truth.
     """
+    from datasets import load_from_disk
+
     from data_prep.rule_verifier import require_synthetic
     from persetrain.data import load_dataset
     from persetrain.train.warmstart import save_warmstart
 
-    require_synthetic(parl_dir, "warm-start from induced sets instead (--source induced)")
+    hint = "warm-start from induced sets instead (--source induced)"
+    for path in (parl_dir, *extra):
+        require_synthetic(path, hint)
     _, examples = load_dataset(parl_dir, split)
-    rows, counts = true_rubric_rows(examples[:max_examples], seed, copies)
+    examples = examples[:max_examples]
+    for path in extra:
+        examples += [ex for name in load_from_disk(str(path)) for ex in load_dataset(path, name)[1]]
+    rows, counts = true_rubric_rows(examples, seed, copies)
     if not rows:
         raise InputError(parl_dir, f"no {split} user has {MIN_RULES} or more rules that all their history satisfies")
-    info = {"source": "truth", "split": split, "copies": copies, "seed": seed}
+    info = {"source": "truth", "split": split, "copies": copies, "seed": seed, "extra": [str(p) for p in extra]}
     return save_warmstart(rows, counts, out_dir, info)

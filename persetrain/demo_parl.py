@@ -9,7 +9,8 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    the 2 wordings it never saw, next to the untrained model's on the same checks. It judges every later stage.
 1. **warm start**: rubric sets of the training users -> LoRA SFT, merged (``persetrain rubrics warmstart-data``).
    ``truth`` (the default): their true rules, the signatures all their history has, in the judge's training
-   wordings (``data_prep.parl_rubrics``). ``induced``: the base model's structured-output sets that pass
+   wordings (``data_prep.parl_rubrics``), with every user of ``warmstart_samples`` extra synthetic samples (other
+   seeds: new users, never the held-out ones). ``induced``: the base model's structured-output sets that pass
    validation by the base model; with none passing, GRPO starts from the base.
 2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: per step the mean reward, the share of rollouts with
    >= 2 valid rules and the mean margin product D over the rollouts that have one; their first and last fifth.
@@ -55,6 +56,11 @@ class ParlDemoConfig:
     warmstart: str = "truth"
     #: Training users in the warm start (``None``: all of them).
     warmstart_users: int | None = None
+    #: Extra synthetic samples (seeds ``seed+1``, ...) whose news users, every one, join the truth warm start:
+    #: new users to learn reading a history from, never the held-out ones; the judge and GRPO never see them.
+    warmstart_samples: int = 0
+    #: Rows per user in the truth warm start, each with its own rule order and wordings.
+    warmstart_copies: int = 2
     grpo_steps: int = 12
     heldout_users: int | None = None
     #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
@@ -68,6 +74,8 @@ class ParlDemoConfig:
 
         if self.warmstart not in SOURCES:
             raise ValueError(f"warmstart is one of {SOURCES}, not {self.warmstart!r}")
+        if self.warmstart_samples and self.warmstart != "truth":
+            raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
 
 
 def _fifths(values: list[float]) -> tuple[float | None, float | None]:
@@ -112,6 +120,18 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     }
 
 
+def _sample_data(out: Path, seed: int) -> Path:
+    """The news dataset of one synthetic sample (``prepare sample`` + ``prepare parl``), written once."""
+    from data_prep.parl import prepare_parl
+    from data_prep.parl_synthetic import write_parl_sample
+
+    data = out / "data" / "parl_news"
+    if not data.is_dir():
+        write_parl_sample(out / "raw", seed=seed)
+        prepare_parl(out / "raw", out / "data", tasks=("news",), seed=seed)
+    return data
+
+
 def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
     from data_prep.parl_rubrics import write_true_warmstart_data
     from persetrain.engine import load_engine
@@ -121,7 +141,11 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
     out = cfg.out / "warmstart_data"
     try:
         if cfg.warmstart == "truth":
-            counts = write_true_warmstart_data(data, "train", out, cfg.seed, max_examples=cfg.warmstart_users)
+            seeds = range(cfg.seed + 1, cfg.seed + 1 + cfg.warmstart_samples)
+            extra = [_sample_data(cfg.out / "extra" / f"seed-{s}", s) for s in seeds]
+            counts = write_true_warmstart_data(
+                data, "train", out, cfg.seed, cfg.warmstart_copies, cfg.warmstart_users, extra=extra
+            )
         else:
             engine = load_engine(cfg.model, cache_path=cfg.out / "warmstart-engine.sqlite")
             counts = write_warmstart_data(engine, train[: cfg.warmstart_users], out, config, cfg.seed)
@@ -143,6 +167,7 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
         "warmstart_source": cfg.warmstart,
         "valid_share_warmstart": round(counts["valid_share"], 3),
         "warmstart_rows": counts["rows"],
+        "warmstart_samples": cfg.warmstart_samples,
     }
 
 
@@ -213,8 +238,6 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
 
 def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     """Run (or finish) every stage; return the summary, also in ``out/summary.json`` and ``out/report.md``."""
-    from data_prep.parl import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
     from persetrain.data import load_dataset
     from persetrain.evaluators.parl import PARLConfig
     from persetrain.metrics.parl import paired_runs_t_test
@@ -224,10 +247,7 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / SUMMARY
     summary: dict = json.loads(path.read_text()) if path.is_file() else {}
-    data = cfg.out / "data" / "parl_news"
-    if not data.is_dir():
-        write_parl_sample(cfg.out / "raw", seed=cfg.seed)
-        prepare_parl(cfg.out / "raw", cfg.out / "data", tasks=("news",), seed=cfg.seed)
+    data = _sample_data(cfg.out, cfg.seed)
     _, train = load_dataset(data, "train")
     _, test = load_dataset(data, "test")
     test = test[: cfg.heldout_users]
@@ -285,8 +305,8 @@ def write_report(path: Path, s: dict) -> None:
         f"model {s['judge_heldout_accuracy_untrained']:.3f} (yes share {s['judge_heldout_yes_share_untrained']:.2f}). "
         f"Per rule: {per_rule}.\n",
         "## GRPO reward curve\n",
-        f"Warm start ({s['warmstart_source']}): {s['warmstart_rows']} rubric sets, valid share "
-        f"{s['valid_share_warmstart']:.2f}.\n",
+        f"Warm start ({s['warmstart_source']}, {s.get('warmstart_samples', 0)} extra samples of users): "
+        f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}.\n",
         "| step | mean reward | valid share | mean D |\n|---:|---:|---:|---:|\n" + curve + "\n",
         f"Mean D first fifth {_number(s['mean_d_first_fifth'])}, last fifth {_number(s['mean_d_last_fifth'])}; "
         f"valid share {_number(s['valid_share_first_fifth'], 2)} -> {_number(s['valid_share_last_fifth'], 2)}.\n",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from data_prep.parl_rubrics import true_rules
+from persetrain.data import load_dataset
 from persetrain.demo_parl import REPORT, SUMMARY, ParlDemoConfig, run_parl_demo
 
 
@@ -14,6 +16,8 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         model=str(tiny_llama_dir),
         judge_steps=2,
         warmstart_users=2,
+        warmstart_samples=1,
+        warmstart_copies=1,
         grpo_steps=1,
         heldout_users=2,
         runs=2,
@@ -22,7 +26,14 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     summary = run_parl_demo(config)
     assert summary["judge"].endswith("verifier/merged") and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
-    assert summary["warmstart_source"] == "truth" and summary["warmstart_rows"] == 2 * 2  # 2 users, 2 copies
+    # 2 training users and every user of the seed-1 sample with 2 or more true rules, 1 copy each
+    extra = [
+        ex
+        for split in ("train", "test")
+        for ex in load_dataset(config.out / "extra" / "seed-1" / "data" / "parl_news", split)[1]
+    ]
+    assert summary["warmstart_source"] == "truth" and summary["warmstart_samples"] == 1
+    assert summary["warmstart_rows"] == 2 + sum(len(true_rules(ex)) >= 2 for ex in extra) > 2
     assert summary["policy"].endswith("warmstart/merged")
     assert summary["grpo_steps"] == 1 and [r["step"] for r in summary["curve"]] == [1]
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2

@@ -61,3 +61,28 @@ def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_sourc
     args = ["rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--source", "x"]
     bad = CliRunner().invoke(app, args)
     assert bad.exit_code != 0 and "--source is 'induced' or 'truth', not 'x'" in bad.output
+
+
+def test_truth_warmstart_adds_every_user_of_an_extra_sample(parl_prepared, tmp_path):
+    """``--extra-data``: another sample's users, all splits, join the training users; only with the truth source."""
+    from data_prep.parl import prepare_parl
+    from data_prep.parl_synthetic import write_parl_sample
+    from persetrain.train.warmstart import warmstart_row
+
+    sample = write_parl_sample(tmp_path / "raw", seed=1)
+    prepare_parl(sample.root, tmp_path / "extra", tasks=("news",), seed=1)
+    data, extra, out = parl_prepared / "parl_news", tmp_path / "extra" / "parl_news", tmp_path / "warmstart"
+    args = ["-q", "rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--runs", "1"]
+    result = CliRunner().invoke(app, [*args, "--source", "truth", "--extra-data", str(extra)])
+    assert result.exit_code == 0, result.output
+    users = load_dataset(data, "train")[1]
+    added = [ex for split in ("train", "test") for ex in load_dataset(extra, split)[1]]
+    rows = list(load_from_disk(str(out))["train"])
+    # each sample numbers its users from 0, so ids repeat across samples; the prompts (histories) do not
+    prompt = {id(ex): warmstart_row(ex, [], 0)["prompt"][-1]["content"] for ex in users + added}
+    expected = [(ex.id, prompt[id(ex)]) for ex in users + added if len(true_rules(ex)) >= 2]
+    assert sorted((r["id"], r["prompt"][-1]["content"]) for r in rows) == sorted(expected)
+    assert len(rows) > len(users)
+    assert json.loads((out / "build_info.json").read_text())["extra"] == [str(extra)]
+    induced = CliRunner().invoke(app, [*args, "--source", "induced", "--extra-data", str(extra)])
+    assert induced.exit_code != 0 and "--extra-data needs --source truth" in induced.output

@@ -175,6 +175,10 @@ def demo_parl(
     warmstart: Annotated[
         str, typer.Option(help="Warm-start sets: truth (the users' true rules) or induced (the base model's).")
     ] = "truth",
+    warmstart_samples: Annotated[
+        int, typer.Option(help="Extra synthetic samples (seeds seed+1, ...) whose users all join the truth warm start.")
+    ] = 0,
+    warmstart_copies: Annotated[int, typer.Option(help="Truth warm-start rows per user.")] = 2,
     grpo_steps: int = 12,
     runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
     heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
@@ -191,6 +195,8 @@ def demo_parl(
         judge=judge,
         judge_steps=judge_steps,
         warmstart=warmstart,
+        warmstart_samples=warmstart_samples,
+        warmstart_copies=warmstart_copies,
         grpo_steps=grpo_steps,
         heldout_users=heldout_users,
         runs=runs,

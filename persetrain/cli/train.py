@@ -69,6 +69,13 @@ def rubrics_warmstart_data(
     temperature: float = 0.6,
     max_new_tokens: int = 384,
     max_examples: int | None = None,
+    extra_data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="truth only: another synthetic dataset `prepare parl` wrote (another sample seed), every user of "
+            "which joins (repeatable); never the held-out users."
+        ),
+    ] = None,
     seed: int = 0,
 ) -> None:
     """SFT data for GRPO's warm start: rubric sets that pass validation, induced by the model or known true."""
@@ -77,10 +84,14 @@ def rubrics_warmstart_data(
 
     if source not in SOURCES:
         raise ValueError(f"--source is 'induced' or 'truth', not {source!r}")
+    if extra_data and source != "truth":
+        raise ValueError("--extra-data needs --source truth: only synthetic users' true rules are known")
     if source == "truth":
         from data_prep.parl_rubrics import write_true_warmstart_data
 
-        counts = write_true_warmstart_data(data, split, out, seed=seed, copies=runs, max_examples=max_examples)
+        counts = write_true_warmstart_data(
+            data, split, out, seed=seed, copies=runs, max_examples=max_examples, extra=extra_data or ()
+        )
         console.print(f"[green]wrote[/green] {counts['rows']} true rubric sets of {counts['valid']} users -> {out}")
         return
     examples = _rubric_examples(data, split, max_examples, "warmstart-data")
