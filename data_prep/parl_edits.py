@@ -10,6 +10,12 @@ from the checkers (``data_prep.parl_signatures``), never from what an edit meant
 leaves its signature unchanged is dropped.
 
 Every edit is ``edit(text, want, rng) -> text``: the text with (``want``) or without the signature.
+
+Some signatures are a class of forms (five pet words, five openers) and each user writes one of them, so a
+verifier sees most forms only in a few users' texts. Measured on the 1,350-step news verifier: it accepted
+held-out headlines opening with 'Big' under the one training wording that names 'Big' (26 of 26) and under
+no other wording (0-4 of 26). A *form swap* (``forms(text) -> [text, ...]``) keeps the signature and changes
+its form: the same text with each of the class's other forms, labelled by the same checker.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Callable
 from data_prep.parl_synthetic import _OPENERS, _PET_WORDS, _QUESTIONS, _SIGNOFFS, _TOPICS
 
 Edit = Callable[[str, bool, random.Random], str]
+Forms = Callable[[str], list[str]]
 
 _END = "!?."
 _SENTENCE_END = re.compile(r"([.!?]+)(?=\s|$)")
@@ -69,6 +76,25 @@ def short(text: str, want: bool, rng: random.Random) -> str:
         return " ".join(words[: rng.randint(2, 6)]) + end
     filler = ("after", "a", "long", "local", "debate", "this", "week")
     return " ".join([*words, *filler[: max(0, 7 - len(words))]]) + end
+
+
+def _swap_prefix(text: str, prefixes: tuple[str, ...]) -> list[str]:
+    """``text`` with its leading prefix (one of ``prefixes``, any case) replaced by each other one, cased like it."""
+    body = text.strip()
+    for prefix in prefixes:
+        found = body[: len(prefix)]
+        if found.lower() == prefix.lower():
+            case = str.lower if found.islower() else str.upper if found.isupper() and len(found) > 1 else str
+            return [case(other) + body[len(prefix) :] for other in prefixes if other != prefix]
+    return []
+
+
+def pet_word_forms(text: str) -> list[str]:
+    return _swap_prefix(text, tuple(f"{word} " for word in _PET_WORDS))
+
+
+def opener_forms(text: str) -> list[str]:
+    return _swap_prefix(text, _OPENERS)
 
 
 def pet_word(text: str, want: bool, rng: random.Random) -> str:

@@ -26,13 +26,15 @@ TRAIN_WORDINGS = 3
 
 @dataclass(frozen=True)
 class RuleCheck:
-    """One checkable rule: its signature name, a checker over a text, its wordings, and a counterfactual edit
-    that gives a text the signature or takes it away (``data_prep.parl_edits``)."""
+    """One checkable rule: its signature name, a checker over a text, its wordings, a counterfactual edit that
+    gives a text the signature or takes it away, and for a signature that is a class of forms, the swap to its
+    other forms (``data_prep.parl_edits``)."""
 
     name: str
     check: Callable[[str], bool]
     wordings: tuple[str, ...]
     edit: edits.Edit
+    forms: edits.Forms | None = None
 
 
 def _body(text: str) -> str:
@@ -137,6 +139,7 @@ PROSE: tuple[RuleCheck, ...] = (
             "The text kicks off with a chatty preamble such as 'Quick thoughts:' instead of starting on the content.",
         ),
         edits.opener,
+        edits.opener_forms,
     ),
 )
 
@@ -200,6 +203,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "An attention word like 'Breaking' leads off the headline.",
         ),
         edits.pet_word,
+        edits.pet_word_forms,
     ),
     RuleCheck(
         "exclaim",

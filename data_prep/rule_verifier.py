@@ -17,7 +17,9 @@ Two sources know the truth:
   split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
 
 With ``--counterfactuals``, each synthetic train text also comes in edited copies that toggle one signature
-each (``data_prep.parl_edits``): minimal pairs that only reading the property a rule names explains.
+each (``data_prep.parl_edits``): minimal pairs that only reading the property a rule names explains. A
+text with a signature that is a class of forms (a pet word, an opener) also comes in its other forms,
+checked against that rule only: the rule names the class, and each user writes one member of it.
 
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
@@ -33,7 +35,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck
 from persetrain.console import console, track
 from persetrain.io import InputError, iter_jsonl, write_json
 from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
@@ -69,12 +71,19 @@ def _texts(example: dict) -> Iterator[tuple[str, str, str]]:
         yield f"negative-{name}", example["target_input"], neg
 
 
-def _edited(task: str, kind: str, text: str, rng: random.Random) -> Iterator[tuple[str, str]]:
-    """``(kind, text)`` of each counterfactual copy of ``text``: one signature toggled (``data_prep.parl_edits``)."""
+def _edited(task: str, kind: str, text: str, rng: random.Random) -> Iterator[tuple[str, str, tuple[RuleCheck, ...]]]:
+    """``(kind, text, rules to check)`` of each counterfactual copy of ``text``: one signature toggled, checked
+    against every rule, or one signature in another of its forms, checked against that rule
+    (``data_prep.parl_edits``)."""
     for check in RULES[task]:
         edited = check.edit(text, not check.check(text), rng)
         if check.check(edited) != check.check(text):
-            yield f"{kind}:edit-{check.name}", edited
+            yield f"{kind}:edit-{check.name}", edited, RULES[task]
+    for check in RULES[task]:
+        if check.forms is not None and check.check(text):
+            for k, form in enumerate(check.forms(text)):
+                if check.check(form):
+                    yield f"{kind}:form-{check.name}-{k}", form, (check,)
 
 
 def require_synthetic(parl_dir: Path, hint: str = "label other data and pass it with --labels") -> None:
@@ -98,7 +107,8 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
     """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
 
     With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
-    checked against every rule like the original (validation texts are never edited).
+    checked against every rule like the original, and in the other forms of its class signatures, each
+    checked against that rule (validation texts are never edited).
     """
     from datasets import load_from_disk
 
@@ -113,13 +123,14 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
-                texts = [(kind, text, rng)]
+                texts = [(kind, text, rng, RULES[task])]
                 if counterfactuals and split == "train":
                     texts += [
-                        (edit_kind, edited, edit_rng) for edit_kind, edited in _edited(task, kind, text, edit_rng)
+                        (edit_kind, edited, edit_rng, checks)
+                        for edit_kind, edited, checks in _edited(task, kind, text, edit_rng)
                     ]
-                for text_kind, judged, draw in texts:
-                    for check in RULES[task]:
+                for text_kind, judged, draw, checks in texts:
+                    for check in checks:
                         pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
                         wording = draw.choice(pool)
                         rows[split].append(
@@ -254,7 +265,12 @@ def prepare_verifier(
         "splits": {split: len(r) for split, r in rows.items()},
         "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
         f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others"
-        + ("; every train text also in edited copies, one signature toggled in each" if counterfactuals else "")
+        + (
+            "; every train text also in edited copies, one signature toggled in each, and in the other forms of "
+            "its pet word or opener"
+            if counterfactuals
+            else ""
+        )
         + ". Labelled rows: their `split` field.",
     }
     write_json(tmp / "build_info.json", info)

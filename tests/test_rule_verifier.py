@@ -12,6 +12,7 @@ from datasets import load_from_disk
 
 from data_prep.parl import attach_baselines, read_task
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE
+from data_prep.parl_synthetic import _PET_WORDS
 from data_prep.rule_verifier import prepare_verifier
 from persetrain.engine import load_engine
 from persetrain.io import InputError
@@ -90,6 +91,24 @@ def test_every_edit_toggles_its_signature_on_every_text(parl_sample, task):
                 assert check.check(check.edit(text, want, rng)) is want, (check.name, want, text)
 
 
+@pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
+def test_form_swaps_keep_the_signature_in_every_other_form(parl_sample, task):
+    """A class signature's text comes back in each other form of the class, the rest of the text unchanged."""
+    examples = attach_baselines(read_task(parl_sample.root / task, task), [parl_sample.root / task / "baselines.jsonl"])
+    texts = [t for ex in examples for t in (*(h.output for h in ex.history), ex.output, *ex.baselines.values())]
+    classes = [c for c in RULES[task] if c.forms is not None]
+    assert [c.name for c in classes] == (["pet_word"] if task == "news" else ["opener"])
+    for check in classes:
+        having = [t for t in texts if check.check(t)]
+        assert having and not any(check.forms(t) for t in texts if not check.check(t))
+        for text in having:
+            forms = check.forms(text)
+            assert len(set(forms)) == 4 and text.strip() not in forms, text
+            assert all(check.check(f) for f in forms), text
+            tail = text.strip()[16:]  # past the longest form ("Quick thoughts: ")
+            assert all(f.endswith(tail) for f in forms), text
+
+
 def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(parl_news, verifier_data, tmp_path):
     out = tmp_path / "counterfactual"
     prepare_verifier(out, parl=[parl_news], counterfactuals=True)
@@ -103,6 +122,9 @@ def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(
     checks = {c.name: c for c in RULES["news"]}
     for row in edited["train"].select(range(0, len(edited["train"]), 7)):
         assert (row["label"] == "yes") == checks[row["rule_name"]].check(row["text"]), row["id"]
+    forms = edited["train"].filter(lambda r: ":form-" in r["text_kind"])
+    assert set(forms["rule_name"]) == {"pet_word"} and set(forms["label"]) == {"yes"}  # checked on its rule only
+    assert {t.split()[0].lower() for t in forms["text"]} == {w.lower() for w in _PET_WORDS}
     assert json.loads((out / "build_info.json").read_text())["counterfactuals"] is True
     assert "edited copies" in (out / "README.md").read_text()
 
