@@ -111,7 +111,10 @@ def prepare_verifier_cmd(
     ] = None,
     counterfactuals: Annotated[
         bool,
-        typer.Option(help="Also train on edited copies of the synthetic train texts, one signature toggled in each."),
+        typer.Option(
+            help="Also train on edited copies of the synthetic train texts, one signature toggled in each, and on "
+            "the other forms of a class signature (pet word, opener)."
+        ),
     ] = False,
     seed: int = 0,
 ) -> None:
