@@ -12,7 +12,6 @@ text it writes: ``tests/test_rule_verifier.py`` checks that on the users' texts 
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,30 +28,13 @@ TRAIN_WORDINGS = 3
 class RuleCheck:
     """One checkable rule: its signature name, a checker over a text, its wordings, a counterfactual edit that
     gives a text the signature or takes it away, and for a signature that is a class of forms, the swap to its
-    other forms (``data_prep.parl_edits``) and the members its wordings quote as examples."""
+    other forms (``data_prep.parl_edits``)."""
 
     name: str
     check: Callable[[str], bool]
     wordings: tuple[str, ...]
     edit: edits.Edit
     forms: edits.Forms | None = None
-    members: tuple[str, ...] = ()
-
-    def worded(self, index: int, rng: random.Random | None = None) -> str:
-        """Wording ``index``; with ``rng``, each class member it quotes ('Wow') swapped for a distinct random one.
-
-        Why: an example in a rule is one member of the class, not the rule. Measured on the form-swap news
-        verifier: of the 45 held-out headlines that open with 'Big', 'Wow' or 'Again' it accepted all 45 under
-        the training wording that quotes 'Finally', 'Wow' or 'Breaking', and 7 under the unseen "a signature
-        hook word (for instance 'Finally')". Trained on wordings whose quoted examples are drawn anew, a named
-        example cannot stand for the rule.
-        """
-        wording = self.wordings[index]
-        if rng is None or not self.members:
-            return wording
-        quoted = re.compile("|".join(f"'{re.escape(m)}'" for m in self.members))
-        drawn = iter(rng.sample(self.members, len(quoted.findall(wording))))
-        return quoted.sub(lambda _: f"'{next(drawn)}'", wording)
 
 
 def _body(text: str) -> str:
@@ -158,7 +140,6 @@ PROSE: tuple[RuleCheck, ...] = (
         ),
         edits.opener,
         edits.opener_forms,
-        _OPENERS,
     ),
 )
 
@@ -223,7 +204,6 @@ HEADLINE: tuple[RuleCheck, ...] = (
         ),
         edits.pet_word,
         edits.pet_word_forms,
-        _PET_WORDS,
     ),
     RuleCheck(
         "exclaim",

@@ -19,9 +19,7 @@ Two sources know the truth:
 With ``--counterfactuals``, each synthetic train text also comes in edited copies that toggle one signature
 each (``data_prep.parl_edits``): minimal pairs that only reading the property a rule names explains. A
 text with a signature that is a class of forms (a pet word, an opener) also comes in its other forms,
-checked against that rule only: the rule names the class, and each user writes one member of it. For the
-same reason a train wording that quotes members of the class as examples ("such as 'Wow'") quotes members
-drawn at random.
+checked against that rule only: the rule names the class, and each user writes one member of it.
 
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
@@ -109,8 +107,7 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
 
     With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
     checked against every rule like the original, and in the other forms of its class signatures, each
-    checked against that rule; and a train rule that quotes members of its class as examples quotes random
-    ones (``RuleCheck.worded``). Validation texts and rules are never edited.
+    checked against that rule (validation texts are never edited).
     """
     from datasets import load_from_disk
 
@@ -119,7 +116,6 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
     # The edits draw from their own generator: the wordings drawn for the original texts (validation's
     # included) are the same with and without counterfactuals.
     edit_rng = random.Random(f"{seed}:edits:{parl_dir.name}")
-    example_rng = random.Random(f"{seed}:examples:{parl_dir.name}") if counterfactuals else None
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     dataset = load_from_disk(str(parl_dir))
     for parl_split, split in _PARL_SPLITS.items():
@@ -142,7 +138,7 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
                                 task,
                                 inp,
                                 judged,
-                                check.worded(wording, example_rng if split == "train" else None),
+                                check.wordings[wording],
                                 check.check(judged),
                                 user_id=example["user_id"],
                                 rule_name=check.name,
@@ -270,7 +266,7 @@ def prepare_verifier(
         f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others"
         + (
             "; every train text also in edited copies, one signature toggled in each, and in the other forms of "
-            "its pet word or opener; the pet words or openers a train rule quotes as examples drawn at random"
+            "its pet word or opener"
             if counterfactuals
             else ""
         )

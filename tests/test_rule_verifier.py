@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections import Counter
 
 import pytest
@@ -110,34 +109,14 @@ def test_form_swaps_keep_the_signature_in_every_other_form(parl_sample, task):
             assert all(f.endswith(tail) for f in forms), text
 
 
-@pytest.mark.parametrize("task", ["amazon", "news"])
-def test_train_wordings_quote_random_members_of_a_class(task):
-    """A class rule's quoted examples are drawn anew, distinct and as many as the wording quotes; the rest stays."""
-    (check,) = [c for c in RULES[task] if c.members]
-    rng = random.Random(0)
-    for index, wording in enumerate(check.wordings):
-        quoted = re.compile("|".join(f"'{re.escape(m)}'" for m in check.members))
-        n = len(quoted.findall(wording))
-        assert check.worded(index) == wording
-        draws = [check.worded(index, rng) for _ in range(200)]
-        assert all(quoted.sub("'_'", d) == quoted.sub("'_'", wording) for d in draws)
-        picks = [quoted.findall(d) for d in draws]
-        assert all(len(p) == len(set(p)) == n for p in picks)
-        assert n == 0 or {m for p in picks for m in p} == {f"'{m}'" for m in check.members}
-
-
 def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(parl_news, verifier_data, tmp_path):
     out = tmp_path / "counterfactual"
     prepare_verifier(out, parl=[parl_news], counterfactuals=True)
     plain, edited = load_from_disk(str(verifier_data)), load_from_disk(str(out))
     assert edited["validation"].to_list() == plain["validation"].to_list()  # held-out checks are never edited
-    wording = {r["id"]: (r["wording"], r["rule"]) for r in plain["train"]}
-    shared = [r for r in edited["train"] if r["id"] in wording]
-    assert shared and all(wording[r["id"]][0] == r["wording"] for r in shared)  # the original texts' wordings
-    quoted = re.compile("|".join(f"'{w}'" for w in _PET_WORDS))
-    swapped = [r for r in shared if r["rule"] != wording[r["id"]][1]]
-    assert swapped and {r["rule_name"] for r in swapped} == {"pet_word"}  # only the examples a rule quotes differ
-    assert all(quoted.sub("'_'", r["rule"]) == quoted.sub("'_'", wording[r["id"]][1]) for r in swapped)
+    wording = dict(zip(plain["train"]["id"], plain["train"]["rule"], strict=True))
+    shared = [(i, r) for i, r in zip(edited["train"]["id"], edited["train"]["rule"], strict=True) if i in wording]
+    assert shared and all(wording[i] == r for i, r in shared)  # the original texts' wordings are unchanged
     kinds = Counter(kind.partition(":edit-")[2] for kind in edited["train"]["text_kind"])
     assert set(kinds) == {"", *(c.name for c in RULES["news"])} and len(edited["train"]) > 4 * len(plain["train"])
     checks = {c.name: c for c in RULES["news"]}

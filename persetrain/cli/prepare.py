@@ -113,8 +113,7 @@ def prepare_verifier_cmd(
         bool,
         typer.Option(
             help="Also train on edited copies of the synthetic train texts, one signature toggled in each, and on "
-            "the other forms of a class signature (pet word, opener), with random members of the class as a "
-            "train rule's examples."
+            "the other forms of a class signature (pet word, opener)."
         ),
     ] = False,
     seed: int = 0,
