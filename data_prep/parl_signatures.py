@@ -3,8 +3,14 @@
 The synthetic users are the one PARL source that knows the truth: every signature is a surface property
 a text has or lacks, so a checker decides it exactly, and ``persetrain prepare verifier`` turns the
 checkers into labelled (rule, text, satisfied) rows for training PARL's yes/no judge. Each signature is
-phrased as a rule in ``WORDINGS_PER_RULE`` wordings: the first ``TRAIN_WORDINGS`` are trained on, the
-others are kept for validation, so the verifier is measured on rules worded in ways it never saw.
+phrased as a rule in ``WORDINGS_PER_RULE`` hand-written wordings: the first ``TRAIN_WORDINGS`` are trained
+on, the others are kept for validation, so the verifier is measured on rules worded in ways it never saw.
+
+Training also draws *composed* wordings (:func:`train_wordings`): every rule's predicate phrases in the same
+rubric frames ("The user prefers a headline that ..."). Hand-written wordings each have their own sentence
+shape, so a verifier can tell the rules apart by shape and never read the words that name the property; a
+frame that every rule shares carries no such cue. The frames and phrases were written without the
+validation wordings, and ``tests/test_rule_verifier.py`` checks that no composed wording is one of them.
 
 The checkers read the text only (never the user's ground truth) and agree with the generator on every
 text it writes: ``tests/test_rule_verifier.py`` checks that on the users' texts and on both negatives.
@@ -27,14 +33,16 @@ TRAIN_WORDINGS = 3
 @dataclass(frozen=True)
 class RuleCheck:
     """One checkable rule: its signature name, a checker over a text, its wordings, a counterfactual edit that
-    gives a text the signature or takes it away, and for a signature that is a class of forms, the swap to its
-    other forms (``data_prep.parl_edits``)."""
+    gives a text the signature or takes it away, for a signature that is a class of forms, the swap to its
+    other forms (``data_prep.parl_edits``), and predicate phrases that complete "The headline ..." (or "The
+    text ...") for the composed training wordings."""
 
     name: str
     check: Callable[[str], bool]
     wordings: tuple[str, ...]
     edit: edits.Edit
     forms: edits.Forms | None = None
+    phrases: tuple[str, ...] = ()
 
 
 def _body(text: str) -> str:
@@ -67,6 +75,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "The text avoids capitalization completely: all of its letters are lower case.",
         ),
         edits.lowercase,
+        phrases=(
+            "uses no capital letters at all",
+            "is typed all in lowercase, the start of each sentence included",
+            "contains only lowercase letters",
+            "never capitalizes a word, names included",
+        ),
     ),
     RuleCheck(
         "signoff",
@@ -79,6 +93,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "A brief sign-off on a new line concludes the text.",
         ),
         edits.signoff,
+        phrases=(
+            "ends with a sign-off line of its own",
+            "closes with a separate farewell line from the writer",
+            "has a signature line after its last sentence",
+            "finishes with the writer signing off on a new line",
+        ),
     ),
     RuleCheck(
         "short_sentences",
@@ -91,6 +111,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "The text is made of terse, compact sentences and never a long, winding one.",
         ),
         edits.short_sentences,
+        phrases=(
+            "keeps every sentence to ten words or fewer",
+            "uses only short sentences of at most ten words",
+            "never has a sentence longer than ten words",
+            "is written in brief sentences, none over ten words",
+        ),
     ),
     RuleCheck(
         "question",
@@ -103,6 +129,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "The writer poses a question to the reader rather than only making statements.",
         ),
         edits.prose_question,
+        phrases=(
+            "contains a rhetorical question",
+            "asks the reader a question somewhere",
+            "includes at least one sentence ending in a question mark",
+            "poses a question to the reader",
+        ),
     ),
     RuleCheck(
         "topic_word",
@@ -115,6 +147,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "The writer digresses to a favourite personal subject that, as always, plays a part.",
         ),
         edits.topic_word,
+        phrases=(
+            "brings in a personal aside that starts with 'as always'",
+            "mentions a favourite personal topic with the words 'as always'",
+            "digresses, as always, to the writer's own pet, hobby or routine",
+            "includes an 'as always' aside about the writer's life",
+        ),
     ),
     RuleCheck(
         "exclaim",
@@ -127,6 +165,12 @@ PROSE: tuple[RuleCheck, ...] = (
             "The tone is exclamatory throughout: no sentence ends in a period.",
         ),
         edits.prose_exclaim,
+        phrases=(
+            "ends every sentence with an exclamation mark",
+            "uses '!' instead of a period at the end of each sentence",
+            "never ends a sentence with a plain full stop, only with '!'",
+            "is exclamatory in every single sentence",
+        ),
     ),
     RuleCheck(
         "opener",
@@ -140,6 +184,12 @@ PROSE: tuple[RuleCheck, ...] = (
         ),
         edits.opener,
         edits.opener_forms,
+        phrases=(
+            "opens with a casual lead-in such as 'Real talk:' or 'Okay so,'",
+            "starts with a chatty opener like 'Alright then,'",
+            "begins with an informal introductory phrase before the content",
+            "kicks off with a conversational opener such as 'Quick thoughts:' or 'Well, friends,'",
+        ),
     ),
 )
 
@@ -155,6 +205,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline avoids capitalization completely: all of its letters are lower case.",
         ),
         edits.lowercase,
+        phrases=(
+            "uses no capital letters at all",
+            "is typed all in lowercase, even its first word",
+            "contains only lowercase letters",
+            "never capitalizes a word, place names included",
+        ),
     ),
     RuleCheck(
         "question",
@@ -167,6 +223,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline takes the form of a question to the reader.",
         ),
         edits.headline_question,
+        phrases=(
+            "is worded as a question",
+            "ends in a question mark",
+            "asks the reader something instead of stating the news",
+            "is a question rather than a statement",
+        ),
     ),
     RuleCheck(
         "colon",
@@ -179,6 +241,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline uses the 'label: news' pattern with a colon.",
         ),
         edits.colon,
+        phrases=(
+            "contains a colon",
+            "is divided by a colon into a label and the news",
+            "puts a colon after a short lead-in",
+            "has a colon in it",
+        ),
     ),
     RuleCheck(
         "short",
@@ -191,6 +259,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline is terse, never longer than half a dozen words.",
         ),
         edits.short,
+        phrases=(
+            "has at most six words",
+            "is kept to six words or fewer",
+            "is no longer than six words",
+            "uses six words or less",
+        ),
     ),
     RuleCheck(
         "pet_word",
@@ -204,6 +278,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
         ),
         edits.pet_word,
         edits.pet_word_forms,
+        phrases=(
+            "starts with a hook word such as 'Wow' or 'Again'",
+            "opens on an attention word like 'Big' or 'Finally'",
+            "has an eye-catching word such as 'Breaking' as its first word",
+            "leads with a signature attention word",
+        ),
     ),
     RuleCheck(
         "exclaim",
@@ -216,6 +296,12 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline is punctuated as an exclamation at its end.",
         ),
         edits.headline_exclaim,
+        phrases=(
+            "ends with an exclamation mark",
+            "finishes on a '!'",
+            "closes with an exclamation point",
+            "is punctuated with '!' at the end",
+        ),
     ),
     RuleCheck(
         "number",
@@ -228,8 +314,34 @@ HEADLINE: tuple[RuleCheck, ...] = (
             "The headline quotes a number from the story in numerals.",
         ),
         edits.number,
+        phrases=(
+            "contains a number written in digits",
+            "includes at least one numeral",
+            "mentions a figure using digits",
+            "has a digit in it",
+        ),
     ),
 )
 
 #: The checkable rules of each PARL task: reviews and posts share the prose signatures.
 RULES: dict[str, tuple[RuleCheck, ...]] = {"amazon": PROSE, "reddit": PROSE, "news": HEADLINE}
+
+#: What a rule calls the judged text, per task.
+UNITS: dict[str, str] = {"amazon": "text", "reddit": "text", "news": "headline"}
+
+#: Rubric frames every rule of a task shares: ``{unit}`` is the task's unit, ``{phrase}`` a rule's predicate phrase.
+FRAMES: tuple[str, ...] = (
+    "The {unit} {phrase}.",
+    "The user prefers a {unit} that {phrase}.",
+    "A good {unit} for this reader {phrase}.",
+    "In this writer's style, the {unit} {phrase}.",
+    "Rule: the {unit} {phrase}.",
+    "Only a {unit} that {phrase} fits this user's taste.",
+    "Personal preference: a {unit} that {phrase}.",
+    "It matters to this user that the {unit} {phrase}.",
+)
+
+
+def composed_wordings(task: str, check: RuleCheck) -> tuple[str, ...]:
+    """Each of ``check``'s phrases in each frame (module docstring): wordings for train rows only."""
+    return tuple(frame.format(unit=UNITS[task], phrase=phrase) for phrase in check.phrases for frame in FRAMES)

@@ -11,8 +11,9 @@ Two sources know the truth:
   negatives) is checked against every signature rule of its task by ``data_prep.parl_signatures``.
   Splits follow the PARL dataset's, by user: its ``train`` users are trained on and its ``test``
   users, whose rubrics the generator is measured on, form ``validation``. Train rows use the first
-  ``TRAIN_WORDINGS`` wordings of a rule and validation rows only the others, so validation measures
-  users *and* wordings the verifier never saw.
+  ``TRAIN_WORDINGS`` hand-written wordings of a rule and its composed ones (the same rubric frames for
+  every rule, ``data_prep.parl_signatures``); validation rows only the other hand-written ones, so
+  validation measures users *and* wordings the verifier never saw.
 * labelled rows from anywhere else (``--labels FILE.jsonl``): ``{task, input, text, rule, satisfied,
   split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
 
@@ -35,7 +36,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck, composed_wordings
 from persetrain.console import console, track
 from persetrain.io import InputError, iter_jsonl, write_json
 from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
@@ -130,15 +131,22 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
                     ]
                 for text_kind, judged, draw, checks in texts:
                     for check in checks:
+                        row_id = f"{example['id']}:{text_kind}:{check.name}"
+                        wordings = check.wordings + composed_wordings(task, check)
                         pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
                         wording = draw.choice(pool)
+                        if split == "train":
+                            # A composed wording in place of the hand-written one, drawn per row so that no other
+                            # draw moves: validation's wordings and every text stay as they were without them.
+                            composed = range(len(check.wordings), len(wordings))
+                            wording = random.Random(f"{seed}:composed:{row_id}").choice([wording, *composed])
                         rows[split].append(
                             _row(
-                                f"{example['id']}:{text_kind}:{check.name}",
+                                row_id,
                                 task,
                                 inp,
                                 judged,
-                                check.wordings[wording],
+                                wordings[wording],
                                 check.check(judged),
                                 user_id=example["user_id"],
                                 rule_name=check.name,
@@ -215,8 +223,9 @@ def _card(info: dict) -> str:
             "## Columns\n",
             "`id`, `task`, `input` (the task input), `text` (the text judged), `rule`, `label` (`yes`/`no`), "
             "`prompt` (system + user messages), `completion`, `user_id`, "
-            "`rule_name` (the signature; empty for labelled rows), `wording` (index of the rule's wording; -1 for "
-            "labelled rows), `text_kind` (`history-<k>`, `target`, `negative-<generator>` or `labelled`).",
+            "`rule_name` (the signature; empty for labelled rows), `wording` (index of the rule's wording: its "
+            "hand-written ones first, then its composed ones; -1 for labelled rows), `text_kind` (`history-<k>`, "
+            "`target`, `negative-<generator>` or `labelled`).",
             "",
         ]
     )
@@ -263,7 +272,8 @@ def prepare_verifier(
         "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
         "splits": {split: len(r) for split, r in rows.items()},
         "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
-        f"rows use a rule's first {TRAIN_WORDINGS} wordings, validation rows the others"
+        f"rows use a rule's first {TRAIN_WORDINGS} hand-written wordings or its composed ones (its phrases in rubric "
+        "frames every rule shares), validation rows its other hand-written wordings"
         + (
             "; every train text also in edited copies, one signature toggled in each, and in the other forms of "
             "its pet word or opener"

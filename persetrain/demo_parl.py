@@ -3,7 +3,8 @@
 Held-out users (the PARL dataset's test split) are never trained on, by the judge or the generator:
 
 0. **judge**: ``persetrain prepare verifier --counterfactuals`` on the training users (signature checkers as
-   labels, each rule in 3 of its 5 wordings, every text also in edited copies that toggle one signature each)
+   labels, each rule in 3 of its 5 hand-written wordings or in composed ones, every text also in edited copies
+   that toggle one signature each)
    -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml`` (or
    ``judge``: one already trained). ``judge_heldout_accuracy``: its accuracy on the held-out users' checks in
    the 2 wordings it never saw, next to the untrained model's on the same checks. It judges every later stage.

@@ -11,7 +11,7 @@ import pytest
 from datasets import load_from_disk
 
 from data_prep.parl import attach_baselines, read_task
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
 from data_prep.parl_synthetic import _PET_WORDS
 from data_prep.rule_verifier import prepare_verifier
 from persetrain.engine import load_engine
@@ -48,11 +48,17 @@ def test_checkers_agree_with_the_planted_signatures_on_every_text(parl_sample, t
 
 
 def test_every_rule_has_its_own_distinct_wordings():
-    """A wording repeated inside a rule would shrink the validation wordings; one shared by two rules, mislabel."""
+    """A wording repeated inside a rule would shrink the validation wordings; one shared by two rules, mislabel;
+    a composed wording that is a validation wording would train on what validation measures."""
     for task, checks in RULES.items():
         wordings = [w.casefold() for check in checks for w in check.wordings]
         assert all(len(check.wordings) == WORDINGS_PER_RULE for check in checks), task
         assert len(set(wordings)) == len(wordings), task
+        for check in checks:
+            composed = {w.casefold() for w in composed_wordings(task, check)}
+            others = {w.casefold() for c in checks if c is not check for w in c.wordings + composed_wordings(task, c)}
+            assert len(composed) > WORDINGS_PER_RULE and not composed & others, (task, check.name)
+            assert not composed & {w.casefold() for w in check.wordings[TRAIN_WORDINGS:]}, (task, check.name)
 
 
 def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news, verifier_data):
@@ -60,7 +66,10 @@ def test_verifier_data_splits_users_and_wordings_and_balances_answers(parl_news,
     parl = load_from_disk(str(parl_news))
     users = {split: set(data[split]["user_id"]) for split in ("train", "validation")}
     assert users["train"] <= set(parl["train"]["user_id"]) and users["validation"] <= set(parl["test"]["user_id"])
-    assert max(data["train"]["wording"]) < TRAIN_WORDINGS <= min(data["validation"]["wording"])
+    assert set(data["validation"]["wording"]) == set(range(TRAIN_WORDINGS, WORDINGS_PER_RULE))
+    train_wordings = Counter(w < TRAIN_WORDINGS for w in data["train"]["wording"])  # else composed
+    assert set(data["train"]["wording"]).isdisjoint(range(TRAIN_WORDINGS, WORDINGS_PER_RULE))
+    assert train_wordings[True] > 0 and train_wordings[False] > 0
     train_rules = set(data["train"]["rule"])
     assert not train_rules & set(data["validation"]["rule"])
     for split in ("train", "validation"):
