@@ -13,7 +13,9 @@ Two sources know the truth:
   users, whose rubrics the generator is measured on, form ``validation``. Train rows use the first
   ``TRAIN_WORDINGS`` hand-written wordings of a rule and its composed ones (the same rubric frames for
   every rule, ``data_prep.parl_signatures``); validation rows only the other hand-written ones, so
-  validation measures users *and* wordings the verifier never saw.
+  validation measures users *and* wordings the verifier never saw. ``--extra-parl DIR`` adds every user of
+  another synthetic sample (another seed: new users, never the held-out ones) to train: each user's texts
+  share their few signatures, so a verifier trained on few users learns them rather than the properties.
 * labelled rows from anywhere else (``--labels FILE.jsonl``): ``{task, input, text, rule, satisfied,
   split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
 
@@ -103,23 +105,25 @@ def require_synthetic(parl_dir: Path, hint: str = "label other data and pass it 
         )
 
 
-def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> dict[str, list[dict]]:
+def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False, extra: str = "") -> dict[str, list[dict]]:
     """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
 
     With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
     checked against every rule like the original, and in the other forms of its class signatures, each
-    checked against that rule (validation texts are never edited).
+    checked against that rule (validation texts are never edited). ``extra`` names an extra dataset: all its
+    users go to train, their ids and user ids prefixed with it (each sample numbers its users from 0).
     """
     from datasets import load_from_disk
 
     require_synthetic(parl_dir)
-    rng = random.Random(f"{seed}:verifier:{parl_dir.name}")
+    rng = random.Random(f"{seed}:verifier:{extra}{parl_dir.name}")
     # The edits draw from their own generator: the wordings drawn for the original texts (validation's
     # included) are the same with and without counterfactuals.
-    edit_rng = random.Random(f"{seed}:edits:{parl_dir.name}")
+    edit_rng = random.Random(f"{seed}:edits:{extra}{parl_dir.name}")
+    splits = dict.fromkeys(_PARL_SPLITS, "train") if extra else _PARL_SPLITS
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     dataset = load_from_disk(str(parl_dir))
-    for parl_split, split in _PARL_SPLITS.items():
+    for parl_split, split in splits.items():
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
@@ -131,7 +135,7 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
                     ]
                 for text_kind, judged, draw, checks in texts:
                     for check in checks:
-                        row_id = f"{example['id']}:{text_kind}:{check.name}"
+                        row_id = f"{extra}{example['id']}:{text_kind}:{check.name}"
                         wordings = check.wordings + composed_wordings(task, check)
                         pool = range(TRAIN_WORDINGS) if split == "train" else range(TRAIN_WORDINGS, len(check.wordings))
                         wording = draw.choice(pool)
@@ -148,7 +152,7 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False) -> 
                                 judged,
                                 wordings[wording],
                                 check.check(judged),
-                                user_id=example["user_id"],
+                                user_id=f"{extra}{example['user_id']}",
                                 rule_name=check.name,
                                 wording=wording,
                                 text_kind=text_kind,
@@ -214,7 +218,8 @@ def _card(info: dict) -> str:
                 else ""
             ),
             "## Sources\n",
-            "\n".join(f"- `{s}`" for s in info["sources"]),
+            "\n".join(f"- `{s}`" for s in info["sources"])
+            + "".join(f"\n- `{s}` (every user to train)" for s in info["extra_parl"]),
             "",
             "## Splits and balance\n",
             info["split_rule"] + " Per split and rule the majority answer is subsampled to the minority's count.\n",
@@ -237,15 +242,18 @@ def prepare_verifier(
     labels: Sequence[str | Path] = (),
     seed: int = 0,
     counterfactuals: bool = False,
+    extra_parl: Sequence[str | Path] = (),
 ) -> dict[str, int]:
     """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes.
 
-    ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`)."""
+    ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`); ``extra_parl``:
+    more synthetic PARL datasets, every user of them trained on."""
     from datasets import Dataset, DatasetDict
 
     if not (parl or labels):
         raise ValueError("no source: give --parl (a prepared synthetic PARL dataset) and/or --labels FILE.jsonl")
     reads = [signature_rows(Path(p), seed, counterfactuals) for p in parl] + [label_rows(Path(p)) for p in labels]
+    reads += [signature_rows(Path(p), seed, counterfactuals, extra=f"extra{k}:") for k, p in enumerate(extra_parl)]
     rows = {split: [row for read in reads for row in read[split]] for split in SPLITS}
     before = {split: dict(Counter(r["label"] for r in rows[split])) for split in SPLITS}
     rows = {split: balance(rows[split], seed) for split in SPLITS}
@@ -266,6 +274,7 @@ def prepare_verifier(
         "task": "verifier_sft",
         "synthetic": bool(parl),
         "sources": [str(p) for p in (*parl, *labels)],
+        "extra_parl": [str(p) for p in extra_parl],
         "seed": seed,
         "train_wordings": TRAIN_WORDINGS,
         "counterfactuals": counterfactuals,
@@ -280,6 +289,7 @@ def prepare_verifier(
             if counterfactuals
             else ""
         )
+        + (f"; every user of {len(extra_parl)} extra synthetic dataset(s) -> train" if extra_parl else "")
         + ". Labelled rows: their `split` field.",
     }
     write_json(tmp / "build_info.json", info)

@@ -138,6 +138,30 @@ def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(
     assert "edited copies" in (out / "README.md").read_text()
 
 
+def test_extra_samples_add_new_users_to_train_only(parl_news, verifier_data, tmp_path):
+    """Another sample's users all train, named apart from this sample's (each sample numbers its users from 0)."""
+    from data_prep.parl import prepare_parl
+    from data_prep.parl_synthetic import write_parl_sample
+
+    prepare_parl(write_parl_sample(tmp_path / "raw", seed=1).root, tmp_path / "data", tasks=("news",), seed=1)
+    extra = load_from_disk(str(tmp_path / "data" / "parl_news"))
+    out = tmp_path / "verifier"
+    prepare_verifier(out, parl=[parl_news], extra_parl=[tmp_path / "data" / "parl_news"])
+    plain, more = load_from_disk(str(verifier_data)), load_from_disk(str(out))
+    assert more["validation"].to_list() == plain["validation"].to_list()
+    assert len(set(more["train"]["id"])) == len(more["train"]) > len(plain["train"])
+    added = {u for u in more["train"]["user_id"] if u.startswith("extra0:")}
+    assert added == {f"extra0:{u}" for split in extra for u in extra[split]["user_id"]}  # test users too
+    checks = {c.name: c for c in RULES["news"]}
+    for row in more["train"]:
+        assert (row["label"] == "yes") == checks[row["rule_name"]].check(row["text"]), row["id"]
+    info = json.loads((out / "build_info.json").read_text())
+    assert (
+        info["extra_parl"] == [str(tmp_path / "data" / "parl_news")]
+        and "every user to train" in (out / "README.md").read_text()
+    )
+
+
 def test_labelled_rows_and_their_errors(tmp_path):
     good = {
         "task": "news",

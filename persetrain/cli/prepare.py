@@ -116,12 +116,26 @@ def prepare_verifier_cmd(
             "the other forms of a class signature (pet word, opener)."
         ),
     ] = False,
+    extra_parl: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Another prepared SYNTHETIC PARL dataset (another sample seed: new users), every user of it trained "
+            "on, none validated (repeatable)."
+        ),
+    ] = None,
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
     from data_prep.rule_verifier import prepare_verifier
 
-    prepare_verifier(out, parl=parl or [], labels=labels or [], seed=seed, counterfactuals=counterfactuals)
+    prepare_verifier(
+        out,
+        parl=parl or [],
+        labels=labels or [],
+        seed=seed,
+        counterfactuals=counterfactuals,
+        extra_parl=extra_parl or [],
+    )
 
 
 @prepare_app.command("preference")
