@@ -6,11 +6,11 @@ checkers into labelled (rule, text, satisfied) rows for training PARL's yes/no j
 phrased as a rule in ``WORDINGS_PER_RULE`` hand-written wordings: the first ``TRAIN_WORDINGS`` are trained
 on, the others are kept for validation, so the verifier is measured on rules worded in ways it never saw.
 
-Training also draws *composed* wordings (:func:`train_wordings`): every rule's predicate phrases in the same
-rubric frames ("The user prefers a headline that ..."). Hand-written wordings each have their own sentence
-shape, so a verifier can tell the rules apart by shape and never read the words that name the property; a
-frame that every rule shares carries no such cue. The frames and phrases were written without the
-validation wordings, and ``tests/test_rule_verifier.py`` checks that no composed wording is one of them.
+Training also draws *composed* wordings (:func:`composed_wordings`): every rule's predicate phrases in the
+same rubric frames ("The user prefers a headline that ..."). Hand-written wordings each have their own
+sentence shape, so a verifier can tell the rules apart by shape and never read the words that name the
+property; a frame that every rule shares carries no such cue. ``tests/test_rule_verifier.py`` checks that no
+composed wording is a validation wording or another rule's.
 
 The checkers read the text only (never the user's ground truth) and agree with the generator on every
 text it writes: ``tests/test_rule_verifier.py`` checks that on the users' texts and on both negatives.
