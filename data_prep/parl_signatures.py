@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from data_prep import parl_edits as edits
 from data_prep.parl_synthetic import _OPENERS, _PET_WORDS
@@ -342,6 +343,8 @@ FRAMES: tuple[str, ...] = (
 )
 
 
+@cache
 def composed_wordings(task: str, check: RuleCheck) -> tuple[str, ...]:
-    """Each of ``check``'s phrases in each frame (module docstring): wordings for train rows only."""
+    """Each of ``check``'s phrases in each frame (module docstring): wordings for train rows only. Cached: the
+    verifier data asks for them once per (text, rule) row."""
     return tuple(frame.format(unit=UNITS[task], phrase=phrase) for phrase in check.phrases for frame in FRAMES)
