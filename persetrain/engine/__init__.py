@@ -43,16 +43,28 @@ def load_engine(
 
     ``cache_path`` enables the persistent request cache (SQLite file). For ``openai``, ``model`` is the
     served model name and ``base_url`` is required (``OpenAIBackend`` says so); the in-process
-    ``hf`` backend has no server, so a ``base_url`` there is ignored.
+    ``hf`` backend has no server, so a ``base_url`` there is ignored. Several models joined by commas
+    make one judge that averages their answers (``persetrain.engine.ensemble``).
     """
+    names = [name.strip() for name in model.split(",")]
+    if len(names) > 1:
+        from persetrain.engine.ensemble import EnsembleBackend
+
+        impl: Backend = EnsembleBackend([_backend(name, backend, base_url, backend_options) for name in names])
+    else:
+        impl = _backend(model, backend, base_url, backend_options)
+    return Engine(impl, RequestCache(cache_path) if cache_path else None)
+
+
+def _backend(model: str, backend: str, base_url: str | None, options: dict) -> Backend:
+    if not model:
+        raise ValueError("empty model spec (a judge ensemble names its checkpoints joined by commas: a,b)")
     if backend == "hf":
         from persetrain.engine.hf import HFBackend
 
-        impl: Backend = HFBackend(model, **backend_options)
-    elif backend == "openai":
+        return HFBackend(model, **options)
+    if backend == "openai":
         from persetrain.engine.openai_compat import OpenAIBackend
 
-        impl = OpenAIBackend(model, base_url=base_url, **backend_options)
-    else:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
-    return Engine(impl, RequestCache(cache_path) if cache_path else None)
+        return OpenAIBackend(model, base_url=base_url, **options)
+    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")

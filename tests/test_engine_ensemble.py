@@ -1,0 +1,46 @@
+"""A comma-joined model spec is one judge: its answers equal the mean of each member engine's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from persetrain.engine import ChatRequest, EngineError, GenerationParams, load_engine
+from persetrain.models import DEFAULT_MODEL
+from persetrain.prompts.parl import judge_request
+
+
+def _requests() -> list[ChatRequest]:
+    texts = ["Big Kataford opens gym!", "did losaford: museum unveils restored train engine?", "Again Tazoton: library"]
+    rules = ["The headline ends with an exclamation mark.", "No uppercase characters appear anywhere in the headline."]
+    return [judge_request("news", "A town news item.", text, rule) for text in texts for rule in rules]
+
+
+def test_ensemble_probs_are_the_mean_of_its_members(tiny_llama_dir, tmp_path):
+    members = [str(tiny_llama_dir), DEFAULT_MODEL]
+    requests, choices = _requests(), ["yes", "no"]
+    alone = [load_engine(m).choice_probs(requests, choices) for m in members]
+    ensemble = load_engine(",".join(members), cache_path=tmp_path / "cache.sqlite")
+    joined = ensemble.choice_probs(requests, choices)
+    for i, result in enumerate(joined):
+        for c in choices:
+            assert result.probs[c] == pytest.approx(sum(a[i].probs[c] for a in alone) / 2, abs=1e-6)
+            mixture = math.log(sum(math.exp(a[i].logprobs[c]) for a in alone) / 2)
+            assert result.logprobs[c] == pytest.approx(mixture, abs=1e-5)
+        assert result.cost == alone[0][i].cost + alone[1][i].cost
+    # the members differ, so the mean is not either member's answer
+    assert any(abs(alone[0][i].probs["yes"] - alone[1][i].probs["yes"]) > 0.05 for i in range(len(requests)))
+    # cached under the ensemble's own fingerprint: a second call is all hits, a single member's engine misses
+    again = ensemble.choice_probs(requests, choices)
+    assert all(r.cached for r in again) and [r.probs for r in again] == [r.probs for r in joined]
+    member = load_engine(members[0], cache_path=tmp_path / "cache.sqlite")
+    assert not any(r.cached for r in member.choice_probs(requests, choices))
+
+
+def test_ensemble_refuses_generation_and_empty_members(tiny_llama_dir):
+    ensemble = load_engine(f"{tiny_llama_dir},{tiny_llama_dir}")
+    with pytest.raises(EngineError, match="only answers closed sets"):
+        ensemble.generate(_requests()[:1], GenerationParams(max_new_tokens=2))
+    with pytest.raises(ValueError, match="empty model spec"):
+        load_engine(f"{tiny_llama_dir},")
