@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from persetrain.engine import ChatRequest, EngineError, GenerationParams, load_engine
+from persetrain.engine import ChatRequest, Engine, EngineError, GenerationParams, load_engine
+from persetrain.engine.ensemble import EnsembleBackend
+from persetrain.engine.hf import HFBackend
 from persetrain.models import DEFAULT_MODEL
 from persetrain.prompts.parl import judge_request
 
@@ -36,6 +38,16 @@ def test_ensemble_probs_are_the_mean_of_its_members(tiny_llama_dir, tmp_path):
     assert all(r.cached for r in again) and [r.probs for r in again] == [r.probs for r in joined]
     member = load_engine(members[0], cache_path=tmp_path / "cache.sqlite")
     assert not any(r.cached for r in member.choice_probs(requests, choices))
+
+
+def test_chunked_rounds_equal_one_round(tiny_llama_dir):
+    """Requests go through the members in chunks (progress, cache); the chunking changes no answer."""
+    members = [str(tiny_llama_dir), DEFAULT_MODEL]
+    requests = _requests()
+    one_round = load_engine(",".join(members)).choice_probs(requests, ["yes", "no"])
+    chunked = Engine(EnsembleBackend([HFBackend(m) for m in members], chunk=4)).choice_probs(requests, ["yes", "no"])
+    for a, b in zip(one_round, chunked, strict=True):
+        assert a.probs == pytest.approx(b.probs, abs=1e-5)
 
 
 def test_ensemble_refuses_generation_and_empty_members(tiny_llama_dir):

@@ -20,12 +20,15 @@ from collections.abc import Sequence
 from persetrain.engine.base import Backend, EngineError, OnDone
 from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, GenerationParams
 
+#: Requests per round through every member: large enough for each member's own batching and prefix sharing.
+CHUNK = 256
+
 
 class EnsembleBackend(Backend):
-    def __init__(self, members: Sequence[Backend]):
+    def __init__(self, members: Sequence[Backend], chunk: int = CHUNK):
         if len(members) < 2:
             raise ValueError(f"an ensemble needs at least two members, got {len(members)}")
-        self.members = list(members)
+        self.members, self.chunk = list(members), chunk
         self.fingerprint = "ensemble:" + ",".join(m.fingerprint for m in self.members)
 
     def generate(self, requests: Sequence[ChatRequest], params: Sequence[GenerationParams], on_done: OnDone) -> None:
@@ -35,21 +38,25 @@ class EnsembleBackend(Backend):
         )
 
     def choice_probs(self, requests: Sequence[ChatRequest], choices: Sequence[str], on_done: OnDone) -> None:
-        per_member: list[list[ChoiceProbs | None]] = []
-        for member in self.members:  # one member at a time: each batches the whole call its own way
-            found: list[ChoiceProbs | None] = [None] * len(requests)
-            member.choice_probs(requests, choices, lambda i, result, found=found: found.__setitem__(i, result))
-            missing = [requests[i].id or i for i, r in enumerate(found) if r is None]
-            if missing:
-                raise EngineError(f"ensemble member {member.fingerprint} returned no result for {missing[:10]}")
-            per_member.append(found)
-        n = len(self.members)
-        for i in range(len(requests)):
-            results = [found[i] for found in per_member]
-            cost = sum((r.cost for r in results), Cost())
-            probs = {c: sum(r.probs[c] for r in results) / n for c in choices}
-            logprobs = {c: _log_mean_exp([r.logprobs[c] for r in results]) for c in choices}
-            on_done(i, ChoiceProbs(probs=probs, logprobs=logprobs, cost=cost))
+        # Chunks of requests, each through every member, then reported: progress moves and the request cache
+        # keeps each finished chunk, where one pass per member would report nothing until the last ended.
+        for start in range(0, len(requests), self.chunk):
+            chunk = requests[start : start + self.chunk]
+            per_member = [self._member_probs(member, chunk, choices) for member in self.members]
+            for i, results in enumerate(zip(*per_member, strict=True)):
+                cost = sum((r.cost for r in results), Cost())
+                probs = {c: sum(r.probs[c] for r in results) / len(results) for c in choices}
+                logprobs = {c: _log_mean_exp([r.logprobs[c] for r in results]) for c in choices}
+                on_done(start + i, ChoiceProbs(probs=probs, logprobs=logprobs, cost=cost))
+
+    @staticmethod
+    def _member_probs(member: Backend, requests: Sequence[ChatRequest], choices: Sequence[str]) -> list[ChoiceProbs]:
+        found: list[ChoiceProbs | None] = [None] * len(requests)
+        member.choice_probs(requests, choices, lambda i, result: found.__setitem__(i, result))
+        missing = [requests[i].id or i for i, r in enumerate(found) if r is None]
+        if missing:
+            raise EngineError(f"ensemble member {member.fingerprint} returned no result for requests {missing[:10]}")
+        return found  # type: ignore[return-value]  # every slot filled, checked above
 
     def close(self) -> None:
         for member in self.members:
