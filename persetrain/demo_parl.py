@@ -5,9 +5,11 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 0. **judge**: ``persetrain prepare verifier --counterfactuals`` on the training users (signature checkers as
    labels, each rule in 3 of its 5 hand-written wordings or in composed ones, every text also in edited copies
    that toggle one signature each)
-   -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml`` (or
-   ``judge``: one already trained). ``judge_heldout_accuracy``: its accuracy on the held-out users' checks in
-   the 2 wordings it never saw, next to the untrained model's on the same checks. It judges every later stage.
+   -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml``, once per ``judge_seeds`` (or
+   ``judge``: one already trained, or several joined by commas). Several verifiers judge as one ensemble
+   (``persetrain.engine.ensemble``: p(yes) averaged). ``judge_heldout_accuracy``: its accuracy on the held-out
+   users' checks in the 2 wordings it never saw, next to each member's and the untrained model's on the same
+   checks. It judges every later stage.
 1. **warm start**: rubric sets of the training users -> LoRA SFT, merged (``persetrain rubrics warmstart-data``).
    ``truth`` (the default): their true rules, the signatures all their history has, in the judge's training
    wordings (``data_prep.parl_rubrics``), with every user of ``warmstart_samples`` extra synthetic samples (other
@@ -53,6 +55,9 @@ class ParlDemoConfig:
     judge: str | None = None
     #: Verifier SFT steps; None: the recipe's (900).
     judge_steps: int | None = None
+    #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
+    #: verifier misreads changes from seed to seed, and their mean p(yes) errs less (each costs a training run).
+    judge_seeds: int = 1
     #: Where the warm start's rubric sets come from: ``truth`` (the synthetic users' true rules) or ``induced``.
     warmstart: str = "truth"
     #: Training users in the warm start (``None``: all of them).
@@ -75,6 +80,8 @@ class ParlDemoConfig:
 
         if self.warmstart not in SOURCES:
             raise ValueError(f"warmstart is one of {SOURCES}, not {self.warmstart!r}")
+        if self.judge_seeds < 1:
+            raise ValueError(f"judge_seeds is at least 1, not {self.judge_seeds}")
         if self.warmstart_samples and self.warmstart != "truth":
             raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
 
@@ -99,19 +106,26 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     judge = cfg.judge
     if judge is None:
         steps = ["--max_steps", str(cfg.judge_steps)] if cfg.judge_steps else []
-        judge = str(
-            run_sft(
-                ["--config", str(JUDGE_RECIPE), "--model_name_or_path", cfg.model]
-                + ["--dataset_path", str(cfg.out / "verifier_data")]
-                + ["--output_dir", str(cfg.out / "verifier"), "--seed", str(cfg.seed), *steps]
-                + ["--save_strategy", "no", "--disable_tqdm", "true"]
-            ).model_dir
-        )
+        members = []
+        for seed in range(cfg.seed, cfg.seed + cfg.judge_seeds):
+            out = cfg.out / ("verifier" if seed == cfg.seed else f"verifier-seed-{seed}")
+            members.append(
+                run_sft(
+                    ["--config", str(JUDGE_RECIPE), "--model_name_or_path", cfg.model]
+                    + ["--dataset_path", str(cfg.out / "verifier_data")]
+                    + ["--output_dir", str(out), "--seed", str(seed), *steps]
+                    + ["--save_strategy", "no", "--disable_tqdm", "true"]
+                ).model_dir
+            )
+        judge = ",".join(str(m) for m in members)
     rows = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
     trained = judge_accuracy(RubricJudge(load_engine(judge)), rows)
     untrained = judge_accuracy(RubricJudge(load_engine(cfg.model)), rows)
+    members = judge.split(",")
+    alone = [judge_accuracy(RubricJudge(load_engine(m)), rows).accuracy for m in members] if len(members) > 1 else []
     return {
         "judge": judge,
+        "judge_heldout_accuracy_members": [round(a, 4) for a in alone],
         "judge_heldout_accuracy": round(trained.accuracy, 4),
         "judge_heldout_yes_share": round(trained.yes_share, 4),
         "judge_heldout_per_rule": {k: round(v, 3) for k, v in trained.per_rule.items()},
@@ -305,6 +319,11 @@ def write_report(path: Path, s: dict) -> None:
         f"accuracy **{s['judge_heldout_accuracy']:.3f}** (yes share {s['judge_heldout_yes_share']:.2f}); the untrained "
         f"model {s['judge_heldout_accuracy_untrained']:.3f} (yes share {s['judge_heldout_yes_share_untrained']:.2f}). "
         f"Per rule: {per_rule}.\n",
+        *(
+            [f"An ensemble: each member alone scores {', '.join(f'{a:.3f}' for a in members)}.\n"]
+            if (members := s.get("judge_heldout_accuracy_members"))
+            else []
+        ),
         "## GRPO reward curve\n",
         f"Warm start ({s['warmstart_source']}, {s.get('warmstart_samples', 0)} extra samples of users): "
         f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}.\n",

@@ -15,6 +15,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         out=tmp_path / "demo",
         model=str(tiny_llama_dir),
         judge_steps=2,
+        judge_seeds=2,
         warmstart_users=2,
         warmstart_samples=1,
         warmstart_copies=1,
@@ -24,7 +25,10 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         max_new_tokens=16,
     )
     summary = run_parl_demo(config)
-    assert summary["judge"].endswith("verifier/merged") and summary["judge_heldout_checks"] > 0
+    # two verifiers (seeds 0 and 1) judge as one ensemble, each member also measured alone
+    first, second = summary["judge"].split(",")
+    assert first.endswith("verifier/merged") and second.endswith("verifier-seed-1/merged")
+    assert len(summary["judge_heldout_accuracy_members"]) == 2 and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
     # 2 training users and every user of the seed-1 sample with 2 or more true rules, 1 copy each
     extra = [
@@ -40,6 +44,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
         assert summary[f"{stage}_s"] >= 0
     report = (config.out / REPORT).read_text()
+    assert "An ensemble: each member alone scores" in report
     assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
     assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
 

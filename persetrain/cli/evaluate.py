@@ -170,8 +170,13 @@ def demo_parl(
         "runs/demo-parl"
     ),
     model: ModelOpt = DEFAULT_MODEL,
-    judge: Annotated[str | None, typer.Option(help="A trained rule verifier (skips training one).")] = None,
+    judge: Annotated[
+        str | None, typer.Option(help="A trained rule verifier, or several joined by commas (skips training).")
+    ] = None,
     judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default the recipe's 900.")] = None,
+    judge_seeds: Annotated[
+        int, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble.")
+    ] = 1,
     warmstart: Annotated[
         str, typer.Option(help="Warm-start sets: truth (the users' true rules) or induced (the base model's).")
     ] = "truth",
@@ -194,6 +199,7 @@ def demo_parl(
         seed=seed,
         judge=judge,
         judge_steps=judge_steps,
+        judge_seeds=judge_seeds,
         warmstart=warmstart,
         warmstart_samples=warmstart_samples,
         warmstart_copies=warmstart_copies,
