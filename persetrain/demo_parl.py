@@ -97,7 +97,8 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from datasets import load_from_disk
 
     from data_prep.rule_verifier import prepare_verifier
-    from persetrain.engine import load_engine
+    from persetrain.engine import Engine, load_engine
+    from persetrain.engine.ensemble import EnsembleBackend
     from persetrain.rewards.parl import RubricJudge
     from persetrain.rewards.parl_judge_eval import judge_accuracy
     from persetrain.train.sft import run_sft
@@ -106,10 +107,10 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     judge = cfg.judge
     if judge is None:
         steps = ["--max_steps", str(cfg.judge_steps)] if cfg.judge_steps else []
-        members = []
+        trained_dirs = []
         for seed in range(cfg.seed, cfg.seed + cfg.judge_seeds):
             out = cfg.out / ("verifier" if seed == cfg.seed else f"verifier-seed-{seed}")
-            members.append(
+            trained_dirs.append(
                 run_sft(
                     ["--config", str(JUDGE_RECIPE), "--model_name_or_path", cfg.model]
                     + ["--dataset_path", str(cfg.out / "verifier_data")]
@@ -117,12 +118,14 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                     + ["--save_strategy", "no", "--disable_tqdm", "true"]
                 ).model_dir
             )
-        judge = ",".join(str(m) for m in members)
+        judge = ",".join(str(d) for d in trained_dirs)
     rows = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
-    trained = judge_accuracy(RubricJudge(load_engine(judge)), rows)
+    engine = load_engine(judge)
+    trained = judge_accuracy(RubricJudge(engine), rows)
     untrained = judge_accuracy(RubricJudge(load_engine(cfg.model)), rows)
-    members = judge.split(",")
-    alone = [judge_accuracy(RubricJudge(load_engine(m)), rows).accuracy for m in members] if len(members) > 1 else []
+    # each member alone, on the weights the ensemble already holds
+    members = engine.backend.members if isinstance(engine.backend, EnsembleBackend) else []
+    alone = [judge_accuracy(RubricJudge(Engine(m)), rows).accuracy for m in members]
     return {
         "judge": judge,
         "judge_heldout_accuracy_members": [round(a, 4) for a in alone],

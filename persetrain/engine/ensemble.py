@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from scipy.special import logsumexp
+
 from persetrain.engine.base import Backend, EngineError, OnDone
 from persetrain.engine.types import ChatRequest, ChoiceProbs, Cost, GenerationParams
 
@@ -64,7 +66,4 @@ class EnsembleBackend(Backend):
 
 
 def _log_mean_exp(values: Sequence[float]) -> float:
-    top = max(values)
-    if top == -math.inf:
-        return top
-    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
+    return float(logsumexp(values)) - math.log(len(values))
