@@ -80,7 +80,7 @@ $(VERL_STAMP): pyproject.toml Makefile
 	else \
 		$(VERL_PY) -m pip install -q torch==$(TORCH_CPU_VERSION); \
 	fi
-	$(VERL_PY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+	$(VERL_PY) -c "import tomllib; print('\\n'.join(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if not d.startswith('transformers')))" \
 		> $(VERL_VENV)/persetrain-requirements.txt
 	$(VERL_PY) -m pip install -q -r $(VERL_VENV)/persetrain-requirements.txt 'transformers>=5.5.3,<5.11' \
 		omegaconf hydra-core 'tensordict>=0.8,<=0.10,!=0.9.0' ray codetiming dill pylatexenc aiohttp

@@ -73,7 +73,7 @@ def _timed_run(trainer_class, model: str, train: Dataset, batch: int, steps: int
             save_strategy="no",
             report_to=[],
             disable_tqdm=True,
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             max_length=None,
             seed=0,
             dataloader_drop_last=True,

@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 
+from numerics import DTYPE
 from typer.testing import CliRunner
 
 from persetrain.cli import app
+from persetrain.models import best_device
 
 runner = CliRunner()
 
@@ -100,7 +102,8 @@ def test_models_fetch_then_info_reports_device_and_dtype():
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
     assert info["converted"] is True
-    assert info["model_type"] == "llama" and info["dtype"] == "float32" and info["device"] == "cpu"
+    assert info["model_type"] == "llama" and info["dtype"] == str(DTYPE).removeprefix("torch.")
+    assert info["device"] == best_device().type
 
 
 def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):

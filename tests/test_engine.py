@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from numerics import batch_invariant_only, close, tensor_tolerance
 
 from persetrain.engine import ChatRequest, GenerationParams, load_engine
 from persetrain.engine.hf import ContextOverflowError
@@ -37,7 +38,7 @@ def _reference_logprob(backend, request: ChatRequest, choice: str) -> tuple[floa
     tokens = backend.encode(backend.render(request) + choice)
     assert tokens[: len(prompt)] == prompt, "test prompts must have a clean token boundary"
     with torch.no_grad():
-        logits = backend.model(torch.tensor([tokens])).logits[0].float()
+        logits = backend.model(torch.tensor([tokens], device=backend.model.device)).logits[0].float()
     logp = torch.log_softmax(logits, dim=-1)
     total = sum(logp[p - 1, tokens[p]].item() for p in range(len(prompt), len(tokens)))
     return total, logp[len(tokens) - 1]
@@ -63,9 +64,9 @@ def test_choice_probs_match_plain_forward(tiny_engine, tiny_engine_no_sharing, c
         ref = {c: _reference_logprob(backend, request, c)[0] for c in choices}
         z = math.log(sum(math.exp(v) for v in ref.values()))
         for c in choices:
-            assert a.logprobs[c] == pytest.approx(ref[c], abs=1e-4)
-            assert b.logprobs[c] == pytest.approx(ref[c], abs=1e-4)
-            assert a.probs[c] == pytest.approx(math.exp(ref[c] - z), abs=1e-5)
+            assert a.logprobs[c] == close(ref[c], abs=1e-4)
+            assert b.logprobs[c] == close(ref[c], abs=1e-4)
+            assert a.probs[c] == close(math.exp(ref[c] - z), abs=1e-5)
         assert a.id == request.id
         assert sum(a.probs.values()) == pytest.approx(1.0)
 
@@ -85,7 +86,7 @@ def test_groups_of_different_prefix_lengths_scored_in_one_batch_match_plain_forw
     found = tiny_engine.choice_probs(requests, ["yes", "no"])
     for request, a in zip(requests, found, strict=True):
         for c in ("yes", "no"):
-            assert a.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
+            assert a.logprobs[c] == close(_reference_logprob(backend, request, c)[0], abs=1e-4)
 
 
 def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_dir):
@@ -115,8 +116,8 @@ def test_heads_sharing_a_prefix_run_in_waves_and_match_plain_forward(tiny_llama_
     for request, a, b in zip(requests, waved, batched, strict=True):
         for c in ("yes", "no"):
             reference = _reference_logprob(warm.backend, request, c)[0]
-            assert a.logprobs[c] == pytest.approx(reference, abs=1e-4)
-            assert b.logprobs[c] == pytest.approx(reference, abs=1e-4)
+            assert a.logprobs[c] == close(reference, abs=1e-4)
+            assert b.logprobs[c] == close(reference, abs=1e-4)
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2"])
@@ -154,10 +155,10 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
     assert len(backend._prefix_groups(backend._choice_rows(requests, ["yes", "no"]).rows)) == 1
     for request, found in zip(requests, engine.choice_probs(requests, ["yes", "no"]), strict=True):
         for c in ("yes", "no"):
-            assert found.logprobs[c] == pytest.approx(_reference_logprob(backend, request, c)[0], abs=1e-4)
+            assert found.logprobs[c] == close(_reference_logprob(backend, request, c)[0], abs=1e-4)
     # Generation keeps whole sequences for the prefix cache, and scoring then continues them.
     generated = engine.generate(requests[:1], GenerationParams(max_new_tokens=6))[0]
-    ids = torch.tensor([backend.encode(backend.render(requests[0]))])
+    ids = torch.tensor([backend.encode(backend.render(requests[0]))], device=model.device)
     with torch.no_grad():
         out = model.generate(
             ids,
@@ -172,7 +173,7 @@ def test_sliding_window_applies_to_packed_rows(tmp_path, embedded_tokenizer, fam
     hits = backend.prefix_cache.hits
     found = engine.choice_probs([scoring], ["yes", "no"])[0]
     assert backend.prefix_cache.hits > hits
-    assert found.logprobs["yes"] == pytest.approx(_reference_logprob(backend, scoring, "yes")[0], abs=1e-4)
+    assert found.logprobs["yes"] == close(_reference_logprob(backend, scoring, "yes")[0], abs=1e-4)
 
 
 def test_prefix_sharing_groups_requests(tiny_engine):
@@ -194,8 +195,8 @@ def test_choice_that_is_a_token_prefix_of_another(tiny_engine):
     p10, _ = _reference_logprob(backend, request, "10")
     zero = backend.encode("0")[0]
     expected_1 = p1 + math.log1p(-math.exp(after_1[zero].item()))
-    assert result.logprobs["1"] == pytest.approx(expected_1, abs=1e-4)
-    assert result.logprobs["10"] == pytest.approx(p10, abs=1e-4)
+    assert result.logprobs["1"] == close(expected_1, abs=1e-4)
+    assert result.logprobs["10"] == close(p10, abs=1e-4)
     assert sum(result.probs.values()) == pytest.approx(1.0)
     assert 1.0 <= result.expectation() <= 10.0
 
@@ -229,7 +230,7 @@ def test_greedy_generation_matches_hf_generate(tiny_engine):
     requests = [ChatRequest.of("Hi"), ChatRequest.of("Tell me a long story about a lighthouse keeper and a cat.")]
     ours = tiny_engine.generate(requests, GenerationParams(max_new_tokens=12))
     for request, result in zip(requests, ours, strict=True):
-        ids = torch.tensor([backend.encode(backend.render(request))])
+        ids = torch.tensor([backend.encode(backend.render(request))], device=backend.model.device)
         with torch.no_grad():
             out = backend.model.generate(
                 ids,
@@ -254,6 +255,7 @@ def test_sampling_is_seeded_per_request_not_per_batch(tiny_engine):
     assert other_seed != alone
 
 
+@batch_invariant_only
 def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_alone():
     """Continuous batching on the embedded model, whose answers end at different lengths. The token budget holds
     three requests at a time, so the others join the running batch as earlier ones end. Each request's text
@@ -281,7 +283,7 @@ def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_al
         prompt = backend.encode(backend.render(request))
         n, states = backend.prefix_cache.longest(prompt)
         with torch.no_grad():
-            plain = backend.model(torch.tensor([prompt]), use_cache=True).past_key_values
+            plain = backend.model(torch.tensor([prompt], device=backend.model.device), use_cache=True).past_key_values
         assert n == len(prompt)
         for (keys, values), layer in zip(states, plain.layers, strict=True):
             assert torch.allclose(keys, layer.keys, atol=1e-4) and torch.allclose(values, layer.values, atol=1e-4)
@@ -306,7 +308,7 @@ def test_caches_go_under_the_keyword_the_model_takes(tiny_llama_dir):
 
     engine = load_engine(str(tiny_llama_dir), min_shared_prefix=4)
     model = get_peft_model(engine.backend.model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
-    ids = torch.tensor([engine.backend.encode("A prefix, then a tail.")])
+    ids = torch.tensor([engine.backend.encode("A prefix, then a tail.")], device=engine.backend.model.device)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
         engine.generate(
@@ -318,7 +320,7 @@ def test_caches_go_under_the_keyword_the_model_takes(tiny_llama_dir):
         model(input_ids=ids[:, :-1], **cache_argument(model, cache), use_cache=True)
         continued = model(input_ids=ids[:, -1:], **cache_argument(model, cache), use_cache=True).logits[0, -1]
     assert not [str(w.message) for w in caught if "past_key_values" in str(w.message)]
-    assert torch.allclose(continued, whole, atol=1e-5)
+    assert torch.allclose(continued, whole, **tensor_tolerance(1e-5))
 
 
 def test_stop_strings_cut_the_text(tiny_engine):
@@ -419,7 +421,7 @@ def test_scoring_after_generation_reuses_the_generated_states(tiny_llama_dir):
     assert cache.reused_tokens >= len(requests) * prompt_tokens
     for a, b in zip(reused, fresh, strict=True):
         for c in choices:
-            assert a.probs[c] == pytest.approx(b.probs[c], abs=1e-5)
+            assert a.probs[c] == close(b.probs[c], abs=1e-5)
 
 
 def test_prefix_cache_evicts_least_recently_used():
@@ -489,4 +491,4 @@ def test_requests_sharing_half_their_prompt_are_scored_from_their_own_cached_sta
     assert cache.hits == 2 and cache.reused_tokens >= 2 * prompt_tokens
     for a, b in zip(reused, fresh, strict=True):
         for c in choices:
-            assert a.probs[c] == pytest.approx(b.probs[c], abs=1e-5)
+            assert a.probs[c] == close(b.probs[c], abs=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from numerics import close
 
 from persetrain.engine import ChatRequest, Engine, EngineError, GenerationParams, load_engine
 from persetrain.engine.ensemble import EnsembleBackend
@@ -27,9 +28,9 @@ def test_ensemble_probs_are_the_mean_of_its_members(tiny_llama_dir, tmp_path):
     joined = ensemble.choice_probs(requests, choices)
     for i, result in enumerate(joined):
         for c in choices:
-            assert result.probs[c] == pytest.approx(sum(a[i].probs[c] for a in alone) / 2, abs=1e-6)
+            assert result.probs[c] == close(sum(a[i].probs[c] for a in alone) / 2, abs=1e-6)
             mixture = math.log(sum(math.exp(a[i].logprobs[c]) for a in alone) / 2)
-            assert result.logprobs[c] == pytest.approx(mixture, abs=1e-5)
+            assert result.logprobs[c] == close(mixture, abs=1e-5)
         assert result.cost == alone[0][i].cost + alone[1][i].cost
     # the members differ, so the mean is not either member's answer
     assert any(abs(alone[0][i].probs["yes"] - alone[1][i].probs["yes"]) > 0.05 for i in range(len(requests)))
@@ -47,7 +48,7 @@ def test_chunked_rounds_equal_one_round(tiny_llama_dir):
     one_round = load_engine(",".join(members)).choice_probs(requests, ["yes", "no"])
     chunked = Engine(EnsembleBackend([HFBackend(m) for m in members], chunk=4)).choice_probs(requests, ["yes", "no"])
     for a, b in zip(one_round, chunked, strict=True):
-        assert a.probs == pytest.approx(b.probs, abs=1e-5)
+        assert a.probs == close(b.probs, abs=1e-5)
 
 
 def test_ensemble_refuses_generation_and_empty_members(tiny_llama_dir):

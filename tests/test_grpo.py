@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset, DatasetDict, load_from_disk
+from numerics import DTYPE, close, tensor_tolerance
 from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
@@ -93,7 +94,7 @@ def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
         assert record["time/reward_s"] > 0 and record["step_time"] >= record["time/reward_s"]
         assert "rewards/parl_a/mean" in record
     resolved = json.loads((out / RESOLVED_CONFIG_FILE).read_text())
-    assert resolved["training"]["bf16"] is False  # the hardware's choice on a CPU, not TRL's bf16=True
+    assert resolved["training"]["bf16"] is (torch.bfloat16 == DTYPE)  # the hardware's choice, not TRL's bf16=True
     assert resolved["training"]["loss_type"] == "dapo" and resolved["training"]["beta"] == 0.001
     load_model(str(out))  # the final policy loads like any persetrain model
 
@@ -127,7 +128,7 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
                     ]
                 ).long()
             )
-    input_ids, attention_mask = torch.stack(ids), torch.stack(masks)
+    input_ids, attention_mask = torch.stack(ids).to(model.device), torch.stack(masks).to(model.device)
     scored = attention_mask[:, -n_completion:].bool()
 
     def run(method):
@@ -139,11 +140,11 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
 
     ours = run(trainer._get_per_token_logps_and_entropies)
     theirs = run(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
-    assert torch.allclose(ours[0][scored], theirs[0][scored], atol=1e-5)
-    assert torch.allclose(ours[1][scored], theirs[1][scored], atol=1e-5)
+    assert torch.allclose(ours[0][scored], theirs[0][scored], **tensor_tolerance(1e-5))
+    assert torch.allclose(ours[1][scored], theirs[1][scored], **tensor_tolerance(1e-5))
     assert ours[2].keys() == theirs[2].keys() and len(ours[2]) > 0
     for name, grad in theirs[2].items():
-        assert torch.allclose(ours[2][name], grad, atol=1e-5, rtol=1e-4), name
+        assert torch.allclose(ours[2][name], grad, **tensor_tolerance(1e-5, 1e-4)), name
 
 
 def test_rollouts_run_in_chunks_of_similar_length():
@@ -219,7 +220,9 @@ def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_state
         ends = [k for k, token in enumerate(rollout) if token == end]
         assert ends == [len(rollout) - 1] or (not ends and len(rollout) == limit)
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([prompt + rollout])).logits[0, len(prompt) - 1 : -1]
+            logits = model(input_ids=torch.tensor([prompt + rollout], device=model.device)).logits[
+                0, len(prompt) - 1 : -1
+            ]
         allowed = logits.topk(2).indices
         assert all(token in allowed[k].tolist() for k, token in enumerate(rollout))
 
@@ -300,7 +303,7 @@ def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_n
     def parts(out: Path) -> list[dict]:
         return [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines() if line.strip()]
 
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     killed = tmp_path / "killed"
     proc = subprocess.Popen(argv(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
@@ -327,7 +330,7 @@ def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_n
     logged = [r for r in _log(killed) if r["event"] == "log" and "loss" in r]
     assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6]
     expected = [r["loss"] for r in _log(whole) if r["event"] == "log" and "loss" in r]
-    assert [r["loss"] for r in logged] == pytest.approx(expected, abs=1e-6)
+    assert [r["loss"] for r in logged] == close(expected, abs=1e-6)
 
 
 def test_a_trl_whose_private_methods_changed_trains_with_the_stock_trainer():

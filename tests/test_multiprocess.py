@@ -52,7 +52,11 @@ def _losses(out: Path) -> dict[int, float]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 from loopback_server import serving
+from numerics import close
 
 from persetrain.engine import load_engine
 from persetrain.engine.hf import HFBackend
@@ -61,7 +62,7 @@ def test_parl_judge_request_through_openai_client(judge_server, extra_body):
     # the log-probs are the model's own next-token distribution (vLLM V1's default: before the constraint)
     prompt = backend.encode(backend.render(CHECK))
     expected = backend.token_logprobs(prompt, len(prompt), top_k=5)[-1]["top"]
-    assert [t.logprob for t in top] == pytest.approx([lp for _, lp in expected], abs=1e-4)
+    assert [t.logprob for t in top] == close([lp for _, lp in expected], abs=1e-4)
     assert [t.token for t in top] == [backend.tokenizer.decode([i]) for i, _ in expected]
 
 
@@ -76,7 +77,7 @@ def test_served_judge_scores_like_the_local_one(judge_server):
     url, backend = judge_server
     local = RubricJudge(_local_engine(backend)).p_yes("amazon", [(RULE, INPUT, TEXT)])
     exact = load_engine(SERVED, backend="openai", base_url=url, scoring="auto", top_logprobs=5)
-    assert RubricJudge(exact).p_yes("amazon", [(RULE, INPUT, TEXT)]) == pytest.approx(local, abs=1e-4)
+    assert RubricJudge(exact).p_yes("amazon", [(RULE, INPUT, TEXT)]) == close(local, abs=1e-4)
     approx = load_engine(SERVED, backend="openai", base_url=url, scoring="top_logprobs", top_logprobs=5)
     # the random tiny model puts neither "yes" nor "no" in its top 5: both get log p = -20, so p(yes) = 0.5
     prompt = backend.encode(backend.render(CHECK))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
+from numerics import close, tensor_tolerance
 
 from persetrain.train.prefix_pack import PrefixGroupedSampler, prefix_trie
 from persetrain.train.sft import build_sft_trainer, make_parser
@@ -82,7 +83,7 @@ def test_packed_loss_and_gradients_equal_per_row_sft(tiny_llama_dir, checks_dir,
         model.train(False)
         model.zero_grad()
         inputs = trainer._prepare_inputs(trainer.data_collator(rows))
-        n_items = trainer._get_num_items_in_batch([inputs], torch.device("cpu"))
+        n_items = trainer._get_num_items_in_batch([inputs], inputs["input_ids"].device)
         loss = trainer.compute_loss(model, dict(inputs), num_items_in_batch=n_items)
         loss.backward()
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -94,10 +95,10 @@ def test_packed_loss_and_gradients_equal_per_row_sft(tiny_llama_dir, checks_dir,
     assert packed_items == padded_items == 9 * 3  # "yes"/"no", "<|im_end|>" and its newline, per row
     # The shared system prompt and each headline are computed once, not once per rule.
     assert packed_inputs["input_ids"].size(1) < 0.5 * padded_inputs["attention_mask"].sum()
-    assert abs(packed_loss - padded_loss) < 1e-5
+    assert packed_loss == close(padded_loss, abs=1e-5)
     assert packed_grads.keys() == padded_grads.keys() and packed_grads
     for name, grad in packed_grads.items():
-        torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(grad, padded_grads[name], **tensor_tolerance(1e-5, 1e-4), msg=name)
 
 
 def test_packed_run_learns_and_logs(tiny_llama_dir, checks_dir, tmp_path):

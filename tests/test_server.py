@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from loopback_server import serving
+from numerics import close
 
 from persetrain.engine import ChatRequest, Engine, EngineError, GenerationParams, load_engine
 from persetrain.engine.hf import HFBackend
@@ -55,8 +56,8 @@ def _assert_close(hf_results, api_results) -> None:
     for a, b in zip(hf_results, api_results, strict=True):
         assert a.probs.keys() == b.probs.keys()
         for choice in a.probs:
-            assert abs(a.probs[choice] - b.probs[choice]) <= 1e-4, (choice, a.probs, b.probs)
-            assert abs(a.logprobs[choice] - b.logprobs[choice]) <= 1e-4, (choice, a.logprobs, b.logprobs)
+            assert a.probs[choice] == close(b.probs[choice], abs=1e-4), (choice, a.probs, b.probs)
+            assert a.logprobs[choice] == close(b.logprobs[choice], abs=1e-4), (choice, a.logprobs, b.logprobs)
 
 
 # ------------------------------------------------------------------ the done-criterion
@@ -141,7 +142,7 @@ def test_top_logprobs_scoring_floors_missing_choices(tiny_server, hf_engine):
     result = engine.choice_probs([request], [present, "zqxj unlikely"])[0]
     reference = hf_engine.choice_probs([request], [present, "zqxj unlikely"])[0]
     assert result.logprobs["zqxj unlikely"] == -30
-    assert result.logprobs[present] == pytest.approx(reference.logprobs[present], abs=1e-4)
+    assert result.logprobs[present] == close(reference.logprobs[present], abs=1e-4)
     assert engine.cost.calls == 1
     exact = load_engine(SERVED, backend="openai", base_url=url)
     assert engine.backend.fingerprint != exact.backend.fingerprint  # floored results must not share a cache

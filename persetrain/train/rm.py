@@ -57,7 +57,7 @@ class RMConfig(HardwarePrecision, RunSwitches, trl.RewardConfig):
     ``per_device_train_batch_size`` counts *questions* on a listwise dataset (pairs on a pairs dataset).
     """
 
-    gradient_checkpointing: bool = field(
+    activation_checkpointing: bool = field(
         default=False,
         metadata={
             "help": "Recompute activations in the backward pass to save memory (TRL's RewardConfig turns it "
@@ -110,7 +110,7 @@ class ListwiseRewardTrainer(RewardTrainer):
     def __init__(self, *args, train_dataset=None, processing_class=None, **kwargs):
         self.listwise = train_dataset is not None and "options" in train_dataset.column_names
         if self.listwise and kwargs.get("data_collator") is None:
-            checkpointing = kwargs["args"].gradient_checkpointing
+            checkpointing = kwargs["args"].activation_checkpointing
             kwargs["data_collator"] = ListwiseCollator(processing_class, share_context=not checkpointing)
         super().__init__(*args, train_dataset=train_dataset, processing_class=processing_class, **kwargs)
 
