@@ -50,6 +50,10 @@ def cache_root() -> Path:
     return Path(os.environ.get("PERSETRAIN_CACHE", Path.home() / ".cache" / "persetrain"))
 
 
+DTYPE_ENV = "PERSETRAIN_DTYPE"
+FORCEABLE_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def best_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -60,8 +64,15 @@ def best_dtype(device: torch.device) -> torch.dtype:
     """bf16 only where the hardware computes in it natively (Ampere and later); fp16 on older GPUs.
 
     CPUs get fp32: bf16 matmuls on a CPU without AMX run >10x slower than fp32, which is why a
-    library default of ``bf16=True`` must never decide this.
+    library default of ``bf16=True`` must never decide this. ``PERSETRAIN_DTYPE`` (``float32``,
+    ``bfloat16`` or ``float16``) overrides the choice for the engine and the trainers alike: fp32 on a
+    GPU reproduces, to float rounding, numbers computed on a CPU.
     """
+    forced = os.environ.get(DTYPE_ENV)
+    if forced:
+        if forced not in FORCEABLE_DTYPES:
+            raise ValueError(f"{DTYPE_ENV}={forced!r}: expected one of {', '.join(FORCEABLE_DTYPES)}")
+        return getattr(torch, forced)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from persetrain.models import DEFAULT_MODEL, load_tokenizer
+from persetrain.models import DEFAULT_MODEL, DTYPE_ENV, load_tokenizer
+
+
+@pytest.fixture
+def fp32_compute(monkeypatch):
+    """The engine and the trainers compute in fp32 on every device (``PERSETRAIN_DTYPE``), for tests that hold
+    numbers written on a CPU or exact equalities that bf16's rounding would break (``tests/numerics.py``)."""
+    monkeypatch.setenv(DTYPE_ENV, "float32")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,9 @@ mantissa (~4e-3 relative error in every activation), so two correct computations
 kernel, batch shape or accumulation order differ by up to ~1e-2 there (measured on an H100: reward-model
 scores 4e-3 apart, choice probabilities 1e-4). Equivalence tests state their fp32 tolerance; ``close`` and
 ``tensor_tolerance`` widen it to what bf16 keeps. That still fails on the errors those tests exist to catch:
-a wrong position, mask or token moves a value by far more on the tiny random-weight models.
+a wrong position, mask or token moves a value by far more on the tiny random-weight models. Tests that hold
+exact numbers (golden metrics written on a CPU; a batched text equal to the one generated alone) take the
+``fp32_compute`` fixture (``tests/conftest.py``) instead, and run in fp32 on every device.
 """
 
 from __future__ import annotations
@@ -16,22 +18,11 @@ import torch
 
 from persetrain.models import best_device, best_dtype
 
-DEVICE = best_device()
-DTYPE = best_dtype(DEVICE)
+DTYPE = best_dtype(best_device())
 LOW_PRECISION = torch.float32 != DTYPE
 # What two correct bf16/fp16 computations of one value may differ by, absolutely and relatively.
 LOW_PRECISION_ABS = 2e-2
 LOW_PRECISION_REL = 2e-2
-
-fp32_only = pytest.mark.skipif(
-    LOW_PRECISION, reason=f"golden numbers were computed in float32 on a CPU; this device computes in {DTYPE}"
-)
-# A row's numbers on a GPU depend on the batch it runs in (kernels are chosen and tiled by shape), so a text
-# generated in a batch equals the one generated alone only on the CPU.
-batch_invariant_only = pytest.mark.skipif(
-    DEVICE.type != "cpu",
-    reason=f"{DEVICE.type} kernels are not batch-invariant: batched and lone rows differ in their last bits",
-)
 
 
 def close(expected, abs: float = 1e-5, rel: float | None = None):  # noqa: A002 - pytest.approx's own names

@@ -151,3 +151,15 @@ def test_long_error_messages_are_never_wrapped(tmp_path):
     assert result.exit_code == 2
     [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert f"{deep}:1" in line and "not valid JSON" in line
+
+
+def test_persetrain_dtype_overrides_the_hardware_choice(monkeypatch):
+    """PERSETRAIN_DTYPE decides the compute dtype on any device; an unknown one is a one-line error."""
+    monkeypatch.setenv("PERSETRAIN_DTYPE", "bfloat16")
+    result = runner.invoke(app, ["models", "info"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["dtype"] == "bfloat16"
+    monkeypatch.setenv("PERSETRAIN_DTYPE", "fp8")
+    result = runner.invoke(app, ["models", "info"])
+    assert result.exit_code != 0
+    assert result.output.strip() == "error: PERSETRAIN_DTYPE='fp8': expected one of float32, bfloat16, float16"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from numerics import fp32_only
 from typer.testing import CliRunner
 
 from data_prep.prepare import prepare_perse
@@ -71,7 +70,7 @@ def _without_bertscore(metrics: dict) -> dict:
         ("amazon", "amazon_books", ["reviewer-avg"], {"calibration": "quantile"}),
     ],
 )
-@fp32_only
+@pytest.mark.usefixtures("fp32_compute")
 def test_perse_and_baselines_give_the_metrics_of_the_runner_before_the_interface(
     prepared, tiny_llama_dir, tmp_path, golden, dataset, baselines, options
 ):
