@@ -48,22 +48,17 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--folds", default="0,1,2", help="Which folds to run (comma-separated indices).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/rm-topic-folds"))
-    parser.add_argument(
-        "--flip-preferences",
-        action="store_true",
-        help="Train on polarity-flipped copies of the questions too (prepare preference --flip-preferences).",
-    )
     parser.add_argument("overrides", nargs="*", help="Recipe overrides, after '--'.")
     return parser
 
 
-def fold_data(out: Path, fold: int, seed: int, flip_preferences: bool = False) -> tuple[Path, Path]:
+def fold_data(out: Path, fold: int, seed: int) -> tuple[Path, Path]:
     """The fold's training data (every given topic but the validation pair and the fold's) and a PrefEval
     folder holding the fold's topics."""
-    data = out / (f"data-fold{fold}" + ("-flipped" if flip_preferences else ""))
+    data = out / f"data-fold{fold}"
     if not (data / "listwise").is_dir():
         holdout = sorted({*VALIDATION_TOPICS, *FOLDS[fold]})
-        prepare_preference(data, prefeval=GIVEN, holdout_topics=holdout, seed=seed, flip_preferences=flip_preferences)
+        prepare_preference(data, prefeval=GIVEN, holdout_topics=holdout, seed=seed)
     judged = data / "judged"
     if not (judged / OPTIONS_DIR).is_dir():
         (judged / OPTIONS_DIR).mkdir(parents=True)
@@ -76,7 +71,7 @@ def run_fold(args, fold: int) -> dict:
     """Train on the other folds' topics, judge this fold's questions with the probes; the model is not kept."""
     from persetrain.train import rm
 
-    data, judged = fold_data(args.out, fold, args.seed, args.flip_preferences)
+    data, judged = fold_data(args.out, fold, args.seed)
     run = args.out / f"{args.name}-fold{fold}"
     start = time.perf_counter()
     overrides = ["--dataset_path", str(data / "listwise"), "--output_dir", str(run / "model")]
@@ -136,7 +131,6 @@ def main() -> None:
                 "name": args.name,
                 "recipe": str(args.recipe),
                 "overrides": args.overrides,
-                "flip_preferences": args.flip_preferences,
                 "n": n,
                 **pooled,
                 "folds": folds,

@@ -29,7 +29,6 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict
 
 from data_prep.preference_card import VIEWS, build_info, readme
-from data_prep.preference_flips import flipped_groups
 from data_prep.preference_sources import (
     TRAIN,
     VALIDATION,
@@ -198,32 +197,25 @@ def prepare_preference(
     profile_items: int = 3,
     profile_words: int = PROFILE_WORDS,
     max_pairs_per_person: int | None = None,
-    flip_preferences: bool = False,
 ) -> dict[str, Path]:
     """Read every source, build the three views and write ``out/listwise``, ``out/pairs``, ``out/verifier``.
 
     ``holdout_topics`` names PrefEval topics for the validation split (default none: every topic in
     train). ``profile_items`` / ``profile_words``: how many earlier items show a PerSE reviewer or a
     reference user, and the words kept of each. ``max_pairs_per_person`` caps a PerSE reviewer's pairs
-    (a seeded sample; default all: a reviewer with n texts has up to n(n-1)/2). ``flip_preferences`` adds
-    a polarity-flipped copy of every train PrefEval question that flips (``data_prep.preference_flips``).
+    (a seeded sample; default all: a reviewer with n texts has up to n(n-1)/2).
     """
     if not (prefeval or perse or reference):
         raise ValueError("no source: give --prefeval, --perse and/or --reference")
     if holdout_topics and not prefeval:
         raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
-    if flip_preferences and not prefeval:
-        raise ValueError("--flip-preferences flips PrefEval's stated preferences; give --prefeval")
     if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
         raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
     reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
     reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     reads += [reference_groups(Path(p), seed, profile_items, profile_words) for p in reference]
     _check_unique(reads)
-    groups = [group for read in reads for group in read.groups]
-    if flip_preferences:
-        groups += flipped_groups(groups, seed)
-    rows = view_rows(groups)
+    rows = view_rows([group for read in reads for group in read.groups])
     if not rows["listwise"][TRAIN]:
         raise InputError(out, "the train split would be empty: every group of the sources fell in validation")
     settings = {
@@ -232,7 +224,6 @@ def prepare_preference(
         "profile_items": profile_items,
         "profile_words": profile_words,
         "max_pairs_per_person": max_pairs_per_person,
-        "flip_preferences": flip_preferences,
     }
     written = write_views(rows, Path(out), reads, settings)
     for view, path in written.items():

@@ -15,7 +15,6 @@ from data_prep import mpst
 from data_prep.builders import build_per_mpst, save_dataset
 from data_prep.parl_synthetic import write_parl_sample
 from data_prep.preference import prepare_preference
-from data_prep.preference_flips import flip_preference
 from data_prep.prefeval import read_prefeval
 from data_prep.prepare import prepare_perse
 from data_prep.reference import build_reference, read_reference
@@ -133,54 +132,6 @@ def test_same_seed_same_files_and_no_holdout_puts_every_topic_in_train(tmp_path)
     assert len(data["listwise"]["train"]) == 144 and len(data["listwise"]["validation"]) == 0
     assert data["listwise"]["train"]["options"] != shuffled["listwise"]["train"]["options"]
     assert data["pairs"]["train"]["chosen"] == shuffled["pairs"]["train"]["chosen"]
-
-
-@pytest.mark.parametrize(
-    ("preference", "flipped"),
-    [
-        ("I strongly dislike multiplayer games.", "I love multiplayer games."),
-        (
-            "I dislike wearing high-waisted clothing and prefer mid or low-waisted options.",
-            "I love wearing high-waisted clothing and dislike mid or low-waisted options.",
-        ),
-        (
-            "I prefer to avoid hotels with on-site casinos due to personal reasons.",
-            "I prefer hotels with on-site casinos.",
-        ),
-        ("I don't enjoy games that focus on sports.", "I always enjoy games that focus on sports."),
-        ("I have a strong aversion to extreme heat.", "I have a strong liking for extreme heat."),
-        ("I am lactose intolerant and avoid dairy products.", None),  # a fact the flip would contradict
-        ("I find turn-based combat too slow and boring.", None),  # no polarity phrase to swap
-    ],
-)
-def test_flip_preference_reverses_every_polarity_phrase_or_declines(preference, flipped):
-    assert flip_preference(preference) == flipped
-
-
-def test_flip_preferences_adds_a_two_option_copy_of_train_questions_only(prefeval_out, tmp_path):
-    out = tmp_path / "flipped"
-    prepare_preference(out, prefeval=PREFEVAL, holdout_topics=HOLDOUT, flip_preferences=True)
-    plain, data = _load(prefeval_out), _load(out)
-    assert data["listwise"]["validation"]["id"] == plain["listwise"]["validation"]["id"]
-    originals = {r["id"]: r for r in plain["listwise"]["train"]}
-    copies = [r for r in data["listwise"]["train"] if r["id"].endswith(":flipped")]
-    assert len(data["listwise"]["train"]) == len(originals) + len(copies)
-    expected = [i for i, r in originals.items() if flip_preference(r["preference"]) is not None]
-    assert sorted(r["id"].removesuffix(":flipped") for r in copies) == sorted(expected)
-    assert len(copies) > len(originals) / 2
-    for copy in copies:
-        original = originals[copy["id"].removesuffix(":flipped")]
-        assert copy["preference"] == flip_preference(original["preference"]) != original["preference"]
-        assert copy["question"] == original["question"] and len(copy["options"]) == 2
-        old_gold = original["options"][original["gold"]]
-        assert old_gold in copy["options"] and copy["options"][copy["gold"]] != old_gold
-        assert copy["options"][copy["gold"]] in original["options"]
-        assert copy["prompt"] == rm_context(copy["preference"], copy["question"])
-    assert len({r["gold"] for r in copies}) == 2  # the seeded order spreads the preferred option
-    info = json.loads((out / "listwise" / "build_info.json").read_text())
-    assert info["params"]["flip_preferences"] is True
-    with pytest.raises(ValueError, match="--flip-preferences"):
-        prepare_preference(tmp_path / "none", reference=[tmp_path], flip_preferences=True)
 
 
 # ----------------------------------------------------------------------------------- PerSE, reference

@@ -163,13 +163,6 @@ def prepare_preference_cmd(
     max_pairs_per_person: Annotated[
         int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
     ] = None,
-    flip_preferences: Annotated[
-        bool,
-        typer.Option(
-            help="Also train on a polarity-flipped copy of each train PrefEval question (I dislike X -> I love X): "
-            "a distractor preferred to the original gold option."
-        ),
-    ] = False,
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
@@ -186,7 +179,6 @@ def prepare_preference_cmd(
         profile_items=profile_items,
         profile_words=profile_words,
         max_pairs_per_person=max_pairs_per_person,
-        flip_preferences=flip_preferences,
     )
 
 
