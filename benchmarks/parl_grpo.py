@@ -22,7 +22,7 @@ from pathlib import Path
 
 from persetrain.console import set_quiet
 from persetrain.data import load_dataset
-from persetrain.demo_parl import ParlDemoConfig, run_parl_demo
+from persetrain.demo_parl import JUDGE_CURRICULUM, ParlDemoConfig, parse_curriculum, run_parl_demo
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
 from persetrain.models import DEFAULT_MODEL
@@ -51,7 +51,7 @@ def grpo_run(args: argparse.Namespace) -> dict:
         model=args.model,
         seed=args.seed,
         judge=args.judge,
-        judge_steps=args.judge_steps,
+        judge_curriculum=parse_curriculum(args.judge_curriculum),
         warmstart=args.warmstart,
         warmstart_users=args.warmstart_users,
         warmstart_samples=args.warmstart_samples,
@@ -94,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=3, help="Seeds of rubric induction per evaluated generator.")
     parser.add_argument("--judge", default=None, help="A trained rule verifier to judge with (skips its training).")
     parser.add_argument(
-        "--judge-steps", type=int, default=None, help="Verifier SFT steps (default: the recipe's one epoch)."
+        "--judge-curriculum",
+        default=JUDGE_CURRICULUM,
+        help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS (all:900: the recipe's single stage).",
     )
 
 

@@ -27,6 +27,12 @@ checked against that rule only: the rule names the class, and each user writes o
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
 records the counts before and after.
+
+``--rules NAME`` keeps the checks of those signature rules only, chosen after balancing: the rows are exactly
+the full dataset's rows of those rules, so the stages of a rule curriculum (a verifier trained on two rules
+first, then on all of them from that checkpoint: ``persetrain demo parl --judge-curriculum``) see the same
+checks. A verifier trained on every rule at once sits at loss ln 2 for hundreds of steps while it learns to
+route by rule; one that has learned two rules learns the others from there (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -243,20 +249,28 @@ def prepare_verifier(
     seed: int = 0,
     counterfactuals: bool = False,
     extra_parl: Sequence[str | Path] = (),
+    rules: Sequence[str] = (),
 ) -> dict[str, int]:
     """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes.
 
     ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`); ``extra_parl``:
-    more synthetic PARL datasets, every user of them trained on."""
+    more synthetic PARL datasets, every user of them trained on; ``rules``: keep these signature rules' checks
+    only (module docstring)."""
     from datasets import Dataset, DatasetDict
 
     if not (parl or labels):
         raise ValueError("no source: give --parl (a prepared synthetic PARL dataset) and/or --labels FILE.jsonl")
+    if rules and labels:
+        raise ValueError("--rules keeps signature rules' checks; labelled rows (--labels) name no signature")
+    known = sorted({check.name for checks in RULES.values() for check in checks})
+    if unknown := sorted(set(rules) - set(known)):
+        raise ValueError(f"--rules: unknown signature rule(s) {unknown}; the rules are {known}")
     reads = [signature_rows(Path(p), seed, counterfactuals) for p in parl] + [label_rows(Path(p)) for p in labels]
     reads += [signature_rows(Path(p), seed, counterfactuals, extra=f"extra{k}:") for k, p in enumerate(extra_parl)]
     rows = {split: [row for read in reads for row in read[split]] for split in SPLITS}
-    before = {split: dict(Counter(r["label"] for r in rows[split])) for split in SPLITS}
-    rows = {split: balance(rows[split], seed) for split in SPLITS}
+    kept = set(rules) or {row["rule_name"] for split in SPLITS for row in rows[split]}
+    before = {split: dict(Counter(r["label"] for r in rows[split] if r["rule_name"] in kept)) for split in SPLITS}
+    rows = {split: [r for r in balance(rows[split], seed) if r["rule_name"] in kept] for split in SPLITS}
     out = Path(out)
     for split in SPLITS:
         if not rows[split]:
@@ -278,6 +292,7 @@ def prepare_verifier(
         "seed": seed,
         "train_wordings": TRAIN_WORDINGS,
         "counterfactuals": counterfactuals,
+        "rules": sorted(rules),
         "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
         "splits": {split: len(r) for split, r in rows.items()},
         "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
@@ -290,6 +305,7 @@ def prepare_verifier(
             else ""
         )
         + (f"; every user of {len(extra_parl)} extra synthetic dataset(s) -> train" if extra_parl else "")
+        + (f"; the checks of the rules {', '.join(sorted(rules))} only, kept after balancing" if rules else "")
         + ". Labelled rows: their `split` field.",
     }
     write_json(tmp / "build_info.json", info)

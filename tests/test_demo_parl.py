@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from data_prep.parl_rubrics import true_rules
 from persetrain.data import load_dataset
-from persetrain.demo_parl import REPORT, SUMMARY, ParlDemoConfig, run_parl_demo
+from persetrain.demo_parl import REPORT, SUMMARY, ParlDemoConfig, parse_curriculum, run_parl_demo
 
 
 def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir, tmp_path):
     config = ParlDemoConfig(
         out=tmp_path / "demo",
         model=str(tiny_llama_dir),
-        judge_steps=2,
+        judge_curriculum=parse_curriculum("colon:1,all:1"),
         judge_seeds=2,
         warmstart_users=2,
         warmstart_samples=1,
@@ -28,6 +30,17 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     # two verifiers (seeds 0 and 1) judge as one ensemble, each member also measured alone
     first, second = summary["judge"].split(",")
     assert first.endswith("verifier/merged") and second.endswith("verifier-seed-1/merged")
+    # each a curriculum: the colon checks alone (seed s), then every rule's from that merged model (seed s + 1)
+    for member, seed in (("verifier", 0), ("verifier-seed-1", 1)):
+        dirs = (config.out / f"{member}-stage-0", config.out / member)
+        stages = [json.loads((d / "resolved_config.json").read_text()) for d in dirs]
+        assert [c["script"]["dataset_path"] for c in stages] == [
+            str(config.out / "verifier_data-colon"),
+            str(config.out / "verifier_data"),
+        ]
+        assert stages[1]["model"]["model_name_or_path"] == str(dirs[0] / "merged")
+        assert [c["training"]["seed"] for c in stages] == [seed, seed + 1]
+        assert [c["training"]["max_steps"] for c in stages] == [1, 1]
     assert len(summary["judge_heldout_accuracy_members"]) == 2 and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
     # 2 training users and every user of the seed-1 sample with 2 or more true rules, 1 copy each
@@ -55,3 +68,11 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     again = run_parl_demo(config)
     assert marker.stat().st_mtime_ns == before and again["judge_s"] == summary["judge_s"]
     assert (config.out / REPORT).is_file()
+
+
+def test_curriculum_parses_and_refuses_a_malformed_stage():
+    assert parse_curriculum("colon+lowercase:300, all:600") == ((("colon", "lowercase"), 300), ((), 600))
+    with pytest.raises(ValueError, match=r"stage 'colon' is not RULE\[\+RULE\.\.\.\]:STEPS or all:STEPS"):
+        parse_curriculum("colon,all:5")
+    with pytest.raises(ValueError, match="stages of at least 1 step"):
+        ParlDemoConfig(judge_curriculum=parse_curriculum("all:0"))

@@ -162,6 +162,21 @@ def test_extra_samples_add_new_users_to_train_only(parl_news, verifier_data, tmp
     )
 
 
+def test_a_rule_subset_is_the_full_datasets_rows_of_those_rules(parl_news, verifier_data, tmp_path):
+    """A curriculum stage's data: the same balanced checks as the full dataset's, of the named rules only."""
+    out = tmp_path / "two"
+    prepare_verifier(out, parl=[parl_news], rules=["colon", "lowercase"])
+    full, two = load_from_disk(str(verifier_data)), load_from_disk(str(out))
+    for split in ("train", "validation"):
+        expected = [r for r in full[split] if r["rule_name"] in ("colon", "lowercase")]
+        assert two[split].to_list() == expected and set(two[split]["rule_name"]) == {"colon", "lowercase"}
+    assert json.loads((out / "build_info.json").read_text())["rules"] == ["colon", "lowercase"]
+
+    with pytest.raises(ValueError, match=r"unknown signature rule\(s\) \['colons'\]; the rules are \['colon'"):
+        prepare_verifier(tmp_path / "never", parl=[parl_news], rules=["colons"])
+    assert not (tmp_path / "never").exists()
+
+
 def test_labelled_rows_and_their_errors(tmp_path):
     good = {
         "task": "news",

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
+from persetrain.demo_parl import JUDGE_CURRICULUM
 from persetrain.models import DEFAULT_MODEL
 
 
@@ -173,7 +174,13 @@ def demo_parl(
     judge: Annotated[
         str | None, typer.Option(help="A trained rule verifier, or several joined by commas (skips training).")
     ] = None,
-    judge_steps: Annotated[int | None, typer.Option(help="Verifier SFT steps; default the recipe's 900.")] = None,
+    judge_curriculum: Annotated[
+        str,
+        typer.Option(
+            help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS, comma-separated; each from the last's "
+            "merged model. all:900 is the recipe's single stage."
+        ),
+    ] = JUDGE_CURRICULUM,
     judge_seeds: Annotated[
         int, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble.")
     ] = 1,
@@ -191,14 +198,14 @@ def demo_parl(
     seed: int = 0,
 ) -> None:
     """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
-    from persetrain.demo_parl import ParlDemoConfig, run_parl_demo
+    from persetrain.demo_parl import ParlDemoConfig, parse_curriculum, run_parl_demo
 
     config = ParlDemoConfig(
         out=out,
         model=model,
         seed=seed,
         judge=judge,
-        judge_steps=judge_steps,
+        judge_curriculum=parse_curriculum(judge_curriculum),
         judge_seeds=judge_seeds,
         warmstart=warmstart,
         warmstart_samples=warmstart_samples,

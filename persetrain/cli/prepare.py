@@ -123,6 +123,12 @@ def prepare_verifier_cmd(
             "on, none validated (repeatable)."
         ),
     ] = None,
+    rules: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Keep only this signature rule's checks, e.g. colon (repeatable): a stage of a rule curriculum."
+        ),
+    ] = None,
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
@@ -135,6 +141,7 @@ def prepare_verifier_cmd(
         seed=seed,
         counterfactuals=counterfactuals,
         extra_parl=extra_parl or [],
+        rules=rules or [],
     )
 
 
