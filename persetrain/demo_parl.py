@@ -60,6 +60,11 @@ def parse_curriculum(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
     return tuple(stages)
 
 
+def format_curriculum(stages: tuple[tuple[tuple[str, ...], int], ...]) -> str:
+    """The inverse of :func:`parse_curriculum`."""
+    return ",".join(f"{'+'.join(rules) or 'all'}:{steps}" for rules, steps in stages)
+
+
 @dataclass(frozen=True)
 class ParlDemoConfig:
     """Sizes of the demo; the defaults fit 2 CPU cores."""
@@ -156,6 +161,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     alone = [judge_accuracy(RubricJudge(Engine(m)), rows).accuracy for m in members]
     return {
         "judge": judge,
+        "judge_curriculum": format_curriculum(cfg.judge_curriculum) if cfg.judge is None else None,
         "judge_heldout_accuracy_members": [round(a, 4) for a in alone],
         "judge_heldout_accuracy": round(trained.accuracy, 4),
         "judge_heldout_yes_share": round(trained.yes_share, 4),
@@ -350,6 +356,11 @@ def write_report(path: Path, s: dict) -> None:
         f"accuracy **{s['judge_heldout_accuracy']:.3f}** (yes share {s['judge_heldout_yes_share']:.2f}); the untrained "
         f"model {s['judge_heldout_accuracy_untrained']:.3f} (yes share {s['judge_heldout_yes_share_untrained']:.2f}). "
         f"Per rule: {per_rule}.\n",
+        *(
+            [f"Trained in stages (rules:steps), each from the last's merged model: `{curriculum}`.\n"]
+            if (curriculum := s.get("judge_curriculum"))
+            else []
+        ),
         *(
             [f"An ensemble: each member alone scores {', '.join(f'{a:.3f}' for a in members)}.\n"]
             if (members := s.get("judge_heldout_accuracy_members"))

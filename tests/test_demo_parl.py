@@ -9,7 +9,15 @@ import pytest
 
 from data_prep.parl_rubrics import true_rules
 from persetrain.data import load_dataset
-from persetrain.demo_parl import REPORT, SUMMARY, ParlDemoConfig, parse_curriculum, run_parl_demo
+from persetrain.demo_parl import (
+    JUDGE_CURRICULUM,
+    REPORT,
+    SUMMARY,
+    ParlDemoConfig,
+    format_curriculum,
+    parse_curriculum,
+    run_parl_demo,
+)
 
 
 def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir, tmp_path):
@@ -57,7 +65,10 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
         assert summary[f"{stage}_s"] >= 0
     report = (config.out / REPORT).read_text()
-    assert "An ensemble: each member alone scores" in report
+    assert (
+        "An ensemble: each member alone scores" in report
+        and "each from the last's merged model: `colon:1,all:1`" in report
+    )
     assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
     assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
 
@@ -72,6 +83,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
 
 def test_curriculum_parses_and_refuses_a_malformed_stage():
     assert parse_curriculum("colon+lowercase:300, all:600") == ((("colon", "lowercase"), 300), ((), 600))
+    assert format_curriculum(parse_curriculum(JUDGE_CURRICULUM)) == JUDGE_CURRICULUM
     with pytest.raises(ValueError, match=r"stage 'colon' is not RULE\[\+RULE\.\.\.\]:STEPS or all:STEPS"):
         parse_curriculum("colon,all:5")
     with pytest.raises(ValueError, match="stages of at least 1 step"):
