@@ -77,8 +77,9 @@ class ParlDemoConfig:
     #: The verifier's rule curriculum: stages ``(rules, steps)``, each a fresh LoRA trained for ``steps`` on the
     #: checks of ``rules`` (``()``: every rule) from the previous stage's merged model, seed ``seed + stage``.
     #: Trained on all seven rules at once, the loss sits at ln 2 for ~500 steps while the verifier learns to route
-    #: by rule (0.73 held-out after 900 steps); two rules first, it learns the rest from there (0.93 after the
-    #: same 900, ``benchmarks/README.md``). ``parse_curriculum("all:900")``: the recipe's single stage.
+    #: by rule (0.73 held-out after 900 steps on the seed-0 sample); two rules first, it learns the rest from
+    #: there (0.91-0.93 after the same 900 there, 0.67 on the seed-1 sample: ``benchmarks/README.md``).
+    #: ``parse_curriculum("all:900")``: the recipe's single stage.
     judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
     #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
     #: verifier misreads changes from seed to seed, and their mean p(yes) errs less (each costs a training run).
