@@ -5,10 +5,10 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 0. **judge**: ``persetrain prepare verifier --counterfactuals`` on the training users (signature checkers as
    labels, each rule in 3 of its 5 hand-written wordings or in composed ones, every text also in edited copies
    that toggle one signature each)
-   -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml`` through ``judge_curriculum``: the
-   checks of two rules first (``prepare verifier --rules``), then of all rules, each stage a fresh LoRA on the
-   previous stage's merged model. Once per ``judge_seeds`` (or ``judge``: one already trained, or several joined
-   by commas). Several verifiers judge as one ensemble
+   -> ``persetrain sft`` with ``recipes/verifier/cpu_smollm2_parl_news.yaml``: by default its single stage on
+   every rule; ``judge_curriculum`` can train stages on rule subsets (``prepare verifier --rules``) instead,
+   each a fresh LoRA on the previous stage's merged model. Once per ``judge_seeds`` (or ``judge``: one already
+   trained, or several joined by commas). Several verifiers judge as one ensemble
    (``persetrain.engine.ensemble``: p(yes) averaged). ``judge_heldout_accuracy``: its accuracy on the held-out
    users' checks in the 2 wordings it never saw, next to each member's and the untrained model's on the same
    checks. It judges every later stage.
@@ -45,7 +45,7 @@ GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 JUDGE_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
 SUMMARY, REPORT = "summary.json", "report.md"
 #: The verifier's default rule curriculum (``ParlDemoConfig.judge_curriculum``).
-JUDGE_CURRICULUM = "colon+lowercase:300,all:300,all:300"
+JUDGE_CURRICULUM = "all:900"
 
 
 def parse_curriculum(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -76,10 +76,10 @@ class ParlDemoConfig:
     judge: str | None = None
     #: The verifier's rule curriculum: stages ``(rules, steps)``, each a fresh LoRA trained for ``steps`` on the
     #: checks of ``rules`` (``()``: every rule) from the previous stage's merged model, seed ``seed + stage``.
-    #: Trained on all seven rules at once, the loss sits at ln 2 for ~500 steps while the verifier learns to route
-    #: by rule (0.73 held-out after 900 steps on the seed-0 sample); two rules first, it learns the rest from
-    #: there (0.91-0.93 after the same 900 there, 0.67 on the seed-1 sample: ``benchmarks/README.md``).
-    #: ``parse_curriculum("all:900")``: the recipe's single stage.
+    #: The default is the recipe's single stage of 900 steps on all seven rules: 0.74 / 0.85 / 0.78 held-out on
+    #: the samples of seeds 0 / 1 / 2. Two rules first (``colon+lowercase:300,all:300,all:300``) scored 0.91 /
+    #: 0.67 / 0.52 there: whether the loss leaves its ln 2 plateau changes from sample to sample under either
+    #: schedule, and more often not under the curriculum (``benchmarks/README.md``).
     judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
     #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
     #: verifier misreads changes from seed to seed, and their mean p(yes) errs less (each costs a training run).
