@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--judge-curriculum",
         default=JUDGE_CURRICULUM,
-        help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS (default all:900: the recipe's single stage).",
+        help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS (default %(default)s, the recipe's one stage).",
     )
 
 

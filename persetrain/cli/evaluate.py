@@ -178,7 +178,7 @@ def demo_parl(
         str,
         typer.Option(
             help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS, comma-separated; each from the last's "
-            "merged model. The default all:900 is the recipe's single stage."
+            "merged model. The default is the recipe's single stage."
         ),
     ] = JUDGE_CURRICULUM,
     judge_seeds: Annotated[
