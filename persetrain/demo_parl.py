@@ -94,6 +94,10 @@ class ParlDemoConfig:
     #: Rows per user in the truth warm start, each with its own rule order and wordings.
     warmstart_copies: int = 2
     grpo_steps: int = 12
+    #: Users (prompts) per GRPO step, each with the recipe's ``num_generations`` rollouts, as gradient accumulation
+    #: over one generation batch. The CPU recipe's one user a step gives a step whose rollouts all fit or all miss
+    #: that user's history; several users give every step both, so the reward can teach which rules fit whom.
+    grpo_prompts: int = 1
     heldout_users: int | None = None
     #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
     runs: int = 3
@@ -106,6 +110,8 @@ class ParlDemoConfig:
 
         if self.warmstart not in SOURCES:
             raise ValueError(f"warmstart is one of {SOURCES}, not {self.warmstart!r}")
+        if self.grpo_prompts < 1:
+            raise ValueError(f"grpo_prompts is at least 1, not {self.grpo_prompts}")
         if self.judge_seeds < 1:
             raise ValueError(f"judge_seeds is at least 1, not {self.judge_seeds}")
         if not self.judge_curriculum or any(steps < 1 for _, steps in self.judge_curriculum):
@@ -253,6 +259,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
     grpo_out = cfg.out / "grpo"
     args = ["--config", str(GRPO_RECIPE), "--model_name_or_path", policy, "--dataset_path", str(data)]
     args += ["--output_dir", str(grpo_out), "--judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
+    args += ["--gradient_accumulation_steps", str(cfg.grpo_prompts)]
     result = run_grpo([*args, "--disable_tqdm", "true"])
     curve = _grpo_curve(grpo_out)
     first, last = _fifths([r["valid_share"] for r in curve])
@@ -260,6 +267,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
     return {
         "grpo_model": str(result.model_dir),
         "grpo_steps": result.global_step,
+        "grpo_prompts": cfg.grpo_prompts,
         "curve": curve,
         "valid_share_first_fifth": first,
         "valid_share_last_fifth": last,
@@ -369,7 +377,8 @@ def write_report(path: Path, s: dict) -> None:
         ),
         "## GRPO reward curve\n",
         f"Warm start ({s['warmstart_source']}, {s.get('warmstart_samples', 0)} extra samples of users): "
-        f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}.\n",
+        f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}. "
+        f"{s['grpo_steps']} GRPO steps of {s.get('grpo_prompts', 1)} user(s) each.\n",
         "| step | mean reward | valid share | mean D |\n|---:|---:|---:|---:|\n" + curve + "\n",
         f"Mean D first fifth {_number(s['mean_d_first_fifth'])}, last fifth {_number(s['mean_d_last_fifth'])}; "
         f"valid share {_number(s['valid_share_first_fifth'], 2)} -> {_number(s['valid_share_last_fifth'], 2)}.\n",

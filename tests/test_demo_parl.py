@@ -30,6 +30,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         warmstart_samples=1,
         warmstart_copies=1,
         grpo_steps=1,
+        grpo_prompts=2,
         heldout_users=2,
         runs=2,
         max_new_tokens=16,
@@ -61,6 +62,12 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     assert summary["warmstart_rows"] == 2 + sum(len(true_rules(ex)) >= 2 for ex in extra) > 2
     assert summary["policy"].endswith("warmstart/merged")
     assert summary["grpo_steps"] == 1 and [r["step"] for r in summary["curve"]] == [1]
+    # two users in the step: 2 x num_generations rollouts, all of step 1
+    parts = [json.loads(line) for line in (config.out / "grpo" / "reward_parts.jsonl").read_text().splitlines()]
+    assert len(parts) == 2 * 4 and {p["step"] for p in parts} == {1}
+    assert json.loads((config.out / "grpo" / "resolved_config.json").read_text())["training"][
+        "gradient_accumulation_steps"
+    ] == 2
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
         assert summary[f"{stage}_s"] >= 0
@@ -69,6 +76,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         "An ensemble: each member alone scores" in report
         and "each from the last's merged model: `colon:1,all:1`" in report
     )
+    assert "1 GRPO steps of 2 user(s) each" in report
     assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
     assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
 

@@ -192,6 +192,9 @@ def demo_parl(
     ] = 0,
     warmstart_copies: Annotated[int, typer.Option(help="Truth warm-start rows per user.")] = 2,
     grpo_steps: int = 12,
+    grpo_prompts: Annotated[
+        int, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts.")
+    ] = 1,
     runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
     heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
     fresh: Annotated[bool, typer.Option(help="Start from an empty run directory.")] = False,
@@ -211,6 +214,7 @@ def demo_parl(
         warmstart_samples=warmstart_samples,
         warmstart_copies=warmstart_copies,
         grpo_steps=grpo_steps,
+        grpo_prompts=grpo_prompts,
         heldout_users=heldout_users,
         runs=runs,
         fresh=fresh,
