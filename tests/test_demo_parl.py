@@ -65,9 +65,8 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     # two users in the step: 2 x num_generations rollouts, all of step 1
     parts = [json.loads(line) for line in (config.out / "grpo" / "reward_parts.jsonl").read_text().splitlines()]
     assert len(parts) == 2 * 4 and {p["step"] for p in parts} == {1}
-    assert json.loads((config.out / "grpo" / "resolved_config.json").read_text())["training"][
-        "gradient_accumulation_steps"
-    ] == 2
+    grpo_config = json.loads((config.out / "grpo" / "resolved_config.json").read_text())
+    assert grpo_config["training"]["gradient_accumulation_steps"] == 2
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
         assert summary[f"{stage}_s"] >= 0
