@@ -172,6 +172,27 @@ def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir
     assert len({tuple(c) for c in ours}) == 2 and all(ours)  # greedy: one rollout per prompt, and they differ
 
 
+@pytest.mark.usefixtures("fp32_compute")
+def test_rollouts_of_several_users_decode_as_one_batch_as_trl_does(parl_news, tmp_path):
+    """The embedded model, greedy: four users' PARL prompts cut to different lengths (so that the batch holds
+    caches left-padded by up to 150 positions), two rollouts each, against TRL's rollouts. A row read at the
+    wrong position or through another row's padding changes the real model's next token."""
+    trainer = build_grpo_trainer(
+        *make_parser().parse_args_and_config(
+            _argv(DEFAULT_MODEL, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")
+        )
+    )
+    trainer.generation_config.do_sample = False
+    tokenizer = trainer.processing_class
+    texts = [row["prompt"][-1]["content"] for row in load_from_disk(str(parl_news))["train"].select(range(4))]
+    prompts = [tokenizer(text)["input_ids"][:n] for text, n in zip(texts, (40, 190, 90, 140), strict=True)]
+    prompt_ids = [prompts[k % 4] for k in range(8)]
+    ours, _ = trainer._generate_single_turn(prompt_ids, None, {}, 2)
+    theirs, _ = GRPOTrainer._generate_single_turn(trainer, prompt_ids, None, {}, 2)
+    assert ours == theirs
+    assert len({tuple(c) for c in ours}) == 4  # one greedy rollout per user, and the users' differ
+
+
 def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_states(parl_news, tmp_path):
     """Sampled rollouts of one prompt (the embedded model, top-k 2) where some end mid-way, so that the batch
     shrinks after the rollouts have diverged. The end-of-sequence token is one that a first run (same seed, no

@@ -29,12 +29,13 @@ One module per job:
 * ``sampling.py``: the next-token draw (the engine's seeded one, and ``generate``'s processors for GRPO).
 * ``kv.py``: KV caches: prefill, and cutting, padding and joining cache rows.
 
-GRPO's rollouts and log-prob passes (``persetrain.train.grpo``) use :func:`prefill`,
-:func:`sampling_processors` and :func:`length_chunks` from here.
+GRPO's rollouts and log-prob passes (``persetrain.train.grpo``) use the KV functions (:func:`prefill`,
+:func:`prefill_rows`, :func:`join`, :func:`step`, :func:`select_rows`), :func:`sampling_processors` and
+:func:`length_chunks` from here.
 """
 
 from persetrain.engine.hf.backend import ContextOverflowError, HFBackend, Truncation
-from persetrain.engine.hf.kv import prefill
+from persetrain.engine.hf.kv import join, prefill, prefill_rows, select_rows, step
 from persetrain.engine.hf.plan import PADDING, length_chunks, within_padding
 from persetrain.engine.hf.sampling import sampling_processors
 
@@ -43,8 +44,12 @@ __all__ = [
     "ContextOverflowError",
     "HFBackend",
     "Truncation",
+    "join",
     "length_chunks",
     "prefill",
+    "prefill_rows",
+    "select_rows",
+    "step",
     "sampling_processors",
     "within_padding",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from persetrain.engine.base import OnDone
-from persetrain.engine.hf.kv import Batch, cache_kwargs, join, prefill_left_padded, row_states, select_rows
+from persetrain.engine.hf.kv import Batch, join, prefill_left_padded, row_states, select_rows, step
 from persetrain.engine.hf.plan import BatchLimits
 from persetrain.engine.hf.sampling import pick, request_generator
 from persetrain.engine.prefix_cache import PrefixCache
@@ -103,7 +103,7 @@ class Decoder:
             if not active:
                 batch = None
                 continue
-            batch = self._step(batch, [row.generated[-1] for row in active])
+            batch = step(self.model, batch, torch.tensor([[row.generated[-1]] for row in active], device=self.device))
 
     def _ended(
         self, row: Decoding, token: int, params: GenerationParams, batch: Batch, b: int, on_done: OnDone
@@ -127,16 +127,6 @@ class Decoder:
         self._remember(batch, b, row)  # for a later call on the same text
         on_done(row.request, self._generation(row, finish, params))
         return True
-
-    def _step(self, batch: Batch, tokens: list[int]) -> Batch:
-        """Each row's last token through the model: the batch one position on, with the next-token logits."""
-        last = torch.tensor([[token] for token in tokens], device=self.device)
-        positions = batch.mask.sum(-1, keepdim=True)
-        mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        out = self.model(
-            input_ids=last, attention_mask=mask, position_ids=positions, **cache_kwargs(self.model, batch.cache)
-        )
-        return Batch(batch.cache, mask, out.logits[:, -1].float(), batch.pads)
 
     def _generation(self, row: Decoding, finish: str, params: GenerationParams) -> Generation:
         text = self.tokenizer.decode(row.generated, skip_special_tokens=True)

@@ -56,6 +56,25 @@ def prefill_left_padded(model, prompts: list[list[int]], pad_id: int, device) ->
     return Batch(cache, mask, out.logits[:, -1].float(), [width - len(p) for p in prompts])
 
 
+def prefill_rows(model, tokens: list[int], rows: int, device) -> Batch:
+    """``tokens`` prefilled once and repeated over ``rows`` batch rows: the rollouts of one GRPO prompt. No
+    config, as in :func:`prefill_left_padded`, so that batches of different prompts :func:`join`."""
+    cache = DynamicCache()
+    out = model(input_ids=torch.tensor([tokens], device=device), **cache_kwargs(model, cache), logits_to_keep=1)
+    cache.batch_repeat_interleave(rows)
+    mask = torch.ones((rows, len(tokens)), dtype=torch.long, device=device)
+    return Batch(cache, mask, out.logits[:, -1].float().repeat(rows, 1), [0] * rows)
+
+
+def step(model, batch: Batch, tokens: torch.Tensor) -> Batch:
+    """Each row's next token (``tokens``, one column) through the model: the batch one position on, with the
+    next-token logits. A row's position is its own length, whatever its left padding."""
+    positions = batch.mask.sum(-1, keepdim=True)
+    mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
+    out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, **cache_kwargs(model, batch.cache))
+    return Batch(batch.cache, mask, out.logits[:, -1].float(), batch.pads)
+
+
 def left_pad(x: torch.Tensor, to: int, dim: int) -> torch.Tensor:
     """``x`` zero-padded on the left of dimension ``dim`` to size ``to``."""
     if x.size(dim) == to:
