@@ -57,6 +57,7 @@ def grpo_run(args: argparse.Namespace) -> dict:
         warmstart_samples=args.warmstart_samples,
         warmstart_copies=args.warmstart_copies,
         grpo_steps=args.steps,
+        grpo_prompts=args.prompts,
         heldout_users=args.heldout_users,
         runs=args.runs,
         max_new_tokens=args.max_new_tokens,
@@ -81,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=12,
         help="GRPO steps, the recipe's max_steps (23-66 s each on this CPU: 12 took 10 minutes).",
     )
+    parser.add_argument("--prompts", type=int, default=1, help="Users per GRPO step (4 took 130-222 s a step).")
     parser.add_argument(
         "--warmstart", default="truth", help="Warm-start sets: truth (the users' true rules) or induced (the base's)."
     )
