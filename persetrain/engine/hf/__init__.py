@@ -27,7 +27,7 @@ One module per job:
 * ``pack.py``: the forward passes of scoring (whole rows, or tails packed after their prefixes).
 * ``decode.py``: generation, continuously batched.
 * ``sampling.py``: the next-token draw (the engine's seeded one, and ``generate``'s processors for GRPO).
-* ``kv.py``: KV caches: prefill, and cutting, padding and joining cache rows.
+* ``kv.py``: KV caches: prefill, a decode step, and cutting, padding and joining cache rows.
 
 GRPO's rollouts and log-prob passes (``persetrain.train.grpo``) use the KV functions (:func:`prefill`,
 :func:`prefill_rows`, :func:`join`, :func:`step`, :func:`select_rows`), :func:`sampling_processors` and
@@ -48,8 +48,8 @@ __all__ = [
     "length_chunks",
     "prefill",
     "prefill_rows",
+    "sampling_processors",
     "select_rows",
     "step",
-    "sampling_processors",
     "within_padding",
 ]

@@ -1,4 +1,4 @@
-"""KV caches: prefilling prompts into a ``DynamicCache``, and cutting, padding and joining cache rows.
+"""KV caches: prefilling prompts into a ``DynamicCache``, a decode step, and cutting, padding and joining cache rows.
 
 Every forward pass that reads or writes a cache passes it through :func:`cache_kwargs`, under the keyword
 the model's forward knows (``persetrain.models.cache_argument``).
