@@ -21,27 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from datasets import load_from_disk
+from parl import best_of  # beside this script
 from trl import GRPOTrainer
 
 from data_prep.parl import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
 from persetrain.models import DEFAULT_MODEL
 from persetrain.train.grpo import build_grpo_trainer, make_parser
-
-
-def _best(fn: Callable[[], list], repeats: int) -> tuple[float, list]:
-    best, result = float("inf"), []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main() -> None:
@@ -74,15 +64,19 @@ def main() -> None:
             return trainer._generate_single_turn(prompt_ids, None, {}, args.rollouts)[0]
 
         def per_user() -> list:
-            return [c for p in prompts for c in trainer._generate_single_turn([p] * args.rollouts, None, {}, 0)[0]]
+            return [
+                c
+                for p in prompts
+                for c in trainer._generate_single_turn([p] * args.rollouts, None, {}, args.rollouts)[0]
+            ]
 
         def trl() -> list:
             return GRPOTrainer._generate_single_turn(trainer, prompt_ids, None, {}, args.rollouts)[0]
 
         trainer._generate_single_turn(prompt_ids[: args.rollouts], None, {}, args.rollouts)  # warm-up
-        batched_s, ours = _best(batched, args.repeats)
-        per_user_s, one_by_one = _best(per_user, args.repeats)
-        trl_s, theirs = _best(trl, args.repeats)
+        batched_s, ours = best_of(batched, args.repeats)
+        per_user_s, one_by_one = best_of(per_user, args.repeats)
+        trl_s, theirs = best_of(trl, args.repeats)
     tokens = sum(len(c) for c in ours)
     print(f"{args.users} users x {args.rollouts} rollouts, {tokens} tokens generated")
     print(f"batched {batched_s:.2f} s, per user {per_user_s:.2f} s, TRL {trl_s:.2f} s")

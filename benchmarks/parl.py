@@ -140,7 +140,8 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _best(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
+def best_of(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
+    """The shortest wall time of ``repeats`` calls of ``fn`` (as ``timeit`` takes it) and the last call's result."""
     best, result = float("inf"), None
     for _ in range(repeats):
         start = time.perf_counter()
@@ -155,9 +156,9 @@ def reward_speed(args: argparse.Namespace) -> dict:
     judge = RubricJudge(engine)
     config = RewardConfig(variant=args.variant)
     score_batch(judge, samples[:1], config)  # warm-up (weights paged in, kernels chosen)
-    batched_s, batched = _best(lambda: score_batch(judge, samples, config), args.repeats)
+    batched_s, batched = best_of(lambda: score_batch(judge, samples, config), args.repeats)
     before = engine.cost.prompt_tokens
-    sequential_s, sequential = _best(lambda: score_sequential(judge, samples, config), args.sequential_repeats)
+    sequential_s, sequential = best_of(lambda: score_sequential(judge, samples, config), args.sequential_repeats)
     request_tokens = (engine.cost.prompt_tokens - before) // args.sequential_repeats
     computed = _computed_tokens(engine.backend, samples)
     diff = max(abs(a.reward - b.reward) for a, b in zip(batched, sequential, strict=True))
