@@ -32,7 +32,9 @@ from data_prep.builders import (
 from data_prep.contamination import normalize_title, title_memorized
 from data_prep.prepare import prepare_perse, rename_in_reviews
 from data_prep.summarize import clean_summary
-from data_prep.synthetic import _GENRE_SENTENCES, EXTRA_QUESTION, write_sample_data
+from data_prep.synthetic import write_sample_data
+from data_prep.synthetic_doc import EXTRA_QUESTION
+from data_prep.synthetic_plots import _GENRE_SENTENCES
 from persetrain.io import InputError
 from persetrain.prompts.perse import ASPECT_QUESTIONS, REVIEW_MARKER, SCORE_MARKER
 from persetrain.schema import PERDOC_ASPECTS, ScalarExample
