@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from persetrain.io import InputError, iter_jsonl, parse_record, write_json
+from persetrain.io import InputError, atomic_dir, iter_jsonl, parse_record, write_json
 from persetrain.prompts.parl import TASKS, induction_messages
 from persetrain.schema import RubricExample
 
@@ -316,33 +316,28 @@ def build_parl(
             raise InputError(
                 out_dir, f"split {name!r} would be empty ({len(examples)} users in all); more users are needed"
             )
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    DatasetDict({s: Dataset.from_list([grpo_row(ex) for ex in rows]) for s, rows in splits.items()}).save_to_disk(
-        str(tmp)
-    )
-    (tmp / "verl").mkdir()
-    for s, rows in splits.items():
-        pd.DataFrame([verl_row(ex, s, i) for i, ex in enumerate(rows)]).to_parquet(tmp / "verl" / f"{s}.parquet")
-    sizes = {s: len(rows) for s, rows in splits.items()}
-    write_json(
-        tmp / "build_info.json",
-        {
-            "task": "rubric",
-            "parl_task": sorted({ex.task for ex in examples}),
-            "synthetic": synthetic,
-            "seed": seed,
-            "splits": sizes,
-            "generators": sorted({g for ex in examples for g in ex.baselines}),
-            "history_size": max(len(ex.history) for ex in examples),
-            "sources": sources or {},
-            "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
-        },
-    )
-    if out_dir.exists():
-        import shutil
-
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        DatasetDict({s: Dataset.from_list([grpo_row(ex) for ex in rows]) for s, rows in splits.items()}).save_to_disk(
+            str(tmp)
+        )
+        (tmp / "verl").mkdir()
+        for s, rows in splits.items():
+            pd.DataFrame([verl_row(ex, s, i) for i, ex in enumerate(rows)]).to_parquet(tmp / "verl" / f"{s}.parquet")
+        sizes = {s: len(rows) for s, rows in splits.items()}
+        write_json(
+            tmp / "build_info.json",
+            {
+                "task": "rubric",
+                "parl_task": sorted({ex.task for ex in examples}),
+                "synthetic": synthetic,
+                "seed": seed,
+                "splits": sizes,
+                "generators": sorted({g for ex in examples for g in ex.baselines}),
+                "history_size": max(len(ex.history) for ex in examples),
+                "sources": sources or {},
+                "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
+            },
+        )
     return sizes
 
 

@@ -222,17 +222,8 @@ def _negatives(user: User, target_id: str, render) -> list[dict]:
     ]
 
 
-def write_parl_sample(
-    out_dir: str | Path, seed: int = 0, n_users: int = 32, items_per_user: tuple[int, int] = (6, 12)
-) -> ParlSample:
-    """Write the synthetic PARL raw files under ``out_dir`` (``amazon/``, ``reddit/``, ``news/``).
-
-    The same arguments always write the same bytes; each task draws from its own random stream.
-    """
-    root = Path(out_dir)
-    truth: dict = {"synthetic": True, "seed": seed, "traits_per_user": TRAITS_PER_USER, "users": {}}
-    files: dict[str, list[Path]] = {}
-
+def _write_amazon(root: Path, seed: int, n_users: int, items_per_user: tuple[int, int], truth: dict) -> list[Path]:
+    """Amazon-like reviews of invented products, their metadata and the negatives; users' traits into ``truth``."""
     rng = random.Random(f"{seed}:parl:amazon")
     reviews, meta, baselines = [], {}, []
     for u in range(n_users):
@@ -264,15 +255,19 @@ def write_parl_sample(
                 baselines += _negatives(
                     user, f"amazon:{user.id}", lambda t, p=product, r=rating, user=user: _review(user, p, r, t)[0]
                 )
-    files["amazon"] = [
+    files = [
         root / "amazon" / "reviews.jsonl",
         root / "amazon" / "meta.jsonl",
         root / "amazon" / "baselines.jsonl",
     ]
-    write_jsonl(files["amazon"][0], reviews)
-    write_jsonl(files["amazon"][1], list(meta.values()))
-    write_jsonl(files["amazon"][2], baselines)
+    write_jsonl(files[0], reviews)
+    write_jsonl(files[1], list(meta.values()))
+    write_jsonl(files[2], baselines)
+    return files
 
+
+def _write_reddit(root: Path, seed: int, n_users: int, items_per_user: tuple[int, int], truth: dict) -> list[Path]:
+    """LongLaMP-like Reddit posts (topic writing) and the negatives; every user's traits into ``truth``."""
     rng = random.Random(f"{seed}:parl:reddit")
     records, baselines = [], []
     for u in range(n_users):
@@ -293,10 +288,14 @@ def write_parl_sample(
             }
         )
         baselines += _negatives(user, f"reddit:{user.id}", lambda t, p=target, user=user: _post(user, p, t))
-    files["reddit"] = [root / "reddit" / "topic_writing.jsonl", root / "reddit" / "baselines.jsonl"]
-    write_jsonl(files["reddit"][0], records)
-    write_jsonl(files["reddit"][1], baselines)
+    files = [root / "reddit" / "topic_writing.jsonl", root / "reddit" / "baselines.jsonl"]
+    write_jsonl(files[0], records)
+    write_jsonl(files[1], baselines)
+    return files
 
+
+def _write_news(root: Path, seed: int, n_users: int, items_per_user: tuple[int, int], truth: dict) -> list[Path]:
+    """LaMP-4-like news headlines (questions, gold outputs) and the negatives; every user's traits into ``truth``."""
     rng = random.Random(f"{seed}:parl:news")
     questions, golds, baselines = [], [], []
     for u in range(n_users):
@@ -322,10 +321,25 @@ def write_parl_sample(
         )
         golds.append({"id": qid, "output": _headline(user, event, place, user.traits)})
         baselines += _negatives(user, f"news:{qid}", lambda t, e=event, p=place, user=user: _headline(user, e, p, t))
-    files["news"] = [root / "news" / name for name in ("questions.json", "outputs.json", "baselines.jsonl")]
-    write_json(files["news"][0], questions)
-    write_json(files["news"][1], {"task": "LaMP_4", "golds": golds})
-    write_jsonl(files["news"][2], baselines)
+    files = [root / "news" / name for name in ("questions.json", "outputs.json", "baselines.jsonl")]
+    write_json(files[0], questions)
+    write_json(files[1], {"task": "LaMP_4", "golds": golds})
+    write_jsonl(files[2], baselines)
+    return files
 
+
+def write_parl_sample(
+    out_dir: str | Path, seed: int = 0, n_users: int = 32, items_per_user: tuple[int, int] = (6, 12)
+) -> ParlSample:
+    """Write the synthetic PARL raw files under ``out_dir`` (``amazon/``, ``reddit/``, ``news/``).
+
+    The same arguments always write the same bytes; each task draws from its own random stream.
+    """
+    root = Path(out_dir)
+    truth: dict = {"synthetic": True, "seed": seed, "traits_per_user": TRAITS_PER_USER, "users": {}}
+    files = {
+        task: write(root, seed, n_users, items_per_user, truth)
+        for task, write in (("amazon", _write_amazon), ("reddit", _write_reddit), ("news", _write_news))
+    }
     write_json(root / "ground_truth.json", truth)
     return ParlSample(root=root, files=files, ground_truth=root / "ground_truth.json")

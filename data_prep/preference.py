@@ -20,8 +20,7 @@ views are written to a temporary folder and renamed into place, so ``out`` never
 
 from __future__ import annotations
 
-import json
-import shutil
+import contextlib
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,16 +38,11 @@ from data_prep.preference_sources import (
     reference_groups,
 )
 from persetrain.console import console, track
-from persetrain.engine.types import ChatRequest
-from persetrain.io import InputError
+from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.perse import PROFILE_WORDS
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, rm_context
 
 SPLITS = (TRAIN, VALIDATION)
-
-
-def _messages(request: ChatRequest) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": m.content} for m in request.messages]
 
 
 def listwise_row(group: Group) -> dict:
@@ -101,8 +95,8 @@ def verifier_rows(group: Group) -> list[dict]:
                 "source": group.source,
                 "topic": group.topic,
                 "label": label,
-                "prompt": _messages(prompt),
-                "prompt_blind": _messages(blind),
+                "prompt": prompt.chat_messages(),
+                "prompt_blind": blind.chat_messages(),
                 "completion": [{"role": "assistant", "content": label}],
             }
         )
@@ -147,44 +141,23 @@ def _dataset_dict(rows: dict[str, list[dict]]) -> DatasetDict:
     )
 
 
-def _replace(tmp: Path, final: Path) -> None:
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
-
-
 def write_views(
     rows: dict[str, dict[str, list[dict]]], out: Path, reads: Sequence[SourceRead], settings: dict
 ) -> dict[str, Path]:
-    """Write every view with its ``README.md`` and ``build_info.json`` to a temporary folder, then rename."""
+    """Write every view with its ``README.md`` and ``build_info.json``; no view replaces its folder until all are
+    written, so a failure leaves every previous view as it was."""
     sources = [read.source for read in reads]
     dropped = sum((read.dropped for read in reads), Counter())
-    out.mkdir(parents=True, exist_ok=True)
-    staging = out / ".preference.tmp"
-    if staging.exists():
-        shutil.rmtree(staging)
-    try:
+    with contextlib.ExitStack() as folders:
         for view, by_split in rows.items():
+            tmp = folders.enter_context(atomic_dir(out / view))
             # One shard per split: `datasets` saves an empty split (no held-out topic) as zero shards,
             # which it cannot load back; the views are small enough for one file each.
-            _dataset_dict(by_split).save_to_disk(str(staging / view), num_shards=dict.fromkeys(by_split, 1))
+            _dataset_dict(by_split).save_to_disk(str(tmp), num_shards=dict.fromkeys(by_split, 1))
             info = build_info(view, by_split, sources, dropped, settings)
-            (staging / view / "build_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-            (staging / view / "README.md").write_text(readme(info), encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    written = {}
-    for view in rows:
-        _replace(staging / view, out / view)
-        written[view] = out / view
-    staging.rmdir()
-    return written
+            write_json(tmp / "build_info.json", info)
+            (tmp / "README.md").write_text(readme(info), encoding="utf-8")
+    return {view: out / view for view in rows}
 
 
 def prepare_preference(

@@ -26,9 +26,9 @@ from data_prep.builders import (
     build_amazon_books,
     build_per_doc,
     build_per_mpst,
-    save_dataset,
 )
 from data_prep.contamination import probe_titles
+from data_prep.perse_dataset import save_dataset
 from data_prep.summarize import summarize_plots
 from data_prep.tables import ColumnMap
 from persetrain.console import console, warn
@@ -132,6 +132,43 @@ def rename_in_reviews(reviews: Sequence[mpst.Review], mappings: dict[str, dict[s
     ]
 
 
+def _prepare_doc(
+    raw_dir: Path, out_dir: Path, seed: int, doc_columns: ColumnMap | None, synthetic: bool
+) -> dict[str, Path] | None:
+    """Per-DOC from ``doc/annotations``; None when the file is not there."""
+    annotations_path = find_table(raw_dir / "doc", ["annotations"])
+    if not annotations_path:
+        return None
+    built = build_per_doc(
+        doc.read_annotations(annotations_path, doc_columns), seed=seed, profile_words=PAIRWISE_PROFILE_WORDS
+    )
+    sources = {"DOC annotations": str(annotations_path)}
+    return {built.name: save_dataset(built, out_dir / built.name, sources, synthetic)}
+
+
+def _prepare_amazon(
+    raw_dir: Path, out_dir: Path, seed: int, profile_words: int, limit: int | None, synthetic: bool
+) -> dict[str, Path] | None:
+    """Amazon books from ``amazon/Books`` and ``amazon/meta_Books``; None (with a warning when only one of
+    them is there) otherwise."""
+    books_path = find_table(raw_dir / "amazon", ["Books_5", "Books"])
+    meta_path = find_table(raw_dir / "amazon", ["meta_Books"])
+    if not (books_path and meta_path):
+        if books_path or meta_path:
+            warn(f"{raw_dir / 'amazon'}: needs both Books and meta_Books; Amazon skipped")
+        return None
+    # The 2018 dump holds rating-only reviews; with no text they can be neither profile nor target.
+    built = build_amazon_books(
+        amazon.read_reviews(books_path, drop_empty_text=True),
+        amazon.read_books(meta_path),
+        seed=seed,
+        profile_words=profile_words,
+        limit=limit,
+    )
+    sources = {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)}
+    return {built.name: save_dataset(built, out_dir / built.name, sources, synthetic)}
+
+
 def prepare_perse(
     raw_dir: str | Path,
     out_dir: str | Path,
@@ -177,36 +214,13 @@ def prepare_perse(
             built = build_per_mpst(texts, reviews, k=k, seed=seed, profile_words=profile_words or PROFILE_WORDS)
             result.datasets[built.name] = save_dataset(built, out_dir / built.name, sources, synthetic)
 
-    annotations_path = find_table(raw_dir / "doc", ["annotations"])
-    if annotations_path:
-        found_any = True
-        built = build_per_doc(
-            doc.read_annotations(annotations_path, doc_columns), seed=seed, profile_words=PAIRWISE_PROFILE_WORDS
-        )
-        result.datasets[built.name] = save_dataset(
-            built, out_dir / built.name, {"DOC annotations": str(annotations_path)}, synthetic
-        )
-
-    books_path = find_table(raw_dir / "amazon", ["Books_5", "Books"])
-    meta_path = find_table(raw_dir / "amazon", ["meta_Books"])
-    if books_path and meta_path:
-        found_any = True
-        # The 2018 dump holds rating-only reviews; with no text they can be neither profile nor target.
-        built = build_amazon_books(
-            amazon.read_reviews(books_path, drop_empty_text=True),
-            amazon.read_books(meta_path),
-            seed=seed,
-            profile_words=profile_words or PROFILE_WORDS,
-            limit=amazon_limit,
-        )
-        result.datasets[built.name] = save_dataset(
-            built,
-            out_dir / built.name,
-            {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)},
-            synthetic,
-        )
-    elif books_path or meta_path:
-        warn(f"{raw_dir / 'amazon'}: needs both Books and meta_Books; Amazon skipped")
+    for written in (
+        _prepare_doc(raw_dir, out_dir, seed, doc_columns, synthetic),
+        _prepare_amazon(raw_dir, out_dir, seed, profile_words or PROFILE_WORDS, amazon_limit, synthetic),
+    ):
+        if written is not None:
+            found_any = True
+            result.datasets.update(written)
 
     if not found_any:
         raise InputError(

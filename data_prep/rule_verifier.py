@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck, composed_wordings
 from persetrain.console import console, track
-from persetrain.io import InputError, iter_jsonl, write_json
+from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
 from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
 
 SPLITS = ("train", "validation")
@@ -277,12 +276,6 @@ def prepare_verifier(
             raise InputError(
                 out, f"the {split} split would be empty after balancing yes/no; the sources need both answers"
             )
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    DatasetDict({split: Dataset.from_list(r) for split, r in rows.items()}).save_to_disk(
-        str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
-    )
     info = {
         "name": "parl-verifier",
         "task": "verifier_sft",
@@ -308,11 +301,11 @@ def prepare_verifier(
         + (f"; the checks of the rules {', '.join(sorted(rules))} only, kept after balancing" if rules else "")
         + ". Labelled rows: their `split` field.",
     }
-    write_json(tmp / "build_info.json", info)
-    (tmp / "README.md").write_text(_card(info), encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(out)
+    with atomic_dir(out) as tmp:
+        DatasetDict({split: Dataset.from_list(r) for split, r in rows.items()}).save_to_disk(
+            str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
+        )
+        write_json(tmp / "build_info.json", info)
+        (tmp / "README.md").write_text(_card(info), encoding="utf-8")
     console.print(f"[green]wrote[/green] verifier data -> {out} {info['splits']}")
     return info["splits"]

@@ -2,8 +2,9 @@
 
 Two promises every command keeps rest on this module: bad input is reported as
 ``file:line: field: problem`` instead of a traceback from deep inside pydantic or json, and no
-output file is ever left half-written (whole files go through a temporary file and a rename;
-record-by-record outputs are append-only JSONL that a resumed run reads back to skip finished work).
+output is ever left half-written. A whole file goes through a temporary file and a rename, a whole
+folder (a saved dataset) through a temporary folder and a rename, and record-by-record outputs are
+append-only JSONL that a resumed run reads back to skip finished work.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -97,6 +99,39 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Fill a fresh temporary folder next to ``path``; on success it replaces ``path`` whole.
+
+    A folder (a saved dataset with its card) is many files, so no single rename writes it: the previous
+    folder is moved aside, the new one renamed into place, then the old one removed. A reader therefore
+    finds the previous complete folder or the new complete one. On an error the temporary folder goes
+    and ``path`` is untouched. Leftovers of a killed run are mended first: a stale temporary folder is
+    removed, and a previous folder that was moved aside but never replaced is put back.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")
+    if old.exists():
+        if path.exists():
+            shutil.rmtree(old)
+        else:
+            old.rename(path)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) -> None:

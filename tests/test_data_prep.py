@@ -25,12 +25,11 @@ from data_prep.builders import (
     build_amazon_books,
     build_per_doc,
     build_per_mpst,
-    check_reviewer_disjoint,
-    is_test_reviewer,
-    save_dataset,
 )
 from data_prep.contamination import normalize_title, title_memorized
+from data_prep.perse_dataset import save_dataset
 from data_prep.prepare import prepare_perse, rename_in_reviews
+from data_prep.reviewer_split import check_reviewer_disjoint, is_test_reviewer
 from data_prep.summarize import clean_summary
 from data_prep.synthetic import write_sample_data
 from data_prep.synthetic_doc import EXTRA_QUESTION

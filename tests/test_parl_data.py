@@ -45,6 +45,14 @@ def test_prepare_parl_writes_grpo_and_verl_layouts(sample, tmp_path):
     assert first["extra_info"]["metadata"] == row["target_input"]
 
 
+def test_prepare_parl_reruns_over_a_killed_runs_half_written_folder(sample, tmp_path):
+    prepare_parl(sample.root, tmp_path, tasks=("news",))
+    (tmp_path / ".parl_news.tmp" / "verl").mkdir(parents=True)  # a run killed while writing the verl files
+    sizes = prepare_parl(sample.root, tmp_path, tasks=("news",))
+    assert len(load_from_disk(str(tmp_path / "parl_news"))["train"]) == sizes["news"]["train"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parl_news"]
+
+
 def _write(path, lines):
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -131,7 +131,7 @@ class OpenAIBackend(Backend):
 
     def _body(self, request: ChatRequest, prefix: str, **fields: Any) -> dict:
         """A chat request whose assistant turn starts with ``prefix`` (vLLM's prefill flags)."""
-        messages = [m.model_dump() for m in request.messages]
+        messages = request.chat_messages()
         body: dict[str, Any] = {"model": self.model, "messages": messages, **fields}
         if prefix:
             messages.append({"role": "assistant", "content": prefix})

@@ -39,6 +39,11 @@ class ChatRequest(BaseModel):
         msgs = ([Message(role="system", content=system)] if system else []) + [Message(role="user", content=user)]
         return cls(messages=tuple(msgs), assistant_prefix=assistant_prefix, id=id)
 
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages as ``{"role", "content"}`` dicts: what chat templates, OpenAI clients and TRL's
+        conversational datasets take (``assistant_prefix`` is not among them: each backend renders it)."""
+        return [m.model_dump() for m in self.messages]
+
 
 class GenerationParams(BaseModel):
     """Decoding parameters. ``temperature == 0`` means greedy decoding.

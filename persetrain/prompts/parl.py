@@ -218,7 +218,7 @@ def format_history(task: str, inputs: Sequence[str], outputs: Sequence[str]) -> 
 def induction_messages(task: str, inputs: Sequence[str], outputs: Sequence[str]) -> list[dict[str, str]]:
     """The induction prompt as chat messages (the ``prompt`` column of GRPO / verl datasets)."""
     request = INDUCE[check_task(task)].render(history=format_history(task, inputs, outputs))
-    return [m.model_dump() for m in request.messages]
+    return request.chat_messages()
 
 
 def induction_request(task: str, inputs: Sequence[str], outputs: Sequence[str], id: str | None = None) -> ChatRequest:

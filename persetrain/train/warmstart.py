@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from persetrain.evaluators.parl import PARLConfig, induce
-from persetrain.io import write_json
+from persetrain.io import atomic_dir, write_json
 from persetrain.prompts.parl import MIN_RULES, induction_messages
 from persetrain.schema import RubricExample
 
@@ -69,14 +69,9 @@ def save_warmstart(rows: Sequence[dict], counts: dict, out_dir: Path, info: dict
     from datasets import Dataset, DatasetDict
 
     counts = {**counts, "rows": len(rows), "valid_share": counts["valid"] / counts["sets"]}
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
-    write_json(tmp / "build_info.json", {"task": "warmstart", **info, **counts})
-    if out_dir.exists():
-        import shutil
-
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(tmp))
+        write_json(tmp / "build_info.json", {"task": "warmstart", **info, **counts})
     return counts
 
 

@@ -53,7 +53,7 @@ class HFBackend(Backend):
 
     # ----------------------------------------------------------------- prompts and tokens
     def render(self, request: ChatRequest) -> str:
-        messages = [m.model_dump() for m in request.messages]
+        messages = request.chat_messages()
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return text + request.assistant_prefix
 
