@@ -191,7 +191,9 @@ def demo_parl(
         int, typer.Option(help="Extra synthetic samples (seeds seed+1, ...) whose users all join the truth warm start.")
     ] = 0,
     warmstart_copies: Annotated[int, typer.Option(help="Truth warm-start rows per user.")] = 2,
-    grpo_steps: int = 12,
+    grpo_steps: Annotated[
+        int, typer.Option(help="GRPO steps (46: two epochs over the 23 training users, one user a step).")
+    ] = 46,
     grpo_prompts: Annotated[
         int, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts.")
     ] = 1,
