@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps",
         type=int,
         default=12,
-        help="GRPO steps, the recipe's max_steps (23-66 s each on this CPU: 12 took 10 minutes).",
+        help="GRPO steps (the recipe and the demo run 46; 12, at 23-66 s each here, keep this benchmark short).",
     )
     parser.add_argument("--prompts", type=int, default=1, help="Users per GRPO step (4 took 130-222 s a step).")
     parser.add_argument(

@@ -26,6 +26,7 @@ from scipy import stats
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
+from persetrain.metrics.parl import paired_runs_t_test
 
 
 def valid_sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int) -> dict[str, int]:
@@ -43,10 +44,11 @@ def compare(before: dict[str, int], after: dict[str, int]) -> dict:
     users = sorted(before)
     a, b = [before[u] for u in users], [after[u] for u in users]
     differences = [y - x for x, y in zip(a, b, strict=True)]
-    if len(set(differences)) < 2:  # no variance of the differences: no test
+    t_test = paired_runs_t_test(b, a)  # the same one-sided paired t-test, here paired by user
+    if t_test["p"] is None:  # no variance of the differences: no test
         return {"t_test_p": None, "wilcoxon_p": None, "users_up": 0, "users_down": 0}
     return {
-        "t_test_p": round(float(stats.ttest_rel(b, a, alternative="greater").pvalue), 4),
+        "t_test_p": round(t_test["p"], 4),
         "wilcoxon_p": round(float(stats.wilcoxon(b, a, alternative="greater").pvalue), 4),
         "users_up": sum(d > 0 for d in differences),
         "users_down": sum(d < 0 for d in differences),
