@@ -28,7 +28,11 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/persetrain demo --out runs/demo
 
-test: lint slurm-packages wordnet-packages verl-env
+# The two venvs install side by side (-j2): most of a fresh checkout's setup is unpacking wheels into them, one
+# process each, and neither reads the other's. The Debian packages go one at a time (apt holds one lock).
+test: slurm-packages wordnet-packages
+	$(MAKE) -j2 setup verl-env
+	$(MAKE) lint
 	$(PY) -m pytest -q tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as

@@ -4,8 +4,9 @@ Each recipe in ``recipes/`` (recursively) runs for 2 steps through its trainer's
 (the ones ``persetrain sft`` / ``python -m persetrain.train.<trainer>`` run), on data written by
 ``persetrain prepare`` into a directory laid out like a checkout, with only the model swapped for the
 tiny random LLaMA and what this CPU cannot honour overridden (bf16 weights and mixed precision), plus
-two overrides for speed: no wandb side process (``report_to``) and a 4-row evaluation at the end
-(``max_eval_samples``). A recipe whose dataset path, keys or accelerate config do not fit fails here.
+overrides for speed: no wandb side process (``report_to``), a 4-row evaluation at the end
+(``max_eval_samples``) and, for GRPO, two short rollouts without activation checkpointing (below). A recipe
+whose dataset path, keys or accelerate config do not fit fails here.
 """
 
 from __future__ import annotations
@@ -126,8 +127,13 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
         overrides += ["--bf16", "false", "--fp16", "false", "--dtype", "float32"]
     if trainer == "grpo":
         # No vLLM and no judge server here: rollouts by the policy itself, judged in-process by the tiny
-        # model; two short rollouts per prompt keep 2 steps cheap.
+        # model; two short rollouts per prompt keep 2 steps cheap. Without Triton, TRL's fused head scores
+        # every prompt position against the whole vocabulary (on Triton devices, the rollout tokens only),
+        # most of a step for the tiny model; the recipes' activation checkpointing sends the log-probs down
+        # that path, so it is off here and each prompt runs once (persetrain.train.grpo_trainer).
         overrides += [
+            "--activation_checkpointing",
+            "false",
             "--use_vllm",
             "false",
             "--judge_backend",
