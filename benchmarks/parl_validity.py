@@ -5,9 +5,19 @@ GRPO's own curve samples each user at the training temperature, one step at a ti
 between steps, so it cannot say whether training changed the policy. This check samples every training user of a
 prepared PARL dataset ``--samples`` times (temperature ``--temperature``, up to ``--max-new-tokens`` tokens, one
 try, no schema), seeded by sample index, and validates each set with ``--judge``: a set is valid when 2 or more of
-its rules pass on every history text (the reward's consistency validation). Per policy it prints the users with
-at least one valid set and the valid share; every policy after the first is compared with the first, user by user
-(one-sided paired t-test and Wilcoxon signed-rank test on each user's count of valid sets).
+its rules pass on every history text (the reward's consistency validation). A valid set *separates* when the
+user's own target text satisfies all its valid rules and every negative fails at least one (the user's share of
+Max-Diff): a rule the judge passes on any text makes a set valid without separating anything, so the separating
+share is what says whether the valid sets GRPO adds are discriminative. Per policy it prints the users with at
+least one valid set, the valid share and the separating share; every policy after the first is compared with the
+first, user by user (one-sided paired t-test and Wilcoxon signed-rank test on each user's count of valid sets,
+and of separating sets).
+
+The negatives are generic model outputs, so a set can separate a user from them by rules that fit any quirky
+writer. The *other-user pass rate* asks whether a set is the user's own: the share of the other users' target
+texts (same split) on which every valid rule of the set passes, averaged over valid sets; lower is more
+personal. Its reference is the users' true sets (their planted signatures, ``data_prep.parl_rubrics``), decided
+by the signature checkers instead of the judge: what a perfect generator with a perfect judge would get.
 
     python benchmarks/parl_validity.py --data runs/demo-parl/data/parl_news --judge runs/demo-parl/verifier/merged \\
         --policy runs/demo-parl/warmstart/merged --policy runs/demo-parl/grpo/merged
@@ -23,24 +33,90 @@ import time
 
 from scipy import stats
 
+from data_prep.parl_rubrics import true_rules
+from data_prep.parl_signatures import RULES
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
-from persetrain.evaluators.parl import PARLConfig, induce
-from persetrain.metrics.parl import paired_runs_t_test
+from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce
+from persetrain.metrics.parl import GT, paired_runs_t_test
+from persetrain.rewards.parl import RubricJudge
+
+#: The two counts per user and policy: sets with 2 or more valid rules, and those of them that separate.
+KINDS = ("valid", "separating")
 
 
-def valid_sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int) -> dict[str, int]:
-    """For every user, how many of ``samples`` induced sets have 2 or more valid rules."""
+def separates(user: UserRubrics, tau: float) -> bool:
+    """Whether the set's valid rules (2 or more) pass the user's own text and fail every negative somewhere."""
+    valid = user.valid(tau)
+    if sum(valid) < 2:
+        return False
+    passes = {t: all(p > tau for p, ok in zip(ps, valid, strict=True) if ok) for t, ps in user.p_targets.items()}
+    return passes[GT] and not any(ok for t, ok in passes.items() if t != GT)
+
+
+def other_user_pass_rates(sets: dict[str, list[str]], examples, tau: float, judge: RubricJudge) -> list[float]:
+    """For every user's set (user id -> rules), the share of the other users' target texts on which all its rules
+    pass."""
+    by_id = {ex.id: ex for ex in examples}
+    checks = [
+        (by_id[user].task, rule, by_id[other].input, by_id[other].output)
+        for user, rules in sets.items()
+        for other in by_id
+        if other != user
+        for rule in rules
+    ]
+    p_yes = dict(zip(checks, judge.p_yes_many(checks), strict=True))
+    return [
+        sum(
+            all(p_yes[(by_id[user].task, r, by_id[other].input, by_id[other].output)] > tau for r in rules)
+            for other in by_id
+            if other != user
+        )
+        / (len(by_id) - 1)
+        for user, rules in sets.items()
+    ]
+
+
+def valid_sets(users: list[UserRubrics], tau: float) -> dict[str, list[str]]:
+    """Each user's valid rules, for the users with 2 or more."""
+    sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
+    return {user: rules for user, rules in sets.items() if len(rules) >= 2}
+
+
+def true_sets(examples) -> dict[str, list[str]]:
+    """Each user's true set (2 or more planted signatures), in the first wording the verifier trained on."""
+    checks = {ex.id: [c for c in RULES[ex.task] if c.name in true_rules(ex)] for ex in examples}
+    return {user: [c.wordings[0] for c in found] for user, found in checks.items() if len(found) >= 2}
+
+
+def true_other_user_pass_rates(examples) -> list[float]:
+    """The same rate for each user's true set (2 or more planted signatures), decided by the signature checkers."""
+    checks = {ex.id: [c for c in RULES[ex.task] if c.name in true_rules(ex)] for ex in examples}
+    return [
+        sum(all(c.check(other.output) for c in checks[ex.id]) for other in examples if other.id != ex.id)
+        / (len(examples) - 1)
+        for ex in examples
+        if len(checks[ex.id]) >= 2
+    ]
+
+
+def sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int) -> tuple[dict, list[float]]:
+    """For every kind and user, how many of ``samples`` induced sets are valid, and how many separate; and the
+    other-user pass rate of every valid set."""
     engine = load_engine(policy)
-    counts = {ex.id: 0 for ex in examples}
+    counts = {kind: {ex.id: 0 for ex in examples} for kind in KINDS}
+    pass_rates: list[float] = []
     for sample in range(samples):
-        for user in induce(engine, examples, config, sample, judge):
-            counts[user.example.id] += sum(user.valid(config.tau)) >= 2
-    return counts
+        users = induce(engine, examples, config, sample, judge)
+        for user in users:
+            counts["valid"][user.example.id] += sum(user.valid(config.tau)) >= 2
+            counts["separating"][user.example.id] += separates(user, config.tau)
+        pass_rates += other_user_pass_rates(valid_sets(users, config.tau), examples, config.tau, RubricJudge(judge))
+    return counts, pass_rates
 
 
 def compare(before: dict[str, int], after: dict[str, int]) -> dict:
-    """One-sided paired tests of "``after`` writes more valid sets per user than ``before``"."""
+    """One-sided paired tests of "``after`` writes more such sets per user than ``before``"."""
     users = sorted(before)
     a, b = [before[u] for u in users], [after[u] for u in users]
     differences = [y - x for x, y in zip(a, b, strict=True)]
@@ -53,6 +129,20 @@ def compare(before: dict[str, int], after: dict[str, int]) -> dict:
         "users_up": sum(d > 0 for d in differences),
         "users_down": sum(d < 0 for d in differences),
     }
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def figures_of(per_user: dict[str, int], baseline: dict[str, int] | None, samples: int) -> dict:
+    """Users with at least one such set, the share of such sets, and the tests against the baseline's counts."""
+    row = {
+        "users_with_one": sum(n > 0 for n in per_user.values()),
+        "share": round(sum(per_user.values()) / (samples * len(per_user)), 3),
+        "per_user": per_user,
+    }
+    return row | (compare(baseline, per_user) if baseline is not None else {})
 
 
 def main() -> None:
@@ -75,22 +165,32 @@ def main() -> None:
         judge_model=args.judge,
     )
     judge = load_engine(args.judge)
-    counts = {policy: valid_sets_per_user(policy, examples, config, judge, args.samples) for policy in args.policy}
+    measured = {policy: sets_per_user(policy, examples, config, judge, args.samples) for policy in args.policy}
+    counts = {policy: per_kind for policy, (per_kind, _) in measured.items()}
     baseline = args.policy[0]
-    figures = {}
-    print(f"{'policy':60s} {'users with a valid set':>22s} {'valid share':>11s} {'p (t / Wilcoxon)':>17s}")
-    for policy, per_user in counts.items():
-        row = {
-            "users_with_a_valid_set": sum(n > 0 for n in per_user.values()),
-            "valid_share": round(sum(per_user.values()) / (args.samples * len(per_user)), 3),
-            "per_user": per_user,
+    figures = {
+        policy: {
+            kind: figures_of(per_kind[kind], counts[baseline][kind] if policy != baseline else None, args.samples)
+            for kind in KINDS
         }
-        if policy != baseline:
-            row |= compare(counts[baseline], per_user)
-        figures[policy] = row
-        p = f"{row['t_test_p']} / {row['wilcoxon_p']}" if "t_test_p" in row else "(baseline)"
-        covered = f"{row['users_with_a_valid_set']} of {len(per_user)}"
-        print(f"{policy:60s} {covered:>22s} {row['valid_share']:11.3f} {p:>17s}")
+        | {"other_user_pass_rate": _mean(measured[policy][1]), "valid_sets": len(measured[policy][1])}
+        for policy, per_kind in counts.items()
+    }
+    true_rates = true_other_user_pass_rates(examples)
+    true_judged = other_user_pass_rates(true_sets(examples), examples, config.tau, RubricJudge(judge))
+    print(f"{'policy':50s} {'sets':>10s} {'users with one':>14s} {'share':>6s} {'p (t / Wilcoxon)':>17s}")
+    for policy, per_kind in figures.items():
+        for kind in KINDS:
+            row = per_kind[kind]
+            p = f"{row['t_test_p']} / {row['wilcoxon_p']}" if "t_test_p" in row else "(baseline)"
+            users = f"{row['users_with_one']} of {len(row['per_user'])}"
+            print(f"{policy:50s} {kind:>10s} {users:>14s} {row['share']:6.3f} {p:>17s}")
+        print(
+            f"{policy:50s} other-user pass rate {per_kind['other_user_pass_rate']} over {per_kind['valid_sets']} sets"
+        )
+    print(
+        f"{'true sets (signature checkers)':50s} other-user pass rate {_mean(true_rates)} over {len(true_rates)} sets"
+    )
     print(
         json.dumps(
             {
@@ -98,6 +198,8 @@ def main() -> None:
                 "samples": args.samples,
                 "temperature": args.temperature,
                 "policies": figures,
+                "true_sets_other_user_pass_rate": _mean(true_rates),
+                "true_sets_other_user_pass_rate_judged": _mean(true_judged),
                 "seconds": round(time.perf_counter() - began, 1),
             }
         )
