@@ -16,8 +16,9 @@ and of separating sets).
 The negatives are generic model outputs, so a set can separate a user from them by rules that fit any quirky
 writer. The *other-user pass rate* asks whether a set is the user's own: the share of the other users' target
 texts (same split) on which every valid rule of the set passes, averaged over valid sets; lower is more
-personal. Its reference is the users' true sets (their planted signatures, ``data_prep.parl_rubrics``), decided
-by the signature checkers instead of the judge: what a perfect generator with a perfect judge would get.
+personal. Its references are the users' true sets (their planted signatures, ``data_prep.parl_rubrics``), decided
+by the signature checkers (what a perfect generator with a perfect judge would get) and by the judge (each rule in
+the first wording the verifier trained on), so the dataset must be the synthetic sample's.
 
     python benchmarks/parl_validity.py --data runs/demo-parl/data/parl_news --judge runs/demo-parl/verifier/merged \\
         --policy runs/demo-parl/warmstart/merged --policy runs/demo-parl/grpo/merged
@@ -30,14 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from scipy import stats
 
 from data_prep.parl_rubrics import true_rules
 from data_prep.parl_signatures import RULES
+from data_prep.rule_verifier import require_synthetic
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce
+from persetrain.io import InputError
 from persetrain.metrics.parl import GT, paired_runs_t_test
 from persetrain.rewards.parl import RubricJudge
 
@@ -156,6 +160,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=192)
     args = parser.parse_args()
     began = time.perf_counter()
+    try:
+        require_synthetic(Path(args.data), "this check's references are those users' true sets")
+    except InputError as err:
+        raise SystemExit(str(err)) from None
     _, examples = load_dataset(args.data, args.split)
     config = PARLConfig(
         temperature=args.temperature,
@@ -191,6 +199,7 @@ def main() -> None:
     print(
         f"{'true sets (signature checkers)':50s} other-user pass rate {_mean(true_rates)} over {len(true_rates)} sets"
     )
+    print(f"{'true sets (the judge)':50s} other-user pass rate {_mean(true_judged)} over {len(true_judged)} sets")
     print(
         json.dumps(
             {
