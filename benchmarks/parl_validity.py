@@ -36,23 +36,25 @@ from pathlib import Path
 from scipy import stats
 
 from data_prep.parl_rubrics import true_rules
-from data_prep.parl_signatures import RULES
+from data_prep.parl_signatures import RULES, RuleCheck
 from data_prep.rule_verifier import require_synthetic
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce
 from persetrain.io import InputError
 from persetrain.metrics.parl import GT, paired_runs_t_test
+from persetrain.prompts.parl import MIN_RULES
 from persetrain.rewards.parl import RubricJudge
 
-#: The two counts per user and policy: sets with 2 or more valid rules, and those of them that separate.
+#: The two counts per user and policy: sets with MIN_RULES or more valid rules, and those of them that separate.
 KINDS = ("valid", "separating")
 
 
 def separates(user: UserRubrics, tau: float) -> bool:
-    """Whether the set's valid rules (2 or more) pass the user's own text and fail every negative somewhere."""
+    """Whether the set's valid rules (``MIN_RULES`` or more) pass the user's own text and fail every negative
+    somewhere."""
     valid = user.valid(tau)
-    if sum(valid) < 2:
+    if sum(valid) < MIN_RULES:
         return False
     passes = {t: all(p > tau for p, ok in zip(ps, valid, strict=True) if ok) for t, ps in user.p_targets.items()}
     return passes[GT] and not any(ok for t, ok in passes.items() if t != GT)
@@ -82,25 +84,26 @@ def other_user_pass_rates(sets: dict[str, list[str]], examples, tau: float, judg
 
 
 def valid_sets(users: list[UserRubrics], tau: float) -> dict[str, list[str]]:
-    """Each user's valid rules, for the users with 2 or more."""
+    """Each user's valid rules, for the users with ``MIN_RULES`` or more."""
     sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
-    return {user: rules for user, rules in sets.items() if len(rules) >= 2}
+    return {user: rules for user, rules in sets.items() if len(rules) >= MIN_RULES}
 
 
-def true_sets(examples) -> dict[str, list[str]]:
-    """Each user's true set (2 or more planted signatures), in the first wording the verifier trained on."""
-    checks = {ex.id: [c for c in RULES[ex.task] if c.name in true_rules(ex)] for ex in examples}
-    return {user: [c.wordings[0] for c in found] for user, found in checks.items() if len(found) >= 2}
+def true_checks(examples) -> dict[str, list[RuleCheck]]:
+    """Each user's true set: the checks of their planted signatures, for the users with ``MIN_RULES`` or more."""
+    sets = {}
+    for ex in examples:
+        names = true_rules(ex)
+        if len(names) >= MIN_RULES:
+            sets[ex.id] = [c for c in RULES[ex.task] if c.name in names]
+    return sets
 
 
 def true_other_user_pass_rates(examples) -> list[float]:
-    """The same rate for each user's true set (2 or more planted signatures), decided by the signature checkers."""
-    checks = {ex.id: [c for c in RULES[ex.task] if c.name in true_rules(ex)] for ex in examples}
+    """The other-user pass rate of each user's true set, decided by the signature checkers."""
     return [
-        sum(all(c.check(other.output) for c in checks[ex.id]) for other in examples if other.id != ex.id)
-        / (len(examples) - 1)
-        for ex in examples
-        if len(checks[ex.id]) >= 2
+        sum(all(c.check(other.output) for c in checks) for other in examples if other.id != user) / (len(examples) - 1)
+        for user, checks in true_checks(examples).items()
     ]
 
 
@@ -113,7 +116,7 @@ def sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int
     for sample in range(samples):
         users = induce(engine, examples, config, sample, judge)
         for user in users:
-            counts["valid"][user.example.id] += sum(user.valid(config.tau)) >= 2
+            counts["valid"][user.example.id] += sum(user.valid(config.tau)) >= MIN_RULES
             counts["separating"][user.example.id] += separates(user, config.tau)
         pass_rates += other_user_pass_rates(valid_sets(users, config.tau), examples, config.tau, RubricJudge(judge))
     return counts, pass_rates
@@ -185,7 +188,9 @@ def main() -> None:
         for policy, per_kind in counts.items()
     }
     true_rates = true_other_user_pass_rates(examples)
-    true_judged = other_user_pass_rates(true_sets(examples), examples, config.tau, RubricJudge(judge))
+    # the true sets as the judge decides them, each rule in the first wording the verifier trained on
+    true_worded = {user: [c.wordings[0] for c in checks] for user, checks in true_checks(examples).items()}
+    true_judged = other_user_pass_rates(true_worded, examples, config.tau, RubricJudge(judge))
     print(f"{'policy':50s} {'sets':>10s} {'users with one':>14s} {'share':>6s} {'p (t / Wilcoxon)':>17s}")
     for policy, per_kind in figures.items():
         for kind in KINDS:
