@@ -24,6 +24,12 @@ each (``data_prep.parl_edits``): minimal pairs that only reading the property a 
 text with a signature that is a class of forms (a pet word, an opener) also comes in its other forms,
 checked against that rule only: the rule names the class, and each user writes one member of it.
 
+With ``--distractors``, every original text (not the edited copies) is also checked against *distractor rules*
+(``data_prep.parl_distractors``): generic slotted properties no user plants ("opens with the word 'X'", "is
+written entirely in capital letters"), one "yes" and one "no" check per text. Without them the verifier passes
+almost any rule it never trained on, and GRPO fills rubric sets with such rules. Validation also holds distractors
+that train never has (``HELD_OUT``). Their rows are named ``distractor:<name>`` in ``rule_name``.
+
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
 records the counts before and after.
@@ -43,7 +49,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck, composed_wordings
+from data_prep.parl_distractors import distractor_checks, words
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
 from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
@@ -110,13 +117,17 @@ def require_synthetic(parl_dir: Path, hint: str = "label other data and pass it 
         )
 
 
-def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False, extra: str = "") -> dict[str, list[dict]]:
+def signature_rows(
+    parl_dir: Path, seed: int, counterfactuals: bool = False, extra: str = "", distractors: bool = False
+) -> dict[str, list[dict]]:
     """Rows for every (text, signature rule) of a synthetic PARL dataset, split as the dataset is.
 
     With ``counterfactuals``, every train text also comes in edited copies, one per signature toggled, each
     checked against every rule like the original, and in the other forms of its class signatures, each
     checked against that rule (validation texts are never edited). ``extra`` names an extra dataset: all its
-    users go to train, their ids and user ids prefixed with it (each sample numbers its users from 0).
+    users go to train, their ids and user ids prefixed with it (each sample numbers its users from 0). With
+    ``distractors``, every original text is also checked against the distractor rules of its split, their "no"
+    slots drawn from the words of the split's other texts.
     """
     from datasets import load_from_disk
 
@@ -125,10 +136,12 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False, ext
     # The edits draw from their own generator: the wordings drawn for the original texts (validation's
     # included) are the same with and without counterfactuals.
     edit_rng = random.Random(f"{seed}:edits:{extra}{parl_dir.name}")
+    distractor_rng = random.Random(f"{seed}:distractors:{extra}{parl_dir.name}")
     splits = dict.fromkeys(_PARL_SPLITS, "train") if extra else _PARL_SPLITS
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     dataset = load_from_disk(str(parl_dir))
     for parl_split, split in splits.items():
+        vocabulary = sorted({w for ex in dataset[parl_split] for _, _, text in _texts(ex) for w in words(text)})
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
@@ -163,6 +176,23 @@ def signature_rows(parl_dir: Path, seed: int, counterfactuals: bool = False, ext
                                 text_kind=text_kind,
                             )
                         )
+                if not distractors:
+                    continue
+                for name, wording, check in distractor_checks(text, UNITS[task], split, vocabulary, distractor_rng):
+                    rows[split].append(
+                        _row(
+                            f"{extra}{example['id']}:{kind}:distractor-{name}:{'yes' if check.satisfied else 'no'}",
+                            task,
+                            inp,
+                            check.text,
+                            check.rule,
+                            check.satisfied,
+                            user_id=f"{extra}{example['user_id']}",
+                            rule_name=f"distractor:{name}",
+                            wording=wording,
+                            text_kind=kind,
+                        )
+                    )
     return rows
 
 
@@ -193,7 +223,8 @@ def balance(rows: Sequence[dict], seed: int) -> list[dict]:
         by_rule[row["rule_name"] or row["rule"]][row["label"]].append(row)
     rng = random.Random(f"{seed}:balance")
     kept = []
-    for rule in sorted(by_rule):
+    # distractor rules last: the signature rules' draws are the same with and without them
+    for rule in sorted(by_rule, key=lambda rule: (rule.startswith("distractor:"), rule)):
         yes, no = by_rule[rule][JUDGE_CHOICES[0]], by_rule[rule][JUDGE_CHOICES[1]]
         n = min(len(yes), len(no))
         kept += rng.sample(yes, n) + rng.sample(no, n)
@@ -249,12 +280,13 @@ def prepare_verifier(
     counterfactuals: bool = False,
     extra_parl: Sequence[str | Path] = (),
     rules: Sequence[str] = (),
+    distractors: bool = False,
 ) -> dict[str, int]:
     """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes.
 
     ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`); ``extra_parl``:
     more synthetic PARL datasets, every user of them trained on; ``rules``: keep these signature rules' checks
-    only (module docstring)."""
+    only; ``distractors``: add the distractor rules' checks (module docstring)."""
     from datasets import Dataset, DatasetDict
 
     if not (parl or labels):
@@ -264,8 +296,12 @@ def prepare_verifier(
     known = sorted({check.name for checks in RULES.values() for check in checks})
     if unknown := sorted(set(rules) - set(known)):
         raise ValueError(f"--rules: unknown signature rule(s) {unknown}; the rules are {known}")
-    reads = [signature_rows(Path(p), seed, counterfactuals) for p in parl] + [label_rows(Path(p)) for p in labels]
-    reads += [signature_rows(Path(p), seed, counterfactuals, extra=f"extra{k}:") for k, p in enumerate(extra_parl)]
+    reads = [signature_rows(Path(p), seed, counterfactuals, distractors=distractors) for p in parl]
+    reads += [label_rows(Path(p)) for p in labels]
+    reads += [
+        signature_rows(Path(p), seed, counterfactuals, extra=f"extra{k}:", distractors=distractors)
+        for k, p in enumerate(extra_parl)
+    ]
     rows = {split: [row for read in reads for row in read[split]] for split in SPLITS}
     kept = set(rules) or {row["rule_name"] for split in SPLITS for row in rows[split]}
     before = {split: dict(Counter(r["label"] for r in rows[split] if r["rule_name"] in kept)) for split in SPLITS}
@@ -285,6 +321,7 @@ def prepare_verifier(
         "seed": seed,
         "train_wordings": TRAIN_WORDINGS,
         "counterfactuals": counterfactuals,
+        "distractors": distractors,
         "rules": sorted(rules),
         "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
         "splits": {split: len(r) for split, r in rows.items()},
@@ -295,6 +332,12 @@ def prepare_verifier(
             "; every train text also in edited copies, one signature toggled in each, and in the other forms of "
             "its pet word or opener"
             if counterfactuals
+            else ""
+        )
+        + (
+            "; every original text also checked against distractor rules (generic slotted properties, one yes and "
+            "one no check each): train ones in their train wordings, validation also in others and held-out ones"
+            if distractors
             else ""
         )
         + (f"; every user of {len(extra_parl)} extra synthetic dataset(s) -> train" if extra_parl else "")

@@ -129,6 +129,13 @@ def prepare_verifier_cmd(
             help="Keep only this signature rule's checks, e.g. colon (repeatable): a stage of a rule curriculum."
         ),
     ] = None,
+    distractors: Annotated[
+        bool,
+        typer.Option(
+            help="Also check every original text against distractor rules: generic properties no user plants "
+            '("opens with the word \'X\'", "all capital letters"), one yes and one no check each.'
+        ),
+    ] = False,
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
@@ -142,6 +149,7 @@ def prepare_verifier_cmd(
         counterfactuals=counterfactuals,
         extra_parl=extra_parl or [],
         rules=rules or [],
+        distractors=distractors,
     )
 
 
