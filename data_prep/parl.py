@@ -19,12 +19,21 @@ the rubric-induction dataset: a ``DatasetDict`` (train / test by user) whose row
 ``history_outputs``, ``target_input``, ``ground_truth``, ``negatives``, ``negative_names``), and
 verl's parquet layout (``verl/{train,test}.parquet``: ``prompt``, ``data_source``, ``ability``,
 ``reward_model.ground_truth``, ``extra_info.{metadata, profile, baseline}``).
+
+*User negatives* (``user_negatives`` K > 0): every row also holds K other users' own target texts, drawn from
+its split, with the inputs they answer (``user_negatives``, ``user_negative_inputs``, ``user_negative_ids``).
+The generators' negatives are generic, so a rubric set separates a user from them by any rule a quirky writer
+fits, and a judge that passes rules it never trained on on any quirky text pays for such rules; a rule that
+also fits other users' texts does not separate them. The PARL reward adds them to its margin product
+(``persetrain.rewards.parl``). They are columns of their own: the ``negatives`` that the evaluator's Max-Diff
+and ``prepare verifier`` read stay the generators', and the verl export carries those only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -263,9 +272,19 @@ def split_of(user_id: str, seed: int = 0, test_share: int = 4) -> str:
     return "test" if int(hashlib.sha256(f"{seed}:{user_id}".encode()).hexdigest(), 16) % test_share == 0 else "train"
 
 
-def grpo_row(ex: RubricExample) -> dict:
-    """A dataset row: the example's fields plus the prompt and the reward's columns."""
+def grpo_row(ex: RubricExample, others: Sequence[RubricExample] | None = None) -> dict:
+    """A dataset row: the example's fields plus the prompt and the reward's columns; ``others``: the users
+    whose target texts are its user negatives (module docstring; None: no such columns)."""
     names = sorted(ex.baselines)
+    users = (
+        {}
+        if others is None
+        else {
+            "user_negatives": [o.output for o in others],
+            "user_negative_inputs": [o.input for o in others],
+            "user_negative_ids": [o.user_id for o in others],
+        }
+    )
     return {
         **ex.model_dump(mode="json"),
         "prompt": induction_messages(ex.task, [h.input for h in ex.history], [h.output for h in ex.history]),
@@ -275,7 +294,16 @@ def grpo_row(ex: RubricExample) -> dict:
         "ground_truth": ex.output,
         "negatives": [ex.baselines[n] for n in names],
         "negative_names": names,
+        **users,
     }
+
+
+def draw_user_negatives(rows: Sequence[RubricExample], k: int, seed: int) -> list[list[RubricExample]]:
+    """For each example of a split, ``k`` other users' examples of the same split, drawn per example id."""
+    return [
+        random.Random(f"{seed}:user-negatives:{ex.id}").sample([o for o in rows if o.user_id != ex.user_id], k)
+        for ex in rows
+    ]
 
 
 def verl_row(ex: RubricExample, split: str, index: int) -> dict:
@@ -303,8 +331,10 @@ def build_parl(
     seed: int = 0,
     sources: dict | None = None,
     synthetic: bool = False,
+    user_negatives: int = 0,
 ) -> dict[str, int]:
-    """Write the dataset (train / test by user) and its verl parquet files; return the split sizes."""
+    """Write the dataset (train / test by user) and its verl parquet files; return the split sizes.
+    ``user_negatives``: other users' texts per row, from its split (module docstring)."""
     import pandas as pd
     from datasets import Dataset, DatasetDict
 
@@ -316,10 +346,22 @@ def build_parl(
             raise InputError(
                 out_dir, f"split {name!r} would be empty ({len(examples)} users in all); more users are needed"
             )
+        if user_negatives and len({ex.user_id for ex in rows}) <= user_negatives:
+            raise InputError(
+                out_dir,
+                f"user_negatives {user_negatives} needs more than {user_negatives} users in every split; split "
+                f"{name!r} has {len({ex.user_id for ex in rows})}",
+            )
+    others = {
+        s: draw_user_negatives(rows, user_negatives, seed) if user_negatives else None for s, rows in splits.items()
+    }
     with atomic_dir(out_dir) as tmp:
-        DatasetDict({s: Dataset.from_list([grpo_row(ex) for ex in rows]) for s, rows in splits.items()}).save_to_disk(
-            str(tmp)
-        )
+        DatasetDict(
+            {
+                s: Dataset.from_list([grpo_row(ex, o[i] if (o := others[s]) else None) for i, ex in enumerate(rows)])
+                for s, rows in splits.items()
+            }
+        ).save_to_disk(str(tmp))
         (tmp / "verl").mkdir()
         for s, rows in splits.items():
             pd.DataFrame([verl_row(ex, s, i) for i, ex in enumerate(rows)]).to_parquet(tmp / "verl" / f"{s}.parquet")
@@ -333,6 +375,7 @@ def build_parl(
                 "seed": seed,
                 "splits": sizes,
                 "generators": sorted({g for ex in examples for g in ex.baselines}),
+                "user_negatives": user_negatives,
                 "history_size": max(len(ex.history) for ex in examples),
                 "sources": sources or {},
                 "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
@@ -349,11 +392,13 @@ def prepare_parl(
     seed: int = 0,
     min_history: int = 1,
     history_size: int = HISTORY_SIZE,
+    user_negatives: int = 0,
 ) -> dict[str, dict[str, int]]:
     """Read every task in ``raw_dir/<task>/``, attach negatives, write ``out_dir/parl_<task>``.
 
     Negatives come from ``baselines`` files, or by default from ``raw_dir/<task>/baselines.jsonl``
     (the sample data ships synthetic ones; ``generate-baselines`` writes real ones there too).
+    ``user_negatives``: other users' texts per row (module docstring).
     """
     truth = raw_dir / "ground_truth.json"
     synthetic = truth.is_file() and bool(json.loads(truth.read_text(encoding="utf-8")).get("synthetic"))
@@ -369,5 +414,12 @@ def prepare_parl(
                 raise InputError(f, "missing negatives file (write it with `persetrain generate-baselines`)")
         examples = attach_baselines(examples, files)
         sources = {"raw": str(folder), "baselines": [str(f) for f in files]}
-        written[task] = build_parl(examples, out_dir / f"parl_{task}", seed=seed, sources=sources, synthetic=synthetic)
+        written[task] = build_parl(
+            examples,
+            out_dir / f"parl_{task}",
+            seed=seed,
+            sources=sources,
+            synthetic=synthetic,
+            user_negatives=user_negatives,
+        )
     return written

@@ -45,6 +45,31 @@ def test_prepare_parl_writes_grpo_and_verl_layouts(sample, tmp_path):
     assert first["extra_info"]["metadata"] == row["target_input"]
 
 
+def test_user_negatives_are_other_users_texts_of_the_same_split(sample, tmp_path):
+    """Each row's user negatives: K other users of its split, their own target texts with the inputs they answer;
+    the generators' negatives, which Max-Diff and the verifier data read, stay as they were."""
+    prepare_parl(sample.root, tmp_path / "plain", tasks=("news",))
+    prepare_parl(sample.root, tmp_path / "users", tasks=("news",), user_negatives=3)
+    plain, data = (
+        load_from_disk(str(tmp_path / "plain" / "parl_news")),
+        load_from_disk(str(tmp_path / "users" / "parl_news")),
+    )
+    for split in ("train", "test"):
+        targets = {row["user_id"]: (row["target_input"], row["ground_truth"]) for row in data[split]}
+        for row, before in zip(data[split], plain[split], strict=True):
+            assert {k: row[k] for k in before} == before
+            ids = row["user_negative_ids"]
+            assert len(set(ids)) == 3 and row["user_id"] not in ids and set(ids) <= set(targets)
+            assert list(zip(row["user_negative_inputs"], row["user_negatives"], strict=True)) == [
+                targets[u] for u in ids
+            ]
+    assert json.loads((tmp_path / "users" / "parl_news" / "build_info.json").read_text())["user_negatives"] == 3
+    assert "user_negatives" not in plain["train"].column_names
+    with pytest.raises(InputError, match=r"user_negatives 9 needs more than 9 users in every split; split 'test' has"):
+        prepare_parl(sample.root, tmp_path / "never", tasks=("news",), user_negatives=9)
+    assert not (tmp_path / "never" / "parl_news").exists()
+
+
 def test_prepare_parl_reruns_over_a_killed_runs_half_written_folder(sample, tmp_path):
     prepare_parl(sample.root, tmp_path, tasks=("news",))
     (tmp_path / ".parl_news.tmp" / "verl").mkdir(parents=True)  # a run killed while writing the verl files

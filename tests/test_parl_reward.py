@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from numerics import close
@@ -160,6 +161,26 @@ def test_batched_equals_sequential_and_dedupes(tiny_engine):
         assert batched[2].reward == 0.1 and batched[2].total_rules == 3
 
 
+def test_user_negatives_join_the_margin_judged_with_their_own_inputs(tiny_engine):
+    """Batched == sequential with user negatives; a user negative that is the user's own text halves D (σ(0))."""
+    judge = RubricJudge(tiny_engine)
+    config = RewardConfig(tau=0.0)
+    own = _samples()[0]
+    other = ("Item: chair. Rating: 3", "it wobbles a bit.")
+    samples = [
+        replace(own, user_negatives=[other]),
+        replace(own, user_negatives=[other, (own.target_input, own.ground_truth)]),
+    ]
+    batched, sequential = score_batch(judge, samples, config), score_sequential(judge, samples, config)
+    assert [p.reward for p in batched] == close([p.reward for p in sequential], abs=1e-5)
+    alone = score_batch(judge, [own], config)[0]
+    assert len(batched[0].s_negatives) == 3 and batched[0].s_negatives[:2] == alone.s_negatives
+    other_p = [judge.p_yes_many([(own.task, rule, *other)])[0] for rule in batched[0].rules]
+    assert batched[0].s_negatives[2] == close(sum(other_p) / len(other_p), abs=1e-6)  # judged with its own input
+    assert batched[1].s_negatives[3] == close(batched[1].s_gt, abs=1e-6)
+    assert batched[1].d == close(batched[0].d * 0.5, abs=1e-6)
+
+
 def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
     samples = _samples()[:2]
     reward = PARLReward(tiny_engine, RewardConfig(tau=0.0), parts_path=tmp_path / "parts.jsonl")
@@ -187,6 +208,9 @@ def test_trl_adapter_logs_parts(tiny_engine, tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
     assert {"total_rules", "valid_rules", "s_gt", "s_negatives", "d", "c", "reward", "variant"} <= lines[0].keys()
     assert [(line["rollout"], line["id"]) for line in lines] == [(0, "amazon:u1"), (1, "amazon:u2")]
+    users = {"user_negatives": [["it wobbles."]] * 2, "user_negative_inputs": [["Item: chair. Rating: 3"]] * 2}
+    reward(completions=[s.completion for s in samples], **columns, **users)
+    assert len(reward.last_parts[0].s_negatives) == len(samples[0].negatives) + 1
 
 
 def test_verl_adapter_same_keys(tiny_llama_dir):

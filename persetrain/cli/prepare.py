@@ -59,6 +59,13 @@ def prepare_parl_cmd(
         typer.Option(help="Negatives file from generate-baselines (repeatable); default RAW/<task>/baselines.jsonl."),
     ] = None,
     min_history: Annotated[int, typer.Option(help="Users with fewer earlier items are an error.")] = 1,
+    user_negatives: Annotated[
+        int,
+        typer.Option(
+            help="Also give every row this many other users' own texts (same split) as negatives of the reward: "
+            "a rubric set must tell the user from other users, not only from the generators."
+        ),
+    ] = 0,
     seed: int = 0,
 ) -> None:
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
@@ -71,6 +78,7 @@ def prepare_parl_cmd(
         baselines=tuple(baselines or ()),
         seed=seed,
         min_history=min_history,
+        user_negatives=user_negatives,
     )
     for name, sizes in written.items():
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")

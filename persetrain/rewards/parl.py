@@ -9,7 +9,8 @@ Three layers, each usable alone:
   models wrap JSON in (``<think>`` blocks, code fences, text after the array).
 * ``reward_parts`` — pure math over judge scores (METHODS.md, PARL): consistency validation (a rule
   survives only if p(yes) > τ = 0.5 on every history item's own text), soft score S = mean p(yes)
-  over the valid rules, margin product D = Π_j σ(k (S_gt − S_j)) with k = 20, cardinality c, and
+  over the valid rules, margin product D = Π_j σ(k (S_gt − S_j)) with k = 20 over the negatives j (the
+  generators' outputs, then any *user negatives*: other users' own texts, ``data_prep.parl``), cardinality c, and
   PARL-A = 0.1 + 10 S_gt c D, PARL-B = 0.1 + 10 c D, PARL-0 = 0.1 + 10 S_gt c (no margin),
   ``parl-a-linear`` = PARL-A with c = valid rules / 10. Fewer than 2 valid rules: 0.1, no scoring.
 * ``RubricJudge`` / ``score_batch`` — p(yes) for (rule, text) checks through the engine's
@@ -202,7 +203,9 @@ class RubricSample:
     """One scored rubric set: the generator's text and the user it was induced for.
 
     ``history_inputs[h]`` is the task input the user answered with ``history_outputs[h]``; the target
-    text ``ground_truth`` and every ``negatives[j]`` answer ``target_input``.
+    text ``ground_truth`` and every ``negatives[j]`` answer ``target_input``. ``user_negatives`` are
+    ``(input, text)`` pairs of other users' own texts, each judged with the input it answers, scored after
+    ``negatives`` in the margin product.
     """
 
     task: str
@@ -212,6 +215,11 @@ class RubricSample:
     target_input: str
     ground_truth: str
     negatives: Sequence[str]
+    user_negatives: Sequence[tuple[str, str]] = ()
+
+    def negative_texts(self) -> list[tuple[str, str]]:
+        """``(input, text)`` of every negative, the generators' first."""
+        return [*((self.target_input, neg) for neg in self.negatives), *self.user_negatives]
 
 
 class RubricJudge:
@@ -253,7 +261,7 @@ def score_batch(
         texts = [
             *zip(s.history_inputs, s.history_outputs, strict=True),
             (s.target_input, s.ground_truth),
-            *((s.target_input, neg) for neg in s.negatives),
+            *s.negative_texts(),
         ]
         checks += [(s.task, rule, inp, text) for rule in p.rules for inp, text in texts]
     scores = dict(zip(checks, judge.p_yes_many(checks), strict=True))
@@ -273,7 +281,7 @@ def score_batch(
             [score(r, i, o) for i, o in zip(s.history_inputs, s.history_outputs, strict=True)] for r in p.rules
         ]
         p_gt = [score(r, s.target_input, s.ground_truth) for r in p.rules]
-        p_neg = [[score(r, s.target_input, neg) for r in p.rules] for neg in s.negatives]
+        p_neg = [[score(r, i, neg) for r in p.rules] for i, neg in s.negative_texts()]
         out.append(reward_parts(p.total_rules, p.rules, p_history, p_gt, p_neg, config))
     return out
 
@@ -309,11 +317,8 @@ def score_sequential(
             for r, ok in zip(p.rules, keep, strict=True)
         ]
         p_neg = [
-            [
-                judge.p_yes(s.task, [(r, s.target_input, neg)])[0] if ok else nan
-                for r, ok in zip(p.rules, keep, strict=True)
-            ]
-            for neg in s.negatives
+            [judge.p_yes(s.task, [(r, i, neg)])[0] if ok else nan for r, ok in zip(p.rules, keep, strict=True)]
+            for i, neg in s.negative_texts()
         ]
         out.append(reward_parts(p.total_rules, p.rules, p_history, p_gt, p_neg, config))
     return out

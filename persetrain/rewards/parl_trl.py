@@ -3,8 +3,9 @@
 TRL 1.16 calls reward functions as ``f(prompts=, completions=, completion_ids=, **columns)`` where the
 columns are the dataset's (``persetrain prepare parl`` writes ``task``, ``history_inputs``,
 ``history_outputs``, ``target_input``, ``ground_truth``, ``negatives``) plus ``trainer_state``,
-``log_extra`` and ``log_metric``. One call is one generation batch: it is scored with one engine call
-(``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
+``log_extra`` and ``log_metric``; a dataset prepared with user negatives also has ``user_negatives`` and
+``user_negative_inputs``, which join the margin product. One call is one generation batch: it is scored with
+one engine call (``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
 logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file, with
 the optimizer step it was scored for, its index among that call's rollouts and, when the dataset has an ``id``
 column, the example it was sampled for (``step``, ``rollout``, ``id``): what tells a step's users apart.
@@ -70,6 +71,9 @@ class PARLReward:
                 target_input=columns["target_input"][i],
                 ground_truth=columns["ground_truth"][i],
                 negatives=columns["negatives"][i],
+                user_negatives=list(zip(columns["user_negative_inputs"][i], columns["user_negatives"][i], strict=True))
+                if "user_negatives" in columns
+                else (),
             )
             for i, c in enumerate(completions)
         ]
