@@ -70,6 +70,28 @@ def test_user_negatives_are_other_users_texts_of_the_same_split(sample, tmp_path
     assert not (tmp_path / "never" / "parl_news").exists()
 
 
+def test_cli_adds_user_negatives(sample, tmp_path):
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    args = [
+        "prepare",
+        "parl",
+        "--raw",
+        str(sample.root),
+        "--out",
+        str(tmp_path),
+        "--task",
+        "news",
+        "--user-negatives",
+        "2",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert {len(ids) for ids in load_from_disk(str(tmp_path / "parl_news"))["train"]["user_negative_ids"]} == {2}
+
+
 def test_prepare_parl_reruns_over_a_killed_runs_half_written_folder(sample, tmp_path):
     prepare_parl(sample.root, tmp_path, tasks=("news",))
     (tmp_path / ".parl_news.tmp" / "verl").mkdir(parents=True)  # a run killed while writing the verl files

@@ -74,3 +74,15 @@ def test_distractor_rows_keep_held_out_rules_and_wordings_out_of_train(parl_prep
             labels = [r["label"] for r in rows if r["rule_name"] == f"distractor:{name}"]
             assert labels.count("yes") == labels.count("no") > 0, (split, name)
     assert "distractor rules" in (tmp_path / "with" / "README.md").read_text()
+
+
+def test_cli_adds_distractors(parl_prepared, tmp_path):
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    out = tmp_path / "verifier"
+    args = ["prepare", "verifier", "--parl", str(parl_prepared / "parl_news"), "--out", str(out), "--distractors"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert any(name.startswith("distractor:") for name in load_from_disk(str(out))["train"]["rule_name"])
