@@ -11,7 +11,8 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    trained, or several joined by commas). Several verifiers judge as one ensemble
    (``persetrain.engine.ensemble``: p(yes) averaged). ``judge_heldout_accuracy``: its accuracy on the held-out
    users' checks in the 2 wordings it never saw, next to each member's and the untrained model's on the same
-   checks. It judges every later stage.
+   checks. It judges every later stage. ``judge_distractors`` adds distractor rules to its data
+   (``prepare verifier --distractors``), measured apart (``judge_distractor_accuracy``).
 1. **warm start**: rubric sets of the training users -> LoRA SFT, merged (``persetrain rubrics warmstart-data``).
    ``truth`` (the default): their true rules, the signatures all their history has, in the judge's training
    wordings (``data_prep.parl_rubrics``), with every user of ``warmstart_samples`` extra synthetic samples (other
@@ -19,6 +20,7 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    validation by the base model; with none passing, GRPO starts from the base.
 2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: per step the mean reward, the share of rollouts with
    >= 2 valid rules and the mean margin product D over the rollouts that have one; their first and last fifth.
+   ``user_negatives``: other training users' texts join the reward's negatives (``prepare parl --user-negatives``).
 3. **untrained** and 4. **trained**: the base and the GRPO generator on the held-out users with the ``parl``
    evaluator, ``runs`` seeds of induction each -> Max-Diff per run, mean and std, and the one-sided paired
    t-test of trained > untrained over the seed-paired runs.
@@ -80,6 +82,9 @@ class ParlDemoConfig:
     #: on average and in the worst case than two rules first (``colon+lowercase:300,all:300,all:300``), which
     #: left the loss's ln 2 plateau less often (``benchmarks/README.md``, "Three samples, both schedules").
     judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
+    #: Also train the verifier on distractor rules (``prepare verifier --distractors``): generic properties no user
+    #: plants, so that it answers "no" to a rule a text does not satisfy, not only to the signatures it knows.
+    judge_distractors: bool = False
     #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
     #: verifier misreads changes from seed to seed, and their mean p(yes) can err less (0.934 from 0.884 and 0.827),
     #: but not when one member is far behind (0.769 from 0.852 and 0.669). Each costs a training run.
@@ -101,6 +106,9 @@ class ParlDemoConfig:
     #: history; several users give most steps both. 12 steps of 4 users did not raise the valid share
     #: (``benchmarks/README.md``, "Four users a GRPO step").
     grpo_prompts: int = 1
+    #: Other users' own texts per training row that join the reward's negatives (``prepare parl --user-negatives``):
+    #: a rubric set must then tell the user from other users, not only from the generators' generic outputs.
+    user_negatives: int = 0
     heldout_users: int | None = None
     #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
     runs: int = 3
@@ -140,7 +148,9 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from persetrain.rewards.parl_judge_eval import judge_accuracy
     from persetrain.train.sft import run_sft
 
-    prepare_verifier(cfg.out / "verifier_data", parl=[data], seed=cfg.seed, counterfactuals=True)
+    prepare_verifier(
+        cfg.out / "verifier_data", parl=[data], seed=cfg.seed, counterfactuals=True, distractors=cfg.judge_distractors
+    )
     judge = cfg.judge
     if judge is None:
         datasets = {(): cfg.out / "verifier_data"}
@@ -162,16 +172,28 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                 ).model_dir
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)
-    rows = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
+    validation = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
+    # the issue's measure, signature rules in wordings never trained on, apart from the distractor rules
+    rows = [r for r in validation if not r["rule_name"].startswith("distractor:")]
+    distractors = [r for r in validation if r["rule_name"].startswith("distractor:")]
     engine = load_engine(judge)
     trained = judge_accuracy(RubricJudge(engine), rows)
     untrained = judge_accuracy(RubricJudge(load_engine(cfg.model)), rows)
     # each member alone, on the weights the ensemble already holds
     members = engine.backend.members if isinstance(engine.backend, EnsembleBackend) else []
     alone = [judge_accuracy(RubricJudge(Engine(m)), rows).accuracy for m in members]
+    distractor = {}
+    if distractors:
+        measured = judge_accuracy(RubricJudge(engine), distractors)
+        distractor = {
+            "judge_distractor_accuracy": round(measured.accuracy, 4),
+            "judge_distractor_checks": measured.n,
+            "judge_distractor_per_rule": {k: round(v, 3) for k, v in measured.per_rule.items()},
+        }
     return {
         "judge": judge,
         "judge_curriculum": format_curriculum(cfg.judge_curriculum) if cfg.judge is None else None,
+        "judge_distractors": cfg.judge_distractors,
         "judge_heldout_accuracy_members": [round(a, 4) for a in alone],
         "judge_heldout_accuracy": round(trained.accuracy, 4),
         "judge_heldout_yes_share": round(trained.yes_share, 4),
@@ -179,10 +201,11 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
         "judge_heldout_accuracy_untrained": round(untrained.accuracy, 4),
         "judge_heldout_yes_share_untrained": round(untrained.yes_share, 4),
         "judge_heldout_checks": trained.n,
+        **distractor,
     }
 
 
-def _sample_data(out: Path, seed: int) -> Path:
+def _sample_data(out: Path, seed: int, user_negatives: int = 0) -> Path:
     """The news dataset of one synthetic sample (``prepare sample`` + ``prepare parl``), written once."""
     from data_prep.parl import prepare_parl
     from data_prep.parl_synthetic import write_parl_sample
@@ -190,7 +213,7 @@ def _sample_data(out: Path, seed: int) -> Path:
     data = out / "data" / "parl_news"
     if not data.is_dir():
         write_parl_sample(out / "raw", seed=seed)
-        prepare_parl(out / "raw", out / "data", tasks=("news",), seed=seed)
+        prepare_parl(out / "raw", out / "data", tasks=("news",), seed=seed, user_negatives=user_negatives)
     return data
 
 
@@ -271,6 +294,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
         "grpo_model": str(result.model_dir),
         "grpo_steps": result.global_step,
         "grpo_prompts": cfg.grpo_prompts,
+        "user_negatives": cfg.user_negatives,
         "curve": curve,
         "valid_share_first_fifth": first,
         "valid_share_last_fifth": last,
@@ -311,7 +335,7 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / SUMMARY
     summary: dict = json.loads(path.read_text()) if path.is_file() else {}
-    data = _sample_data(cfg.out, cfg.seed)
+    data = _sample_data(cfg.out, cfg.seed, cfg.user_negatives)
     _, train = load_dataset(data, "train")
     _, test = load_dataset(data, "test")
     test = test[: cfg.heldout_users]
@@ -374,6 +398,14 @@ def write_report(path: Path, s: dict) -> None:
             else []
         ),
         *(
+            [
+                f"On {s['judge_distractor_checks']} distractor checks (generic rules no user plants, some of kinds it "
+                f"never trained on): accuracy **{s['judge_distractor_accuracy']:.3f}**.\n"
+            ]
+            if "judge_distractor_accuracy" in s
+            else []
+        ),
+        *(
             [f"An ensemble: each member alone scores {', '.join(f'{a:.3f}' for a in members)}.\n"]
             if (members := s.get("judge_heldout_accuracy_members"))
             else []
@@ -381,7 +413,8 @@ def write_report(path: Path, s: dict) -> None:
         "## GRPO reward curve\n",
         f"Warm start ({s['warmstart_source']}, {s.get('warmstart_samples', 0)} extra samples of users): "
         f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}. "
-        f"{s['grpo_steps']} GRPO steps of {s.get('grpo_prompts', 1)} user(s) each.\n",
+        f"{s['grpo_steps']} GRPO steps of {s.get('grpo_prompts', 1)} user(s) each; the reward's negatives are the "
+        f"generators' outputs and {s.get('user_negatives', 0)} other users' texts per user.\n",
         "| step | mean reward | valid share | mean D |\n|---:|---:|---:|---:|\n" + curve + "\n",
         f"Mean D first fifth {_number(s['mean_d_first_fifth'])}, last fifth {_number(s['mean_d_last_fifth'])}; "
         f"valid share {_number(s['valid_share_first_fifth'], 2)} -> {_number(s['valid_share_last_fifth'], 2)}.\n",

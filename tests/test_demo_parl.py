@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from datasets import load_from_disk
 
 from data_prep.parl_rubrics import true_rules
 from persetrain.data import load_dataset
@@ -26,11 +27,13 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         model=str(tiny_llama_dir),
         judge_curriculum=parse_curriculum("colon:1,all:1"),
         judge_seeds=2,
+        judge_distractors=True,
         warmstart_users=2,
         warmstart_samples=1,
         warmstart_copies=1,
         grpo_steps=1,
         grpo_prompts=2,
+        user_negatives=2,
         heldout_users=2,
         runs=2,
         max_new_tokens=16,
@@ -52,6 +55,10 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         assert [c["training"]["max_steps"] for c in stages] == [1, 1]
     assert len(summary["judge_heldout_accuracy_members"]) == 2 and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
+    # distractor checks are measured apart from the signature checks, which stay the issue's measure
+    assert not any(name.startswith("distractor:") for name in summary["judge_heldout_per_rule"])
+    assert 0 <= summary["judge_distractor_accuracy"] <= 1 and summary["judge_distractor_checks"] > 0
+    assert all(name.startswith("distractor:") for name in summary["judge_distractor_per_rule"])
     # 2 training users and every user of the seed-1 sample with 2 or more true rules, 1 copy each
     extra = [
         ex
@@ -65,6 +72,9 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     # two users in the step: 2 x num_generations rollouts, all of step 1
     parts = [json.loads(line) for line in (config.out / "grpo" / "reward_parts.jsonl").read_text().splitlines()]
     assert len(parts) == 2 * 4 and {p["step"] for p in parts} == {1}
+    # the reward's negatives: the generators' outputs and 2 other users' texts per training user
+    data = load_from_disk(str(config.out / "data" / "parl_news"))
+    assert summary["user_negatives"] == 2 and {len(ids) for ids in data["train"]["user_negative_ids"]} == {2}
     grpo_config = json.loads((config.out / "grpo" / "resolved_config.json").read_text())
     assert grpo_config["training"]["gradient_accumulation_steps"] == 2
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
@@ -75,7 +85,8 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         "An ensemble: each member alone scores" in report
         and "each from the last's merged model: `colon:1,all:1`" in report
     )
-    assert "1 GRPO steps of 2 user(s) each" in report
+    assert "1 GRPO steps of 2 user(s) each" in report and "and 2 other users' texts per user" in report
+    assert "distractor checks" in report
     assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
     assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
 

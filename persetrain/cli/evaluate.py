@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
-from persetrain.demo_parl import JUDGE_CURRICULUM
+from persetrain.demo_parl import JUDGE_CURRICULUM, ParlDemoConfig
 from persetrain.models import DEFAULT_MODEL
 
 
@@ -184,6 +184,9 @@ def demo_parl(
     judge_seeds: Annotated[
         int, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble.")
     ] = 1,
+    judge_distractors: Annotated[
+        bool, typer.Option(help="Also train the verifier on distractor rules (prepare verifier --distractors).")
+    ] = ParlDemoConfig.judge_distractors,
     warmstart: Annotated[
         str, typer.Option(help="Warm-start sets: truth (the users' true rules) or induced (the base model's).")
     ] = "truth",
@@ -197,13 +200,16 @@ def demo_parl(
     grpo_prompts: Annotated[
         int, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts.")
     ] = 1,
+    user_negatives: Annotated[
+        int, typer.Option(help="Other users' texts per training user that join the reward's negatives.")
+    ] = ParlDemoConfig.user_negatives,
     runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
     heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
     fresh: Annotated[bool, typer.Option(help="Start from an empty run directory.")] = False,
     seed: int = 0,
 ) -> None:
     """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
-    from persetrain.demo_parl import ParlDemoConfig, parse_curriculum, run_parl_demo
+    from persetrain.demo_parl import parse_curriculum, run_parl_demo
 
     config = ParlDemoConfig(
         out=out,
@@ -212,11 +218,13 @@ def demo_parl(
         judge=judge,
         judge_curriculum=parse_curriculum(judge_curriculum),
         judge_seeds=judge_seeds,
+        judge_distractors=judge_distractors,
         warmstart=warmstart,
         warmstart_samples=warmstart_samples,
         warmstart_copies=warmstart_copies,
         grpo_steps=grpo_steps,
         grpo_prompts=grpo_prompts,
+        user_negatives=user_negatives,
         heldout_users=heldout_users,
         runs=runs,
         fresh=fresh,
