@@ -7,8 +7,9 @@ sets filled with one-off rules such as "The headline is all capital letters." on
 apart (``benchmarks/README.md``). The rules here teach the verifier to answer "no" to a rule the text does not
 satisfy, whatever rule it is.
 
-Each distractor is a property with a slot (a word, a letter, a count) and an exact checker. For every text it
-gives one "yes" and one "no" check: the slot drawn from the text for "yes" and elsewhere for "no" (a word of the
+Each distractor is a property with a slot (a word, a letter, a count) whose answer its draw knows exactly
+(``tests/test_parl_distractors.py`` decides every label again with checkers of its own). For every text it gives one
+"yes" and one "no" check: the slot drawn from the text for "yes" and elsewhere for "no" (a word of the
 same text in another position where there is one), or, for a property the texts never have, an edited copy that
 has it (an upper-cased copy for "all capital letters"). Both checks ask about the same text, so only reading the
 rule separates them.
@@ -104,7 +105,7 @@ def _first_letter(text: str, wording: str, pool: Sequence[str], rng: random.Rand
 
 
 def _count(more: bool) -> Draw:
-    """Words "more than N" (``more``) or "fewer than N", N drawn within 4 of the text's length."""
+    """The length rules, "more than N words" (``more``) or "fewer than N words"; N within 4 of the length."""
 
     def draw(text: str, wording: str, pool: Sequence[str], rng: random.Random) -> list[Check]:
         n = len(text.split())
