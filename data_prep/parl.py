@@ -23,8 +23,8 @@ verl's parquet layout (``verl/{train,test}.parquet``: ``prompt``, ``data_source`
 *User negatives* (``user_negatives`` K > 0): every row also holds K other users' own target texts, drawn from
 its split, with the inputs they answer (``user_negatives``, ``user_negative_inputs``, ``user_negative_ids``).
 The generators' negatives are generic, so a rubric set separates a user from them by any rule a quirky writer
-fits, and a judge that passes rules it never trained on on any quirky text pays for such rules; a rule that
-also fits other users' texts does not separate them. The PARL reward adds them to its margin product
+fits, and a judge that passes unfamiliar rules on any quirky text rewards such rules; a rule that also fits
+other users' texts does not separate them. The PARL reward adds them to its margin product
 (``persetrain.rewards.parl``). They are columns of their own: the ``negatives`` that the evaluator's Max-Diff
 and ``prepare verifier`` read stay the generators', and the verl export carries those only.
 """
@@ -353,12 +353,13 @@ def build_parl(
                 f"{name!r} has {len({ex.user_id for ex in rows})}",
             )
     others = {
-        s: draw_user_negatives(rows, user_negatives, seed) if user_negatives else None for s, rows in splits.items()
+        s: draw_user_negatives(rows, user_negatives, seed) if user_negatives else [None] * len(rows)
+        for s, rows in splits.items()
     }
     with atomic_dir(out_dir) as tmp:
         DatasetDict(
             {
-                s: Dataset.from_list([grpo_row(ex, o[i] if (o := others[s]) else None) for i, ex in enumerate(rows)])
+                s: Dataset.from_list([grpo_row(ex, o) for ex, o in zip(rows, others[s], strict=True)])
                 for s, rows in splits.items()
             }
         ).save_to_disk(str(tmp))

@@ -27,8 +27,9 @@ checked against that rule only: the rule names the class, and each user writes o
 With ``--distractors``, every original text (not the edited copies) is also checked against *distractor rules*
 (``data_prep.parl_distractors``): generic slotted properties no user plants ("opens with the word 'X'", "is
 written entirely in capital letters"), one "yes" and one "no" check per text. Without them the verifier passes
-almost any rule it never trained on, and GRPO fills rubric sets with such rules. Validation also holds distractors
-that train never has (``HELD_OUT``). Their rows are named ``distractor:<name>`` in ``rule_name``.
+almost any rule it never trained on, and GRPO fills rubric sets with such rules; with them it reads the kinds it
+trained on better, not the kinds it never saw (``benchmarks/README.md``). Validation also holds distractors that
+train never has (``HELD_OUT``). Their rows are named ``distractor:<name>`` in ``rule_name``.
 
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
@@ -127,7 +128,7 @@ def signature_rows(
     checked against that rule (validation texts are never edited). ``extra`` names an extra dataset: all its
     users go to train, their ids and user ids prefixed with it (each sample numbers its users from 0). With
     ``distractors``, every original text is also checked against the distractor rules of its split, their "no"
-    slots drawn from the words of the split's other texts.
+    slots drawn from the words of the split's texts.
     """
     from datasets import load_from_disk
 
