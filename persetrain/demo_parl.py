@@ -83,7 +83,9 @@ class ParlDemoConfig:
     #: left the loss's ln 2 plateau less often (``benchmarks/README.md``, "Three samples, both schedules").
     judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
     #: Also train the verifier on distractor rules (``prepare verifier --distractors``): generic properties no user
-    #: plants, so that it answers "no" to a rule a text does not satisfy, not only to the signatures it knows.
+    #: plants, so that it answers "no" to a rule a text does not satisfy, not only to the signatures it knows. Off:
+    #: a verifier given 400 steps with them learned the kinds it saw, not the unseen ones, and GRPO judged by it made
+    #: sets no more personal (``benchmarks/README.md``, "Distractor rules for the verifier").
     judge_distractors: bool = False
     #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
     #: verifier misreads changes from seed to seed, and their mean p(yes) can err less (0.934 from 0.884 and 0.827),
@@ -107,7 +109,8 @@ class ParlDemoConfig:
     #: (``benchmarks/README.md``, "Four users a GRPO step").
     grpo_prompts: int = 1
     #: Other users' own texts per training row that join the reward's negatives (``prepare parl --user-negatives``):
-    #: a rubric set must then tell the user from other users, not only from the generators' generic outputs.
+    #: a rubric set must then tell the user from other users, not only from the generators' generic outputs. Off:
+    #: with 4, 46 steps raised D within the run (0.49 -> 0.55) but not the sets' personalness (same section).
     user_negatives: int = 0
     heldout_users: int | None = None
     #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
