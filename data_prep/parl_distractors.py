@@ -4,13 +4,14 @@ A verifier trained on the signature rules alone learns what those rules look lik
 them it says "yes" to almost any rule on a quirky text. A GRPO policy found that blind spot: its valid rubric
 sets filled with one-off rules such as "The headline is all capital letters." on a lowercase writer's texts, or
 "opens with the word 'LADY'", which the judge passed on every quirky writer, so the sets stopped telling users
-apart (``benchmarks/README.md``). The rules here teach the verifier to answer "no" to a rule the text does not
-satisfy, whatever rule it is.
+apart (``benchmarks/README.md``). The rules here aim to teach the verifier to answer "no" to a rule the text does
+not satisfy, whatever rule it is. Measured, a 135M verifier learns the kinds it trains on and stays at chance on
+the held-out kinds (``benchmarks/README.md``, "Distractor rules for the verifier").
 
 Each distractor is a property with a slot (a word, a letter, a count) whose answer its draw knows exactly
 (``tests/test_parl_distractors.py`` decides every label again with checkers of its own). For every text it gives one
-"yes" and one "no" check: the slot drawn from the text for "yes" and elsewhere for "no" (a word of the
-same text in another position where there is one), or, for a property the texts never have, an edited copy that
+"yes" and one "no" check: the slot drawn from the text for "yes" and elsewhere for "no" (half the time a word of
+the same text in another position, where there is one), or, for a property the texts never have, an edited copy that
 has it (an upper-cased copy for "all capital letters"). Both checks ask about the same text, so only reading the
 rule separates them.
 
@@ -207,7 +208,7 @@ def distractor_checks(
 ) -> Iterator[tuple[str, int, Check]]:
     """``(distractor name, wording index, check)`` of every distractor of ``split`` on ``text``: train rows use
     the train distractors' first ``TRAIN_WORDINGS`` wordings; validation rows their other wordings and the
-    held-out distractors. ``pool`` holds words from other texts, for the "no" slots."""
+    held-out distractors. ``pool`` holds the words of the split's texts, for the "no" slots."""
     kinds = TRAIN if split == "train" else TRAIN + HELD_OUT
     for d in kinds:
         if split == "train":
