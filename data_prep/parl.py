@@ -346,11 +346,11 @@ def build_parl(
             raise InputError(
                 out_dir, f"split {name!r} would be empty ({len(examples)} users in all); more users are needed"
             )
-        if user_negatives and len({ex.user_id for ex in rows}) <= user_negatives:
+        if user_negatives and (users := len({ex.user_id for ex in rows})) <= user_negatives:
             raise InputError(
                 out_dir,
                 f"user_negatives {user_negatives} needs more than {user_negatives} users in every split; split "
-                f"{name!r} has {len({ex.user_id for ex in rows})}",
+                f"{name!r} has {users}",
             )
     others = {
         s: draw_user_negatives(rows, user_negatives, seed) if user_negatives else [None] * len(rows)

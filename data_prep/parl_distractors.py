@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 #: Wordings of a train distractor used for training (its first ones); validation uses the others.
 TRAIN_WORDINGS = 2
+#: What a distractor row's ``rule_name`` starts with in the verifier data (a signature's name never does).
+RULE_PREFIX = "distractor:"
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z']*")
 _END = re.compile(r"[.!?]+$")

@@ -50,7 +50,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data_prep.parl_distractors import distractor_checks, words
+from data_prep.parl_distractors import RULE_PREFIX, distractor_checks, words
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
@@ -142,7 +142,8 @@ def signature_rows(
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
     dataset = load_from_disk(str(parl_dir))
     for parl_split, split in splits.items():
-        vocabulary = sorted({w for ex in dataset[parl_split] for _, _, text in _texts(ex) for w in words(text)})
+        texts = (text for ex in dataset[parl_split] for _, _, text in _texts(ex))
+        vocabulary = sorted({w for text in texts for w in words(text)}) if distractors else []
         for example in track(dataset[parl_split], description=f"verifier rows {parl_dir.name}/{parl_split}"):
             task = example["task"]
             for kind, inp, text in _texts(example):
@@ -189,7 +190,7 @@ def signature_rows(
                             check.rule,
                             check.satisfied,
                             user_id=f"{extra}{example['user_id']}",
-                            rule_name=f"distractor:{name}",
+                            rule_name=f"{RULE_PREFIX}{name}",
                             wording=wording,
                             text_kind=kind,
                         )
@@ -225,7 +226,7 @@ def balance(rows: Sequence[dict], seed: int) -> list[dict]:
     rng = random.Random(f"{seed}:balance")
     kept = []
     # distractor rules last: the signature rules' draws are the same with and without them
-    for rule in sorted(by_rule, key=lambda rule: (rule.startswith("distractor:"), rule)):
+    for rule in sorted(by_rule, key=lambda rule: (rule.startswith(RULE_PREFIX), rule)):
         yes, no = by_rule[rule][JUDGE_CHOICES[0]], by_rule[rule][JUDGE_CHOICES[1]]
         n = min(len(yes), len(no))
         kept += rng.sample(yes, n) + rng.sample(no, n)

@@ -144,6 +144,7 @@ def _fifths(values: list[float]) -> tuple[float | None, float | None]:
 def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from datasets import load_from_disk
 
+    from data_prep.parl_distractors import RULE_PREFIX
     from data_prep.rule_verifier import prepare_verifier
     from persetrain.engine import Engine, load_engine
     from persetrain.engine.ensemble import EnsembleBackend
@@ -177,8 +178,8 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
         judge = ",".join(str(d) for d in trained_dirs)
     validation = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
     # the measure, signature rules in wordings never trained on, apart from the distractor rules
-    rows = [r for r in validation if not r["rule_name"].startswith("distractor:")]
-    distractors = [r for r in validation if r["rule_name"].startswith("distractor:")]
+    rows = [r for r in validation if not r["rule_name"].startswith(RULE_PREFIX)]
+    distractors = [r for r in validation if r["rule_name"].startswith(RULE_PREFIX)]
     engine = load_engine(judge)
     trained = judge_accuracy(RubricJudge(engine), rows)
     untrained = judge_accuracy(RubricJudge(load_engine(cfg.model)), rows)
