@@ -35,12 +35,11 @@ from pathlib import Path
 
 from scipy import stats
 
-from data_prep.parl_rubrics import true_rules
-from data_prep.parl_signatures import RULES, RuleCheck
+from data_prep.parl_rubrics import true_checks, true_other_user_pass_rates
 from data_prep.rule_verifier import require_synthetic
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
-from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce
+from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce, other_user_pass_rates, valid_sets
 from persetrain.io import InputError
 from persetrain.metrics.parl import GT, paired_runs_t_test
 from persetrain.prompts.parl import MIN_RULES
@@ -60,53 +59,6 @@ def separates(user: UserRubrics, tau: float) -> bool:
     return passes[GT] and not any(ok for t, ok in passes.items() if t != GT)
 
 
-def other_user_pass_rates(sets: dict[str, list[str]], examples, tau: float, judge: RubricJudge) -> list[float]:
-    """For every user's set (user id -> rules), the share of the other users' target texts on which all its rules
-    pass."""
-    by_id = {ex.id: ex for ex in examples}
-    checks = [
-        (by_id[user].task, rule, by_id[other].input, by_id[other].output)
-        for user, rules in sets.items()
-        for other in by_id
-        if other != user
-        for rule in rules
-    ]
-    p_yes = dict(zip(checks, judge.p_yes_many(checks), strict=True))
-    return [
-        sum(
-            all(p_yes[(by_id[user].task, r, by_id[other].input, by_id[other].output)] > tau for r in rules)
-            for other in by_id
-            if other != user
-        )
-        / (len(by_id) - 1)
-        for user, rules in sets.items()
-    ]
-
-
-def valid_sets(users: list[UserRubrics], tau: float) -> dict[str, list[str]]:
-    """Each user's valid rules, for the users with ``MIN_RULES`` or more."""
-    sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
-    return {user: rules for user, rules in sets.items() if len(rules) >= MIN_RULES}
-
-
-def true_checks(examples) -> dict[str, list[RuleCheck]]:
-    """Each user's true set: the checks of their planted signatures, for the users with ``MIN_RULES`` or more."""
-    sets = {}
-    for ex in examples:
-        names = true_rules(ex)
-        if len(names) >= MIN_RULES:
-            sets[ex.id] = [c for c in RULES[ex.task] if c.name in names]
-    return sets
-
-
-def true_other_user_pass_rates(examples) -> list[float]:
-    """The other-user pass rate of each user's true set, decided by the signature checkers."""
-    return [
-        sum(all(c.check(other.output) for c in checks) for other in examples if other.id != user) / (len(examples) - 1)
-        for user, checks in true_checks(examples).items()
-    ]
-
-
 def sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int) -> tuple[dict, list[float]]:
     """For every kind and user, how many of ``samples`` induced sets are valid, and how many separate; and the
     other-user pass rate of every valid set."""
@@ -118,7 +70,8 @@ def sets_per_user(policy: str, examples, config: PARLConfig, judge, samples: int
         for user in users:
             counts["valid"][user.example.id] += sum(user.valid(config.tau)) >= MIN_RULES
             counts["separating"][user.example.id] += separates(user, config.tau)
-        pass_rates += other_user_pass_rates(valid_sets(users, config.tau), examples, config.tau, RubricJudge(judge))
+        sets = list(valid_sets(users, config.tau).items())
+        pass_rates += other_user_pass_rates(sets, examples, config.tau, RubricJudge(judge))
     return counts, pass_rates
 
 
@@ -189,7 +142,7 @@ def main() -> None:
     }
     true_rates = true_other_user_pass_rates(examples)
     # the true sets as the judge decides them, each rule in the first wording the verifier trained on
-    true_worded = {user: [c.wordings[0] for c in checks] for user, checks in true_checks(examples).items()}
+    true_worded = [(user, [c.wordings[0] for c in checks]) for user, checks in true_checks(examples).items()]
     true_judged = other_user_pass_rates(true_worded, examples, config.tau, RubricJudge(judge))
     print(f"{'policy':50s} {'sets':>10s} {'users with one':>14s} {'share':>6s} {'p (t / Wilcoxon)':>17s}")
     for policy, per_kind in figures.items():

@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck
 from persetrain.io import InputError
 from persetrain.prompts.parl import MIN_RULES
 from persetrain.schema import RubricExample
@@ -31,6 +31,25 @@ def true_rules(example: RubricExample) -> list[str]:
     """Names of the signatures every history text of ``example`` has, in ``RULES`` order."""
     texts = [h.output for h in example.history]
     return [check.name for check in RULES[example.task] if all(check.check(t) for t in texts)]
+
+
+def true_checks(examples: Sequence[RubricExample]) -> dict[str, list[RuleCheck]]:
+    """Each user's true set: the checks of their planted signatures, for the users with ``MIN_RULES`` or more."""
+    sets = {}
+    for ex in examples:
+        names = true_rules(ex)
+        if len(names) >= MIN_RULES:
+            sets[ex.id] = [c for c in RULES[ex.task] if c.name in names]
+    return sets
+
+
+def true_other_user_pass_rates(examples: Sequence[RubricExample]) -> list[float]:
+    """The other-user pass rate (``persetrain.evaluators.parl.other_user_pass_rates``) of each user's true set,
+    decided by the signature checkers: what a perfect generator with a perfect judge would get."""
+    return [
+        sum(all(c.check(other.output) for c in checks) for other in examples if other.id != user) / (len(examples) - 1)
+        for user, checks in true_checks(examples).items()
+    ]
 
 
 def true_rubric_rows(examples: Sequence[RubricExample], seed: int = 0, copies: int = 2) -> tuple[list[dict], dict]:

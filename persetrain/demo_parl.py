@@ -24,6 +24,10 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 3. **untrained** and 4. **trained**: the base and the GRPO generator on the held-out users with the ``parl``
    evaluator, ``runs`` seeds of induction each -> Max-Diff per run, mean and std, and the one-sided paired
    t-test of trained > untrained over the seed-paired runs.
+5. **separation**: the *other-user pass rate* of every valid set of both generators (the share of the other
+   held-out users' texts on which all its rules pass, by the judge; ``persetrain.evaluators.parl``) next to the
+   users' true sets by the signature checkers. Max-Diff's negatives are generic model outputs, so a high Max-Diff
+   alone does not say a set is the user's own; this does.
 
 Every stage records its numbers in ``summary.json`` as it ends, and a re-run skips the stages recorded
 there (``fresh`` starts over); ``report.md`` is written from the summary at the end.
@@ -311,21 +315,54 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
     from persetrain.engine import load_engine
     from persetrain.evaluators.base import JudgeContext
     from persetrain.evaluators.parl import PARLEvaluator
-    from persetrain.metrics.parl import parl_metrics, run_metrics
+    from persetrain.metrics.parl import GT, parl_metrics, run_metrics
+    from persetrain.prompts.parl import MIN_RULES
     from persetrain.tasks import rubric_runs
 
     out = cfg.out / name
     engine = load_engine(model, cache_path=out / f"{name}-engine.sqlite")
     context = JudgeContext(data=data, split="test", system=name, out=out, seed=cfg.seed)
-    runs = rubric_runs(test, PARLEvaluator(config).judge(test, engine, context))
+    judgments = PARLEvaluator(config).judge(test, engine, context)
+    runs = rubric_runs(test, judgments)
     metrics = parl_metrics(runs)
+    # each run's valid sets (MIN_RULES or more rules), the rules Max-Diff scored, for the separation stage
+    sets: list[dict[str, list[str]]] = [{} for _ in range(config.runs)]
+    for j in judgments:
+        if j.target == GT and len(j.details.get("rules", [])) >= MIN_RULES:
+            sets[j.details["run"]][j.example_id] = j.details["rules"]
     return {
+        f"valid_sets_{name}": sets,
         f"max_diff_{name}": metrics.get("max_diff"),
         f"max_diff_{name}_std": metrics.get("max_diff_std"),
         f"max_diff_{name}_runs": [run_metrics(run)["max_diff"] for run in runs],
         f"user_coverage_{name}": metrics.get("user_coverage"),
         f"user_acc_gt_{name}": metrics.get("user_acc/gt"),
     }
+
+
+def _separation_stage(summary: dict, test, tau: float) -> dict:
+    """Do the generators' valid sets tell a held-out user from the other held-out users, or only from the
+    generic negatives Max-Diff scores against? The other-user pass rate of every valid set of every run, judged
+    by the demo's judge, next to that of the users' true sets by the signature checkers (the floor)."""
+    from data_prep.parl_rubrics import true_other_user_pass_rates
+    from persetrain.engine import load_engine
+    from persetrain.evaluators.parl import other_user_pass_rates
+    from persetrain.rewards.parl import RubricJudge
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 4) if values else None
+
+    judge = RubricJudge(load_engine(summary["judge"]))
+    out: dict = {}
+    for name in ("untrained", "trained"):
+        sets = [(user, rules) for run in summary[f"valid_sets_{name}"] for user, rules in run.items()]
+        rates = other_user_pass_rates(sets, test, tau, judge)
+        out[f"other_user_pass_rate_{name}"] = mean(rates)
+        out[f"other_user_sets_{name}"] = len(rates)
+    true = true_other_user_pass_rates(test)
+    out["other_user_pass_rate_true"] = mean(true)
+    out["other_user_sets_true"] = len(true)
+    return out
 
 
 def run_parl_demo(cfg: ParlDemoConfig) -> dict:
@@ -362,6 +399,7 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     stage("grpo", lambda: _grpo_stage(cfg, data, summary["policy"], summary["judge"]))
     stage("untrained", lambda: _generator_stage(cfg, "untrained", cfg.model, test, data, config))
     stage("trained", lambda: _generator_stage(cfg, "trained", summary["grpo_model"], test, data, config))
+    stage("separation", lambda: _separation_stage(summary, test, config.tau))
     test_result = paired_runs_t_test(summary["max_diff_trained_runs"], summary["max_diff_untrained_runs"])
     summary["max_diff_p_value"] = test_result["p"]
     summary["total_s"] = round(sum(v for k, v in summary.items() if k.endswith("_s") and k != "total_s"), 1)
@@ -390,7 +428,7 @@ def write_report(path: Path, s: dict) -> None:
         "# PARL demo (SYNTHETIC users)\n",
         f"Held-out users: {s['heldout_users']}, never trained on by the judge or the generator. Wall time "
         f"{s['total_s']:.0f} s (judge {s['judge_s']:.0f}, warm start {s['warmstart_s']:.0f}, GRPO {s['grpo_s']:.0f}, "
-        f"evaluation {s['untrained_s'] + s['trained_s']:.0f}).\n",
+        f"evaluation {s['untrained_s'] + s['trained_s'] + s['separation_s']:.0f}).\n",
         "## Judge\n",
         f"Rule verifier `{s['judge']}` on {s['judge_heldout_checks']} held-out checks (rule wordings it never saw): "
         f"accuracy **{s['judge_heldout_accuracy']:.3f}** (yes share {s['judge_heldout_yes_share']:.2f}); the untrained "
@@ -427,6 +465,16 @@ def write_report(path: Path, s: dict) -> None:
         f"Mean ± std: trained {_number(s['max_diff_trained'])} ± {_number(s['max_diff_trained_std'])}, untrained "
         f"{_number(s['max_diff_untrained'])} ± {_number(s['max_diff_untrained_std'])}; one-sided paired t-test "
         f"(trained > untrained) p = {_number(s['max_diff_p_value'])}.\n",
+        "## Personal or generic: the other-user pass rate\n",
+        "The share of the other held-out users' texts on which every rule of a valid set passes (the judge above), "
+        "averaged over the valid sets of every run; lower is more personal. The users' true sets, by the signature "
+        "checkers, are the floor.\n",
+        "| sets | valid sets | other-user pass rate |\n|---|---:|---:|\n"
+        + "\n".join(
+            f"| {name} | {s[f'other_user_sets_{key}']} | {_number(s[f'other_user_pass_rate_{key}'])} |"
+            for name, key in (("trained", "trained"), ("untrained", "untrained"), ("true (checkers)", "true"))
+        )
+        + "\n",
     ]
     with atomic_write(path) as f:
         f.write("\n".join(lines))

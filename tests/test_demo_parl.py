@@ -39,6 +39,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         max_new_tokens=16,
     )
     summary = run_parl_demo(config)
+    test = load_dataset(config.out / "data" / "parl_news", "test")[1][:2]
     # two verifiers (seeds 0 and 1) judge as one ensemble, each member also measured alone
     first, second = summary["judge"].split(",")
     assert first.endswith("verifier/merged") and second.endswith("verifier-seed-1/merged")
@@ -78,8 +79,16 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     grpo_config = json.loads((config.out / "grpo" / "resolved_config.json").read_text())
     assert grpo_config["training"]["gradient_accumulation_steps"] == 2
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
-    for stage in ("judge", "warmstart", "grpo", "untrained", "trained"):
+    for stage in ("judge", "warmstart", "grpo", "untrained", "trained", "separation"):
         assert summary[f"{stage}_s"] >= 0
+    # the separation stage judges every valid set of every run against the other held-out users' texts
+    for name in ("trained", "untrained"):
+        sets = summary[f"valid_sets_{name}"]
+        assert len(sets) == 2 and all(len(rules) >= 2 for run in sets for rules in run.values())
+        assert summary[f"other_user_sets_{name}"] == sum(len(run) for run in sets)
+        rate = summary[f"other_user_pass_rate_{name}"]
+        assert (rate is None) == (not summary[f"other_user_sets_{name}"]) and (rate is None or 0 <= rate <= 1)
+    assert summary["other_user_sets_true"] == sum(len(true_rules(ex)) >= 2 for ex in test)
     report = (config.out / REPORT).read_text()
     assert (
         "An ensemble: each member alone scores" in report
@@ -87,6 +96,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     )
     assert "1 GRPO steps of 2 user(s) each" in report and "and 2 other users' texts per user" in report
     assert "distractor checks" in report
+    assert "## Personal or generic: the other-user pass rate" in report and "| true (checkers) |" in report
     assert "## GRPO reward curve" in report and "| run (seed) | trained | untrained |" in report
     assert json.loads((config.out / SUMMARY).read_text())["max_diff_p_value"] == summary["max_diff_p_value"]
 

@@ -86,3 +86,50 @@ def test_truth_warmstart_adds_every_user_of_an_extra_sample(parl_prepared, tmp_p
     assert json.loads((out / "build_info.json").read_text())["extra"] == [str(extra)]
     induced = CliRunner().invoke(app, [*args, "--source", "induced", "--extra-data", str(extra)])
     assert induced.exit_code != 0 and "--extra-data needs --source truth" in induced.output
+
+
+def test_other_user_pass_rate_batched_equals_one_check_at_a_time(parl_prepared, tiny_llama_dir):
+    from persetrain.engine import load_engine
+    from persetrain.evaluators.parl import other_user_pass_rates
+    from persetrain.rewards.parl import RubricJudge
+
+    examples = load_dataset(parl_prepared / "parl_news", "test")[1][:4]
+    checks = {c.name: c for c in RULES["news"]}
+    # two sets of one user (two runs) and one of another, in training wordings
+    sets = [(examples[0].id, [checks["colon"].wordings[0], checks["short"].wordings[1]])]
+    sets += [(examples[0].id, [checks["question"].wordings[0], checks["colon"].wordings[0]])]
+    sets += [(examples[1].id, [checks["number"].wordings[0], checks["lowercase"].wordings[0]])]
+    judge = RubricJudge(load_engine(str(tiny_llama_dir)))
+    by_id = {ex.id: ex for ex in examples}
+    one_at_a_time = {
+        (user, rule, other): judge.p_yes_many([(ex.task, rule, ex.input, ex.output)])[0]
+        for user, rules in sets
+        for rule in rules
+        for other, ex in by_id.items()
+        if other != user
+    }
+    # tau in the widest gap of the lower half of the p(yes) values: most rules pass, some do not, and no value
+    # lies near enough to tau for a batch's float noise to flip it
+    p = sorted(one_at_a_time.values())
+    gap, k = max((p[k + 1] - p[k], k) for k in range(len(p) // 8, len(p) // 2))
+    assert gap > 1e-4
+    tau = (p[k] + p[k + 1]) / 2
+    expected = [
+        sum(all(one_at_a_time[(user, r, other)] > tau for r in rules) for other in by_id if other != user) / 3
+        for user, rules in sets
+    ]
+    assert other_user_pass_rates(sets, examples, tau, judge) == pytest.approx(expected, abs=1e-9)
+    assert 0 < sum(expected) < len(expected)  # the check is not decided by tau alone
+    assert other_user_pass_rates([], examples, tau, judge) == []
+
+
+def test_true_sets_are_personal_on_the_sample(parl_prepared):
+    from data_prep.parl_rubrics import true_checks, true_other_user_pass_rates
+
+    examples = load_dataset(parl_prepared / "parl_news", "train")[1]
+    sets = true_checks(examples)
+    assert set(sets) == {ex.id for ex in examples if len(true_rules(ex)) >= 2}
+    rates = true_other_user_pass_rates(examples)
+    assert len(rates) == len(sets) and all(0 <= r <= 1 for r in rates)
+    # the planted signature combinations are the users' own: few other users' texts carry a whole set
+    assert sum(rates) / len(rates) < 0.1

@@ -157,6 +157,43 @@ def induce(
     return out
 
 
+def valid_sets(users: Sequence[UserRubrics], tau: float) -> dict[str, list[str]]:
+    """Each user's valid rules, for the users with ``MIN_RULES`` or more (the sets the reward and Max-Diff count)."""
+    sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
+    return {user: rules for user, rules in sets.items() if len(rules) >= MIN_RULES}
+
+
+def other_user_pass_rates(
+    sets: Sequence[tuple[str, list[str]]], examples: Sequence[RubricExample], tau: float, judge: RubricJudge
+) -> list[float]:
+    """For each (user id, valid rules) set, the share of the other users' target texts on which all its rules pass.
+
+    Why: the negatives a set is scored against are generic model outputs, so a set can separate a user from them
+    by rules that fit any quirky writer; a set that is the user's own also fails on other users' texts. Lower is
+    more personal. Every check of every set goes to the judge in one call; a user may give several sets (runs).
+    """
+    if not sets:
+        return []
+    by_id = {ex.id: ex for ex in examples}
+    checks = [
+        (by_id[user].task, rule, by_id[other].input, by_id[other].output)
+        for user, rules in sets
+        for other in by_id
+        if other != user
+        for rule in rules
+    ]
+    p_yes = dict(zip(checks, judge.p_yes_many(checks), strict=True))
+    return [
+        sum(
+            all(p_yes[(by_id[user].task, r, by_id[other].input, by_id[other].output)] > tau for r in rules)
+            for other in by_id
+            if other != user
+        )
+        / (len(by_id) - 1)
+        for user, rules in sets
+    ]
+
+
 def judgments_of(user: UserRubrics, run: int, system: str, tau: float) -> list[Judgment]:
     """One judgment per target of one user's run (module docstring)."""
     ex = user.example
