@@ -24,10 +24,10 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 3. **untrained** and 4. **trained**: the base and the GRPO generator on the held-out users with the ``parl``
    evaluator, ``runs`` seeds of induction each -> Max-Diff per run, mean and std, and the one-sided paired
    t-test of trained > untrained over the seed-paired runs.
-5. **separation**: the *other-user pass rate* of every valid set of both generators (the share of the other
-   held-out users' texts on which all its rules pass, by the judge; ``persetrain.evaluators.parl``) next to the
-   users' true sets by the signature checkers. Max-Diff's negatives are generic model outputs, so a high Max-Diff
-   alone does not say a set is the user's own; this does.
+5. **separation**: the *other-user pass rate* of every scored set (one valid rule or more) of both generators
+   (the share of the other held-out users' texts on which all its valid rules pass, by the judge;
+   ``persetrain.evaluators.parl``) next to the users' true sets by the signature checkers. Max-Diff's negatives
+   are generic model outputs, so a high Max-Diff alone does not say a set is the user's own; this does.
 
 Every stage records its numbers in ``summary.json`` as it ends, and a re-run skips the stages recorded
 there (``fresh`` starts over); ``report.md`` is written from the summary at the end.
@@ -316,7 +316,6 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
     from persetrain.evaluators.base import JudgeContext
     from persetrain.evaluators.parl import PARLEvaluator
     from persetrain.metrics.parl import GT, parl_metrics, run_metrics
-    from persetrain.prompts.parl import MIN_RULES
     from persetrain.tasks import rubric_runs
 
     out = cfg.out / name
@@ -325,10 +324,10 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
     judgments = PARLEvaluator(config).judge(test, engine, context)
     runs = rubric_runs(test, judgments)
     metrics = parl_metrics(runs)
-    # each run's valid sets (MIN_RULES or more rules), the rules Max-Diff scored, for the separation stage
+    # each run's scored sets (one valid rule or more: the sets Max-Diff and coverage count), for the separation stage
     sets: list[dict[str, list[str]]] = [{} for _ in range(config.runs)]
     for j in judgments:
-        if j.target == GT and len(j.details.get("rules", [])) >= MIN_RULES:
+        if j.target == GT and j.details.get("rules"):
             sets[j.details["run"]][j.example_id] = j.details["rules"]
     return {
         f"valid_sets_{name}": sets,
@@ -341,8 +340,8 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
 
 
 def _separation_stage(summary: dict, test, tau: float) -> dict:
-    """Do the generators' valid sets tell a held-out user from the other held-out users, or only from the
-    generic negatives Max-Diff scores against? The other-user pass rate of every valid set of every run, judged
+    """Do the generators' sets tell a held-out user from the other held-out users, or only from the generic
+    negatives Max-Diff scores against? The other-user pass rate of every set Max-Diff scored, in every run, judged
     by the demo's judge, next to that of the users' true sets by the signature checkers (the floor)."""
     from data_prep.parl_rubrics import true_other_user_pass_rates
     from persetrain.engine import load_engine
@@ -466,10 +465,10 @@ def write_report(path: Path, s: dict) -> None:
         f"{_number(s['max_diff_untrained'])} ± {_number(s['max_diff_untrained_std'])}; one-sided paired t-test "
         f"(trained > untrained) p = {_number(s['max_diff_p_value'])}.\n",
         "## Personal or generic: the other-user pass rate\n",
-        "The share of the other held-out users' texts on which every rule of a valid set passes (the judge above), "
-        "averaged over the valid sets of every run; lower is more personal. The users' true sets, by the signature "
-        "checkers, are the floor.\n",
-        "| sets | valid sets | other-user pass rate |\n|---|---:|---:|\n"
+        "The share of the other held-out users' texts on which every valid rule of a set passes (the judge above), "
+        "averaged over the sets Max-Diff scored in every run; lower is more personal. The users' true sets, by the "
+        "signature checkers, are the floor.\n",
+        "| sets | scored sets | other-user pass rate |\n|---|---:|---:|\n"
         + "\n".join(
             f"| {name} | {s[f'other_user_sets_{key}']} | {_number(s[f'other_user_pass_rate_{key}'])} |"
             for name, key in (("trained", "trained"), ("untrained", "untrained"), ("true (checkers)", "true"))

@@ -81,10 +81,12 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     assert len(summary["max_diff_trained_runs"]) == len(summary["max_diff_untrained_runs"]) == 2
     for stage in ("judge", "warmstart", "grpo", "untrained", "trained", "separation"):
         assert summary[f"{stage}_s"] >= 0
-    # the separation stage judges every valid set of every run against the other held-out users' texts
+    # the separation stage judges every set Max-Diff scored, in every run, against the other held-out users' texts
     for name in ("trained", "untrained"):
         sets = summary[f"valid_sets_{name}"]
-        assert len(sets) == 2 and all(len(rules) >= 2 for run in sets for rules in run.values())
+        assert len(sets) == 2 and all(rules for run in sets for rules in run.values())
+        coverage = sum(len(run) for run in sets) / (2 * len(test))
+        assert coverage == pytest.approx(summary[f"user_coverage_{name}"])
         assert summary[f"other_user_sets_{name}"] == sum(len(run) for run in sets)
         rate = summary[f"other_user_pass_rate_{name}"]
         assert (rate is None) == (not summary[f"other_user_sets_{name}"]) and (rate is None or 0 <= rate <= 1)
