@@ -72,8 +72,8 @@ def grpo_run(args: argparse.Namespace) -> dict:
     summary["reward_share_of_step_time"] = _reward_share(OUT / "grpo")
     summary["grpo_reward_parts_path"] = str(OUT / "grpo" / REWARD_PARTS_FILE)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
-    per_item = ("curve", "judge_heldout_per_rule", "judge_distractor_per_rule", "valid_sets_trained")
-    return {k: v for k, v in summary.items() if k not in (*per_item, "valid_sets_untrained")}
+    per_item = ("curve", "judge_heldout_per_rule", "judge_distractor_per_rule", "scored_sets_trained")
+    return {k: v for k, v in summary.items() if k not in (*per_item, "scored_sets_untrained")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

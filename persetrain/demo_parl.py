@@ -331,7 +331,7 @@ def _generator_stage(cfg: ParlDemoConfig, name: str, model: str, test, data: Pat
         if j.target == GT and j.details.get("rules"):
             sets[j.details["run"]][j.example_id] = j.details["rules"]
     return {
-        f"valid_sets_{name}": sets,
+        f"scored_sets_{name}": sets,
         f"max_diff_{name}": metrics.get("max_diff"),
         f"max_diff_{name}_std": metrics.get("max_diff_std"),
         f"max_diff_{name}_runs": [run_metrics(run)["max_diff"] for run in runs],
@@ -355,7 +355,7 @@ def _separation_stage(summary: dict, test, tau: float) -> dict:
     judge = RubricJudge(load_engine(summary["judge"]))
     out: dict = {}
     for name in ("untrained", "trained"):
-        sets = [(user, rules) for run in summary[f"valid_sets_{name}"] for user, rules in run.items()]
+        sets = [(user, rules) for run in summary[f"scored_sets_{name}"] for user, rules in run.items()]
         rates = other_user_pass_rates(sets, test, tau, judge)
         out[f"other_user_pass_rate_{name}"] = mean(rates)
         out[f"other_user_sets_{name}"] = len(rates)

@@ -83,7 +83,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         assert summary[f"{stage}_s"] >= 0
     # the separation stage judges every set Max-Diff scored, in every run, against the other held-out users' texts
     for name in ("trained", "untrained"):
-        sets = summary[f"valid_sets_{name}"]
+        sets = summary[f"scored_sets_{name}"]
         assert len(sets) == 2 and all(rules for run in sets for rules in run.values())
         coverage = sum(len(run) for run in sets) / (2 * len(test))
         assert coverage == pytest.approx(summary[f"user_coverage_{name}"])

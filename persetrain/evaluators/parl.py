@@ -158,7 +158,7 @@ def induce(
 
 
 def valid_sets(users: Sequence[UserRubrics], tau: float) -> dict[str, list[str]]:
-    """Each user's valid rules, for the users with ``MIN_RULES`` or more (the sets the reward and Max-Diff count)."""
+    """Each user's valid rules, for the users with ``MIN_RULES`` or more (the reward's bar for a set)."""
     sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
     return {user: rules for user, rules in sets.items() if len(rules) >= MIN_RULES}
 
