@@ -347,10 +347,12 @@ def _separation_stage(summary: dict, test, tau: float) -> dict:
     from data_prep.parl_rubrics import true_other_user_pass_rates
     from persetrain.engine import load_engine
     from persetrain.evaluators.parl import other_user_pass_rates
+    from persetrain.metrics.parl import mean_std
     from persetrain.rewards.parl import RubricJudge
 
     def mean(values: list[float]) -> float | None:
-        return round(sum(values) / len(values), 4) if values else None
+        m = mean_std(values)["mean"]
+        return None if m is None else round(m, 4)
 
     judge = RubricJudge(load_engine(summary["judge"]))
     out: dict = {}

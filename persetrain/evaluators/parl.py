@@ -73,6 +73,10 @@ class UserRubrics:
     def valid(self, tau: float) -> list[bool]:
         return [all(p > tau for p in row) for row in self.p_history]
 
+    def valid_rules(self, tau: float) -> list[str]:
+        """The rules every history item satisfies, in order: the set the reward and Max-Diff score."""
+        return [r for r, ok in zip(self.rules, self.valid(tau), strict=True) if ok]
+
 
 def _judge_engine(config: PARLConfig, engine: Engine) -> Engine:
     if config.judge_model is None:
@@ -159,7 +163,7 @@ def induce(
 
 def valid_sets(users: Sequence[UserRubrics], tau: float) -> dict[str, list[str]]:
     """Each user's valid rules, for the users with ``MIN_RULES`` or more (the reward's bar for a set)."""
-    sets = {u.example.id: [r for r, ok in zip(u.rules, u.valid(tau), strict=True) if ok] for u in users}
+    sets = {u.example.id: u.valid_rules(tau) for u in users}
     return {user: rules for user, rules in sets.items() if len(rules) >= MIN_RULES}
 
 
@@ -198,7 +202,7 @@ def judgments_of(user: UserRubrics, run: int, system: str, tau: float) -> list[J
     """One judgment per target of one user's run (module docstring)."""
     ex = user.example
     valid = user.valid(tau)
-    kept = [r for r, ok in zip(user.rules, valid, strict=True) if ok]
+    kept = user.valid_rules(tau)
     dropped = [
         {"rule": r, "reason": "not satisfied by every history item"}
         for r, ok in zip(user.rules, valid, strict=True)
@@ -291,7 +295,7 @@ def induce_to_file(
                     "seed": user.seed,
                     "parsed": user.parsed,
                     "total_rules": user.total_rules,
-                    "rules": [r for r, ok in zip(user.rules, valid, strict=True) if ok],
+                    "rules": user.valid_rules(config.tau),
                     "dropped": [r for r, ok in zip(user.rules, valid, strict=True) if not ok],
                     "p_history": user.p_history,
                     "satisfied": {

@@ -53,7 +53,7 @@ def warmstart_rows(
         for user in induce(engine, examples, config, seed + run, judge_engine):
             counts["sets"] += 1
             counts["parsed"] += int(user.parsed)
-            kept = [r for r, ok in zip(user.rules, user.valid(config.tau), strict=True) if ok]
+            kept = user.valid_rules(config.tau)
             if len(kept) < MIN_RULES:
                 continue
             counts["valid"] += 1
