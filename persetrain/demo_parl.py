@@ -43,7 +43,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persetrain.console import console
-from persetrain.io import atomic_write, write_json
+from persetrain.demo_parl_report import write_report
+from persetrain.io import write_json
 from persetrain.models import DEFAULT_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,13 +138,6 @@ class ParlDemoConfig:
             raise ValueError(f"judge_curriculum needs stages of at least 1 step, not {self.judge_curriculum}")
         if self.warmstart_samples and self.warmstart != "truth":
             raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
-
-
-def _fifths(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    k = max(1, len(values) // 5)
-    return sum(values[:k]) / k, sum(values[-k:]) / k
 
 
 def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
@@ -265,40 +259,18 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
     }
 
 
-def _grpo_curve(grpo_out: Path) -> list[dict]:
-    """Per GRPO step: mean reward, valid share, and mean D over the rollouts that have one (None: no rollout)."""
-    from persetrain.train.grpo import REWARD_PARTS_FILE
-    from persetrain.train.runner import METRICS_FILE
-
-    d_by_step: dict[int, list[float]] = {}
-    for line in (grpo_out / REWARD_PARTS_FILE).read_text().splitlines():
-        row = json.loads(line)
-        if row.get("d") is not None:
-            d_by_step.setdefault(row["step"], []).append(row["d"])
-    logs = [json.loads(line) for line in (grpo_out / METRICS_FILE).read_text().splitlines()]
-    logs = [r for r in logs if r.get("event") == "log" and "parl/valid_share" in r]
-    return [
-        {
-            "step": r["step"],
-            "reward": r.get("reward"),
-            "valid_share": r["parl/valid_share"],
-            "mean_d": (sum(d_by_step[r["step"]]) / len(d_by_step[r["step"]])) if d_by_step.get(r["step"]) else None,
-        }
-        for r in logs
-    ]
-
-
 def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dict:
-    from persetrain.train.grpo import run_grpo
+    from persetrain.metrics.parl import first_last_fifth
+    from persetrain.train.grpo import reward_curve, run_grpo
 
     grpo_out = cfg.out / "grpo"
     args = ["--config", str(GRPO_RECIPE), "--model_name_or_path", policy, "--dataset_path", str(data)]
     args += ["--output_dir", str(grpo_out), "--judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
     args += ["--gradient_accumulation_steps", str(cfg.grpo_prompts)]
     result = run_grpo([*args, "--disable_tqdm", "true"])
-    curve = _grpo_curve(grpo_out)
-    first, last = _fifths([r["valid_share"] for r in curve])
-    d_first, d_last = _fifths([r["mean_d"] if r["mean_d"] is not None else 0.0 for r in curve])
+    curve = reward_curve(grpo_out)
+    first, last = first_last_fifth([r["valid_share"] for r in curve])
+    d_first, d_last = first_last_fifth([r["mean_d"] if r["mean_d"] is not None else 0.0 for r in curve])
     return {
         "grpo_model": str(result.model_dir),
         "grpo_steps": result.global_step,
@@ -409,74 +381,3 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     write_report(cfg.out / REPORT, summary)
     console.print(f"[green]PARL demo[/green]: report -> {cfg.out / REPORT}")
     return summary
-
-
-def _number(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def write_report(path: Path, s: dict) -> None:
-    """``report.md``: the judge, the reward curve, Max-Diff per run and the paired t-test."""
-    per_rule = " ".join(f"{k} {v:.2f}" for k, v in s["judge_heldout_per_rule"].items())
-    curve = "\n".join(
-        f"| {r['step']} | {_number(r['reward'])} | {_number(r['valid_share'], 2)} | {_number(r['mean_d'])} |"
-        for r in s["curve"]
-    )
-    runs = "\n".join(
-        f"| {k} | {_number(t)} | {_number(u)} |"
-        for k, (t, u) in enumerate(zip(s["max_diff_trained_runs"], s["max_diff_untrained_runs"], strict=True))
-    )
-    lines = [
-        "# PARL demo (SYNTHETIC users)\n",
-        f"Held-out users: {s['heldout_users']}, never trained on by the judge or the generator. Wall time "
-        f"{s['total_s']:.0f} s (judge {s['judge_s']:.0f}, warm start {s['warmstart_s']:.0f}, GRPO {s['grpo_s']:.0f}, "
-        f"evaluation {s['untrained_s'] + s['trained_s'] + s['separation_s']:.0f}).\n",
-        "## Judge\n",
-        f"Rule verifier `{s['judge']}` on {s['judge_heldout_checks']} held-out checks (rule wordings it never saw): "
-        f"accuracy **{s['judge_heldout_accuracy']:.3f}** (yes share {s['judge_heldout_yes_share']:.2f}); the untrained "
-        f"model {s['judge_heldout_accuracy_untrained']:.3f} (yes share {s['judge_heldout_yes_share_untrained']:.2f}). "
-        f"Per rule: {per_rule}.\n",
-        *(
-            [f"Trained in stages (rules:steps), each from the last's merged model: `{curriculum}`.\n"]
-            if (curriculum := s.get("judge_curriculum"))
-            else []
-        ),
-        *(
-            [
-                f"On {s['judge_distractor_checks']} distractor checks (generic rules no user plants, some of kinds it "
-                f"never trained on): accuracy **{s['judge_distractor_accuracy']:.3f}**.\n"
-            ]
-            if "judge_distractor_accuracy" in s
-            else []
-        ),
-        *(
-            [f"An ensemble: each member alone scores {', '.join(f'{a:.3f}' for a in members)}.\n"]
-            if (members := s.get("judge_heldout_accuracy_members"))
-            else []
-        ),
-        "## GRPO reward curve\n",
-        f"Warm start ({s['warmstart_source']}, {s.get('warmstart_samples', 0)} extra samples of users): "
-        f"{s['warmstart_rows']} rubric sets, valid share {s['valid_share_warmstart']:.2f}. "
-        f"{s['grpo_steps']} GRPO steps of {s.get('grpo_prompts', 1)} user(s) each; the reward's negatives are the "
-        f"generators' outputs and {s.get('user_negatives', 0)} other users' texts per user.\n",
-        "| step | mean reward | valid share | mean D |\n|---:|---:|---:|---:|\n" + curve + "\n",
-        f"Mean D first fifth {_number(s['mean_d_first_fifth'])}, last fifth {_number(s['mean_d_last_fifth'])}; "
-        f"valid share {_number(s['valid_share_first_fifth'], 2)} -> {_number(s['valid_share_last_fifth'], 2)}.\n",
-        "## Max-Diff on held-out users\n",
-        "| run (seed) | trained | untrained |\n|---:|---:|---:|\n" + runs + "\n",
-        f"Mean ± std: trained {_number(s['max_diff_trained'])} ± {_number(s['max_diff_trained_std'])}, untrained "
-        f"{_number(s['max_diff_untrained'])} ± {_number(s['max_diff_untrained_std'])}; one-sided paired t-test "
-        f"(trained > untrained) p = {_number(s['max_diff_p_value'])}.\n",
-        "## Personal or generic: the other-user pass rate\n",
-        "The share of the other held-out users' texts on which every valid rule of a set passes (the judge above), "
-        "averaged over the sets Max-Diff scored in every run; lower is more personal. The users' true sets, by the "
-        "signature checkers, are the floor.\n",
-        "| sets | scored sets | other-user pass rate |\n|---|---:|---:|\n"
-        + "\n".join(
-            f"| {name} | {s[f'other_user_sets_{key}']} | {_number(s[f'other_user_pass_rate_{key}'])} |"
-            for name, key in (("trained", "trained"), ("untrained", "untrained"), ("true (checkers)", "true"))
-        )
-        + "\n",
-    ]
-    with atomic_write(path) as f:
-        f.write("\n".join(lines))

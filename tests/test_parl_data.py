@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines, prepare_parl, read_amazon, read_lamp4, read_longlamp, read_task
+from data_prep.parl import attach_baselines, prepare_parl
+from data_prep.parl_readers import read_amazon, read_lamp4, read_longlamp, read_task
 from data_prep.parl_synthetic import write_parl_sample
 from persetrain.io import InputError
 

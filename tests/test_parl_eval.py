@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from persetrain.cli import app
 from persetrain.metrics.parl import (
+    first_last_fifth,
     mean_std,
     paired_runs_t_test,
     paired_t_test,
@@ -62,6 +63,12 @@ def test_mean_and_std_over_runs():
     assert m["user_coverage"] == pytest.approx((2 / 3 + 1) / 2)
     assert m["user_coverage_std"] == pytest.approx(math.sqrt(2 * (1 / 6) ** 2))
     assert mean_std([None, None]) == {"mean": None, "std": None, "n": 0}
+
+
+def test_first_and_last_fifth_of_a_curve():
+    assert first_last_fifth([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]) == (1.5, 9.5)
+    assert first_last_fifth([0.0, 1.0, 2.0]) == (0.0, 2.0)  # fewer than five steps: one step each
+    assert first_last_fifth([]) == (None, None)
 
 
 def test_runs_from_checks_marks_unparsed_users_uncovered():

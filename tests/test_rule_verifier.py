@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines, read_task
+from data_prep.parl import attach_baselines
+from data_prep.parl_readers import read_task
 from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
 from data_prep.parl_synthetic import _PET_WORDS
 from data_prep.rule_verifier import prepare_verifier

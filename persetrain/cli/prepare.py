@@ -218,8 +218,8 @@ def generate_baselines_cmd(
     seed: int = 0,
 ) -> None:
     """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
-    from data_prep.parl import read_task
     from data_prep.parl_baselines import GeneratorSpec, generate_baselines
+    from data_prep.parl_readers import read_task
 
     specs = [GeneratorSpec.parse(g) for g in generator]
     examples = read_task(raw, task, min_history=min_history)

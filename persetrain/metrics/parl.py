@@ -106,6 +106,14 @@ def run_metrics(run: Run) -> dict:
     return out
 
 
+def first_last_fifth(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Means of the first and the last fifth of a training curve (at least one value each): did it rise?"""
+    if not values:
+        return None, None
+    k = max(1, len(values) // 5)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
 def mean_std(values: Sequence[float | None]) -> dict[str, float | None]:
     """Mean and sample standard deviation of the defined values (std None for fewer than two)."""
     xs = [v for v in values if v is not None]

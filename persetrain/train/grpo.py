@@ -23,7 +23,8 @@ What this module adds to TRL, and why:
   ends, instead of being decoded on until the group's longest one ends. That trainer has nothing of PARL's
   in it: :class:`persetrain.train.grpo_trainer.SharedPromptGRPOTrainer`.
 - **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` and the reward's wall time next to
-  each step's in the metrics: what PARL training is judged by.
+  each step's in the metrics: what PARL training is judged by. :func:`reward_curve` reads a run's per-step
+  reward, valid share and mean margin D back from the two files.
 - **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
   a final model that ``persetrain.models.load_model`` loads (``merged/`` after LoRA).
 """
@@ -31,6 +32,7 @@ What this module adds to TRL, and why:
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
+from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -256,6 +258,31 @@ def main(
 def run_grpo(argv: Sequence[str] | None = None) -> GRPOResult:
     """Parse ``[--config recipe.yaml] [--key value ...]`` (``sys.argv[1:]`` when None) and train."""
     return main(*make_parser().parse_args_and_config(argv))
+
+
+def reward_curve(output_dir: Path) -> list[dict]:
+    """Per logged step of a PARL run: ``step``, mean ``reward``, ``valid_share`` and ``mean_d``.
+
+    TRL logs the mean reward and the valid share per step, but D is per rollout (``reward_parts.jsonl``, each row
+    with its step); "does D rise over training" needs its mean per step over the rollouts that have one (None: no
+    rollout had). Resume trims both files to the checkpoint, so a resumed run's curve has each step once.
+    """
+    d_by_step: dict[int, list[float]] = {}
+    for line in (output_dir / REWARD_PARTS_FILE).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("d") is not None:
+            d_by_step.setdefault(row["step"], []).append(row["d"])
+    logs = [json.loads(line) for line in (output_dir / METRICS_FILE).read_text().splitlines()]
+    logs = [r for r in logs if r.get("event") == "log" and "parl/valid_share" in r]
+    return [
+        {
+            "step": r["step"],
+            "reward": r.get("reward"),
+            "valid_share": r["parl/valid_share"],
+            "mean_d": (sum(d_by_step[r["step"]]) / len(d_by_step[r["step"]])) if d_by_step.get(r["step"]) else None,
+        }
+        for r in logs
+    ]
 
 
 if __name__ == "__main__":  # `accelerate launch -m persetrain.train.grpo --config RECIPE`
