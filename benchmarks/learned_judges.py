@@ -109,7 +109,7 @@ def train(module, recipe: Path, overrides: list[str], model_dir: Path) -> float:
     if (model_dir / "config.json").is_file():
         return 0.0
     start = time.perf_counter()
-    module.main(*module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides]))
+    module.main(*module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides])).trained_model()
     return time.perf_counter() - start
 
 

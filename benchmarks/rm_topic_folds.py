@@ -76,7 +76,7 @@ def run_fold(args, fold: int) -> dict:
     start = time.perf_counter()
     overrides = ["--dataset_path", str(data / "listwise"), "--output_dir", str(run / "model")]
     overrides += ["--report_to", "none", "--save_strategy", "no", *args.overrides]
-    rm.main(*rm.make_parser().parse_args_and_config(["--config", str(args.recipe), *overrides]))
+    rm.main(*rm.make_parser().parse_args_and_config(["--config", str(args.recipe), *overrides])).trained_model()
     train_seconds = time.perf_counter() - start
     metrics = meta_evaluate(
         MetaEvalConfig(

@@ -90,7 +90,7 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
             "--output_dir",
             str(out / "judge"),
         ]
-    ).model_dir
+    ).trained_model()
     timings["sft"] = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -171,8 +171,8 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                     ["--config", str(JUDGE_RECIPE), "--model_name_or_path", str(model)]
                     + ["--dataset_path", str(datasets[rules]), "--max_steps", str(steps), "--seed", str(seed + k)]
                     + ["--output_dir", str(cfg.out / (member if last else f"{member}-stage-{k}"))]
-                    + ["--save_strategy", "no", "--disable_tqdm", "true"]
-                ).model_dir
+                    + ["--disable_tqdm", "true"]
+                ).trained_model()
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)
     validation = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
@@ -249,7 +249,7 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
         args += ["--lora_alpha", "32", "--lora_dropout", "0.0", "--learning_rate", "2e-4", "--num_train_epochs", "1"]
         args += ["--per_device_train_batch_size", "1", "--max_length", "2048", "--report_to", "none"]
         args += ["--save_strategy", "no", "--logging_steps", "1", "--activation_checkpointing", "false"]
-        policy = str(run_sft([*args, "--disable_tqdm", "true"]).model_dir)
+        policy = str(run_sft([*args, "--disable_tqdm", "true"]).trained_model())
     return {
         "policy": policy,
         "warmstart_source": cfg.warmstart,
@@ -272,7 +272,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
     first, last = first_last_fifth([r["valid_share"] for r in curve])
     d_first, d_last = first_last_fifth([r["mean_d"] if r["mean_d"] is not None else 0.0 for r in curve])
     return {
-        "grpo_model": str(result.model_dir),
+        "grpo_model": str(result.trained_model()),
         "grpo_steps": result.global_step,
         "grpo_prompts": cfg.grpo_prompts,
         "user_negatives": cfg.user_negatives,

@@ -4,6 +4,12 @@ that finishes from summary.json instead of starting over."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
@@ -118,3 +124,46 @@ def test_curriculum_parses_and_refuses_a_malformed_stage():
         parse_curriculum("colon,all:5")
     with pytest.raises(ValueError, match="stages of at least 1 step"):
         ParlDemoConfig(judge_curriculum=parse_curriculum("all:0"))
+
+
+def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_dir, tmp_path):
+    """SIGTERM while the verifier trains: the command stops with 128 + 15, records no judge (its run directory holds
+    a checkpoint, not a model), and the same demo again resumes the verifier from that checkpoint."""
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "persetrain.cli", "demo", "parl", "--out", str(out)]
+    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "all:150"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "verifier" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while process.poll() is None and not (metrics.is_file() and '"loss"' in metrics.read_text()):
+        assert time.monotonic() < deadline, "the verifier logged no step in 300 s"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "stopped:" in output and "run the same command again to resume it" in " ".join(output.split())
+    recorded = json.loads((out / SUMMARY).read_text()) if (out / SUMMARY).is_file() else {}
+    assert "judge_s" not in recorded
+    checkpoints = sorted((out / "verifier").glob("checkpoint-*"))
+    assert len(checkpoints) == 1 and not (out / "verifier" / "merged").exists()
+    stopped_at = int(checkpoints[0].name.split("-")[1])
+    assert 10 <= stopped_at < 150
+
+    config = ParlDemoConfig(
+        out=out,
+        model=str(tiny_llama_dir),
+        judge_curriculum=parse_curriculum("all:150"),
+        warmstart_users=2,
+        warmstart_copies=1,
+        grpo_steps=1,
+        heldout_users=2,
+        runs=1,
+        max_new_tokens=8,
+    )
+    summary = run_parl_demo(config)
+    resolved = json.loads((out / "verifier" / "resolved_config.json").read_text())
+    assert resolved["resume_from_checkpoint"] == str(checkpoints[0])
+    assert summary["judge"] == str(out / "verifier" / "merged") and summary["judge_s"] >= 0
+    steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert max(r["step"] for r in steps if r["event"] == "log" and "loss" in r) == 150

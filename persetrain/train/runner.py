@@ -136,6 +136,29 @@ class RunResult:
         """0 for a finished run; 128 + signal for one stopped by a signal, as the shell would report it."""
         return 0 if self.stopped_by_signal is None else exit_code(self.stopped_by_signal)
 
+    def trained_model(self) -> Path:
+        """``model_dir`` of a finished run, for a pipeline that goes on from it; a stopped run raises
+        :class:`TrainingStopped`."""
+        if self.stopped_by_signal is not None:
+            raise TrainingStopped(self)
+        return self.model_dir
+
+
+class TrainingStopped(RuntimeError):
+    """A run that a pipeline goes on from (a demo's judge, its GRPO) was stopped by a signal after its checkpoint.
+
+    Why an exception: the stopped run's directory holds a checkpoint, not a model, and a pipeline that went on
+    from it would train or judge with an unfinished model and record the stage as done. Stopping the pipeline
+    with the run's exit code (128 + signal, what a scheduler reads) lets the same command resume the run.
+    """
+
+    def __init__(self, result: RunResult):
+        super().__init__(
+            f"{result.output_dir}: training stopped by signal {result.stopped_by_signal} at step "
+            f"{result.global_step}, after saving a checkpoint; run the same command again to resume it"
+        )
+        self.exit_code = result.exit_code
+
 
 def checkpoint_to_resume(training_args) -> str | None:
     """``resume_from_checkpoint`` when set, else the newest complete checkpoint when ``auto_resume``."""
