@@ -25,6 +25,11 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
+def is_quiet() -> bool:
+    """Whether progress is off: for the loops that draw their own bars (a Trainer's ``disable_tqdm``)."""
+    return _quiet
+
+
 def progress() -> Progress:
     """A progress display that is disabled when quiet; use ``add_task``/``advance`` for manual steps."""
     return Progress(

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from persetrain.console import console
+from persetrain.console import console, is_quiet
 from persetrain.demo_parl_report import write_report
 from persetrain.io import write_json
 from persetrain.models import DEFAULT_MODEL
@@ -140,6 +140,11 @@ class ParlDemoConfig:
             raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
 
 
+def _no_bars() -> str:
+    """``--disable_tqdm`` of a stage's training run: its progress bar shows unless ``persetrain -q``."""
+    return str(is_quiet()).lower()
+
+
 def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from datasets import load_from_disk
 
@@ -171,7 +176,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                     ["--config", str(JUDGE_RECIPE), "--model_name_or_path", str(model)]
                     + ["--dataset_path", str(datasets[rules]), "--max_steps", str(steps), "--seed", str(seed + k)]
                     + ["--output_dir", str(cfg.out / (member if last else f"{member}-stage-{k}"))]
-                    + ["--disable_tqdm", "true"]
+                    + ["--disable_tqdm", _no_bars()]
                 ).trained_model()
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)
@@ -249,7 +254,7 @@ def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
         args += ["--lora_alpha", "32", "--lora_dropout", "0.0", "--learning_rate", "2e-4", "--num_train_epochs", "1"]
         args += ["--per_device_train_batch_size", "1", "--max_length", "2048", "--report_to", "none"]
         args += ["--save_strategy", "no", "--logging_steps", "1", "--activation_checkpointing", "false"]
-        policy = str(run_sft([*args, "--disable_tqdm", "true"]).trained_model())
+        policy = str(run_sft([*args, "--disable_tqdm", _no_bars()]).trained_model())
     return {
         "policy": policy,
         "warmstart_source": cfg.warmstart,
@@ -267,7 +272,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
     args = ["--config", str(GRPO_RECIPE), "--model_name_or_path", policy, "--dataset_path", str(data)]
     args += ["--output_dir", str(grpo_out), "--judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
     args += ["--gradient_accumulation_steps", str(cfg.grpo_prompts)]
-    result = run_grpo([*args, "--disable_tqdm", "true"])
+    result = run_grpo([*args, "--disable_tqdm", _no_bars()])
     curve = reward_curve(grpo_out)
     first, last = first_last_fifth([r["valid_share"] for r in curve])
     d_first, d_last = first_last_fifth([r["mean_d"] if r["mean_d"] is not None else 0.0 for r in curve])
