@@ -273,11 +273,12 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
     args += ["--output_dir", str(grpo_out), "--judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
     args += ["--gradient_accumulation_steps", str(cfg.grpo_prompts)]
     result = run_grpo([*args, "--disable_tqdm", _no_bars()])
+    model = result.trained_model()
     curve = reward_curve(grpo_out)
     first, last = first_last_fifth([r["valid_share"] for r in curve])
     d_first, d_last = first_last_fifth([r["mean_d"] if r["mean_d"] is not None else 0.0 for r in curve])
     return {
-        "grpo_model": str(result.trained_model()),
+        "grpo_model": str(model),
         "grpo_steps": result.global_step,
         "grpo_prompts": cfg.grpo_prompts,
         "user_negatives": cfg.user_negatives,
