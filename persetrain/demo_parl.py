@@ -154,6 +154,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from persetrain.engine.ensemble import EnsembleBackend
     from persetrain.rewards.parl import RubricJudge
     from persetrain.rewards.parl_judge_eval import judge_accuracy
+    from persetrain.train.runner import MERGED_DIR
     from persetrain.train.sft import run_sft
 
     prepare_verifier(
@@ -171,12 +172,14 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
             member = "verifier" if seed == cfg.seed else f"verifier-seed-{seed}"
             model = cfg.model
             for k, (rules, steps) in enumerate(cfg.judge_curriculum):
-                last = k == len(cfg.judge_curriculum) - 1
+                out = cfg.out / (member if k == len(cfg.judge_curriculum) - 1 else f"{member}-stage-{k}")
+                if (out / MERGED_DIR).is_dir():  # finished by an earlier run of the demo (the runner writes it whole)
+                    model = out / MERGED_DIR
+                    continue
                 model = run_sft(
                     ["--config", str(JUDGE_RECIPE), "--model_name_or_path", str(model)]
                     + ["--dataset_path", str(datasets[rules]), "--max_steps", str(steps), "--seed", str(seed + k)]
-                    + ["--output_dir", str(cfg.out / (member if last else f"{member}-stage-{k}"))]
-                    + ["--disable_tqdm", _no_bars()]
+                    + ["--output_dir", str(out), "--disable_tqdm", _no_bars()]
                 ).trained_model()
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)

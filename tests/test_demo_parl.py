@@ -127,11 +127,12 @@ def test_curriculum_parses_and_refuses_a_malformed_stage():
 
 
 def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_dir, tmp_path):
-    """SIGTERM while the verifier trains: the command stops with 128 + 15, records no judge (its run directory holds
-    a checkpoint, not a model), and the same demo again resumes the verifier from that checkpoint."""
+    """SIGTERM while the verifier's second stage trains: the command stops with 128 + 15 and records no judge (the
+    stage's run directory holds a checkpoint, not a model); the same demo again keeps the finished first stage and
+    resumes the second from its checkpoint."""
     out = tmp_path / "demo"
     command = [sys.executable, "-m", "persetrain.cli", "demo", "parl", "--out", str(out)]
-    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "all:150"]
+    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "colon:1,all:150"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "verifier" / "metrics.jsonl"
@@ -149,11 +150,13 @@ def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_d
     assert len(checkpoints) == 1 and not (out / "verifier" / "merged").exists()
     stopped_at = int(checkpoints[0].name.split("-")[1])
     assert 10 <= stopped_at < 150
+    first_stage = out / "verifier-stage-0" / "merged" / "config.json"
+    before = first_stage.stat().st_mtime_ns  # the first stage had finished
 
     config = ParlDemoConfig(
         out=out,
         model=str(tiny_llama_dir),
-        judge_curriculum=parse_curriculum("all:150"),
+        judge_curriculum=parse_curriculum("colon:1,all:150"),
         warmstart_users=2,
         warmstart_copies=1,
         grpo_steps=1,
@@ -162,6 +165,7 @@ def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_d
         max_new_tokens=8,
     )
     summary = run_parl_demo(config)
+    assert first_stage.stat().st_mtime_ns == before  # not trained again
     resolved = json.loads((out / "verifier" / "resolved_config.json").read_text())
     assert resolved["resume_from_checkpoint"] == str(checkpoints[0])
     assert summary["judge"] == str(out / "verifier" / "merged") and summary["judge_s"] >= 0

@@ -23,7 +23,7 @@ from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 
 from persetrain.environment import environment
-from persetrain.io import InputError, trim_step_log, write_json
+from persetrain.io import InputError, atomic_dir, trim_step_log, write_json
 from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
@@ -264,8 +264,9 @@ def _finish(
     ):
         model_dir = output_dir / MERGED_DIR
         merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-        merged.save_pretrained(str(model_dir))
-        trainer.processing_class.save_pretrained(str(model_dir))
+        with atomic_dir(model_dir) as tmp:  # a run killed while merging leaves no half-written model to load
+            merged.save_pretrained(str(tmp))
+            trainer.processing_class.save_pretrained(str(tmp))
     trainer.end()
     return RunResult(
         output_dir=output_dir,
