@@ -21,8 +21,8 @@ from persetrain.models import ModelSpecError
 
 class _ErrorsAsOneLine(TyperGroup):
     """Every command's expected failures - bad input, an unknown model, a model server that does not
-    answer - end as one ``error:`` line and exit code 2, never a traceback; a pipeline whose training run a
-    signal stopped ends as one ``stopped:`` line and the run's exit code (128 + signal)."""
+    answer - end as one ``error:`` line and exit code 2, never a traceback; a command whose training run a
+    signal stopped (``persetrain sft``, a demo) ends as one ``stopped:`` line and the run's exit code (128 + signal)."""
 
     def invoke(self, ctx):
         from persetrain.engine import EngineError
@@ -32,7 +32,7 @@ class _ErrorsAsOneLine(TyperGroup):
             return super().invoke(ctx)
         except (InputError, ModelSpecError, EngineError, ValueError) as err:
             _fail(err)
-        except TrainingStopped as err:  # a pipeline's training run checkpointed on SIGTERM / SIGUSR1: rerun resumes
+        except TrainingStopped as err:  # a training run checkpointed on SIGTERM / SIGUSR1: rerun resumes
             console.print("[yellow]stopped:[/yellow]", escape(str(err)))
             raise typer.Exit(code=err.exit_code) from None
 

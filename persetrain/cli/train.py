@@ -146,9 +146,7 @@ def sft(ctx: typer.Context) -> None:
     """
     from persetrain.train.sft import run_sft
 
-    result = run_sft(list(ctx.args))
-    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
-        raise typer.Exit(code=result.exit_code)
+    run_sft(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -160,9 +158,7 @@ def rm(ctx: typer.Context) -> None:
     """
     from persetrain.train.rm import run_rm
 
-    result = run_rm(list(ctx.args))
-    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
-        raise typer.Exit(code=result.exit_code)
+    run_rm(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -187,6 +183,4 @@ def grpo(
         raise ValueError(f"--backend {backend!r}: expected trl or verl")
     from persetrain.train.grpo import run_grpo
 
-    result = run_grpo(list(ctx.args))
-    if result.exit_code:  # stopped by SIGTERM / SIGUSR1 after saving a checkpoint: rerun to resume
-        raise typer.Exit(code=result.exit_code)
+    run_grpo(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal
