@@ -26,14 +26,18 @@ class _ErrorsAsOneLine(TyperGroup):
 
     def invoke(self, ctx):
         from persetrain.engine import EngineError
+        from persetrain.launch.accelerate import LaunchStopped, RankFailed
         from persetrain.train.runner import TrainingStopped
 
         try:
             return super().invoke(ctx)
         except (InputError, ModelSpecError, EngineError, ValueError) as err:
             _fail(err)
-        except TrainingStopped as err:  # a training run checkpointed on SIGTERM / SIGUSR1: rerun resumes
+        except (TrainingStopped, LaunchStopped) as err:  # checkpointed on SIGTERM / SIGINT / SIGUSR1: rerun resumes
             console.print("[yellow]stopped:[/yellow]", escape(str(err)))
+            raise typer.Exit(code=err.exit_code) from None
+        except RankFailed as err:  # the rank's own error is in its output; this names which and how
+            console.print("[red]error:[/red]", escape(str(err)))
             raise typer.Exit(code=err.exit_code) from None
 
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from persetrain.io import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 FULL_WEIGHTS = ("model.safetensors", "model-*-of-*.safetensors", "pytorch_model.bin", "pytorch_model-*-of-*.bin")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -83,8 +86,9 @@ def is_reward_model(checkpoint: Path) -> bool:
     return task == "SEQ_CLS" or any(a.endswith("ForSequenceClassification") for a in architectures)
 
 
-def merge_adapter(checkpoint: Path, base: str, out: Path) -> None:
-    """Load the base, apply the adapter, fold it in and save full weights + the checkpoint's tokenizer."""
+def merge_adapter(checkpoint: Path, base: str, out: Path, dtype: torch.dtype | str = "auto") -> None:
+    """Load the base (in ``dtype``; "auto": as it was saved), apply the adapter, fold it in and save full weights
+    + the checkpoint's tokenizer."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -92,12 +96,15 @@ def merge_adapter(checkpoint: Path, base: str, out: Path) -> None:
 
     if is_reward_model(checkpoint):
         model = AutoModelForSequenceClassification.from_pretrained(
-            str(local_weights_dir(base)), num_labels=1, dtype="auto"
+            str(local_weights_dir(base)), num_labels=1, dtype=dtype
         )
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype="auto")
-    merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
-    merged.save_pretrained(str(out))
+        model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype=dtype)
     # The checkpoint's tokenizer (with the chat template training used); an adapter folder has no model
     # config, so it is read as a plain tokenizer folder.
-    AutoTokenizer.from_pretrained(str(checkpoint)).save_pretrained(str(out))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    if model.config.pad_token_id is None:  # as the trainers set it: a classifier reads its last non-pad token
+        model.config.pad_token_id = tokenizer.pad_token_id
+    merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+    merged.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from persetrain.launch.inputs import resolve_relative
 from persetrain.launch.plan import LaunchPlan
 
 
@@ -33,6 +34,7 @@ class LaunchCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    elastic: bool = True  # started by torch elastic's agent (torchrun; accelerate launch of a distributed config)
 
     def shell(self) -> str:
         """The command as one shell line, environment assignments first."""
@@ -60,24 +62,96 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(cpu_threads_per_process(plan.num_processes))
         return LaunchCommand(argv, env, list(plan.notes))
+    elastic = plan.num_processes > 1 or plan.accelerate_config.get("distributed_type", "NO") != "NO"
     argv = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
         argv += ["--num_processes", str(plan.num_processes)]
-    return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, list(plan.notes))
+    deepspeed_json = (plan.accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file")
+    if deepspeed_json:  # accelerate reads it from the working directory; the launch may run from anywhere
+        path = resolve_relative(deepspeed_json, plan.accelerate_config_path).resolve()
+        argv += ["--deepspeed_config_file", str(path)]
+    return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, list(plan.notes), elastic)
+
+
+#: How long a rank may take to save its checkpoint after a stop signal before torch elastic kills it
+#: (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``; elastic's own default, 30 s, is too short for a sharded 7B checkpoint).
+SHUTDOWN_SECONDS = 300
+
+
+class LaunchStopped(RuntimeError):
+    """Every rank checkpointed and stopped on a signal; ``exit_code`` is 128 + it, as from ``persetrain sft``."""
+
+    def __init__(self, signum: int):
+        super().__init__(
+            f"every rank stopped on signal {signum} after saving a checkpoint; run the same command to resume"
+        )
+        self.exit_code = 128 + signum  # as the shell reports a process ended by the signal (signals.exit_code)
+
+
+class RankFailed(RuntimeError):
+    """A rank exited with an error; torch elastic stopped the others. Its own message is in its output above."""
+
+    exit_code = 1
 
 
 def run(command: LaunchCommand) -> int:
-    """Run ``command`` with this interpreter's scripts first on PATH; forward SIGTERM/SIGINT/SIGUSR1 to it.
+    """Run ``command`` here and return its exit code; a stop signal ends as :class:`LaunchStopped`.
 
-    Forwarding lets a scheduler's preemption signal reach the trainer, which saves a checkpoint on SIGUSR1.
+    Several processes (``torchrun``, and ``accelerate launch`` of a DeepSpeed, FSDP or multi-GPU config) are
+    started by torch elastic's agent *in this process*, so that this process is the ranks' parent: the agent
+    passes SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 on to every rank (each saves a checkpoint and stops), waits for
+    them, and its outcome comes back here as an exception read into one line, not as the agent's traceback.
+    A rank whose launcher is killed outright dies with it (``persetrain.train.signals.die_with_parent``).
+    One process without a distributed config runs as a child that receives the same signals.
     """
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, **command.env, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
-    proc = subprocess.Popen(command.argv, env=env)
-    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-    previous = {sig: signal.signal(sig, lambda s, _f: proc.send_signal(s)) for sig in forwarded}
+    from persetrain.train.signals import STOP_SIGNALS  # imports torch: not needed to plan or print a command
+
+    os.environ.update(command.env)
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    if command.argv[:2] == ["accelerate", "launch"] and not command.elastic:
+        return _run_child(command.argv, STOP_SIGNALS)
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = ",".join(s.name for s in (*STOP_SIGNALS, signal.SIGHUP))
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_SECONDS))
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     try:
-        return proc.wait()
+        if command.argv[0] == "torchrun":
+            from torch.distributed.run import parse_args
+            from torch.distributed.run import run as torchrun
+
+            torchrun(parse_args(command.argv[1:]))
+        else:
+            from accelerate.commands.launch import launch_command, launch_command_parser
+
+            launch_command(launch_command_parser().parse_args(command.argv[2:]))
+    except SignalException as stop:
+        raise LaunchStopped(stop.sigval) from None
+    except ChildFailedError as failed:
+        failures = sorted(failed.failures.values(), key=lambda f: f.global_rank)
+        stops = {f.exitcode - 128 for f in failures} & set(STOP_SIGNALS)
+        if stops and all(f.exitcode - 128 in stops for f in failures):  # signalled directly, e.g. by Slurm
+            raise LaunchStopped(min(stops)) from None
+        described = "; ".join(
+            f"rank {f.global_rank} (pid {f.pid}) exited with {_exit_status(f.exitcode)}" for f in failures
+        )
+        raise RankFailed(f"{described}; torch elastic stopped the other ranks (each rank's error is above)") from None
+    return 0
+
+
+def _exit_status(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+
+
+def _run_child(argv: list[str], stop_signals: tuple[int, ...]) -> int:
+    """One process: run it as a child and pass it the stop signals, which its trainer acts on."""
+    proc = subprocess.Popen(argv)
+    previous = {sig: signal.signal(sig, lambda s, _f: proc.send_signal(s)) for sig in stop_signals}
+    try:
+        code = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if code - 128 in stop_signals:
+        raise LaunchStopped(code - 128)
+    return code

@@ -118,8 +118,8 @@ def plan_launch(
     if problems:
         raise LaunchError("\n".join(problems))
 
-    tuned_world = int(config.get("num_processes") or 1)
-    world = num_processes or tuned_world
+    tuned_world = _tuned_world(recipe_path, recipe, overrides, config)
+    world = num_processes or int(config.get("num_processes") or 1)
     if world < 1:
         raise LaunchError(f"--num-processes must be at least 1, not {world}")
     if cpu is None:
@@ -130,6 +130,19 @@ def plan_launch(
     plan = LaunchPlan(recipe_path, recipe, trainer, config_path, config, world, overrides, cpu)
     _keep_global_batch(plan, tuned_world)
     return plan
+
+
+def _tuned_world(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config: dict[str, Any]) -> int:
+    """The world size the recipe's batch keys were tuned for: that of the accelerate config the recipe names.
+
+    A recipe launched with another config (``--accelerate-config``) keeps its global batch: the CPU recipe's
+    batch of 4 on one process stays 4 on two ZeRO-3 ranks, not the 8-GPU config's 32.
+    """
+    named = recipe_value(recipe, overrides, "accelerate_config")
+    own = resolve_relative(named, recipe_path) if named else None
+    if own is None or not own.is_file():
+        return int(config.get("num_processes") or 1)
+    return int(read_yaml_mapping(own, "accelerate config").get("num_processes") or 1)
 
 
 def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str]) -> None:
@@ -166,7 +179,7 @@ def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
         raise LaunchError(
             f"{plan.recipe_path}: {plan.num_processes} processes do not divide the global batch {global_batch} "
             f"(per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
-            f"{tuned_world} processes of {plan.accelerate_config_path}); use a number of processes that divides "
+            f"{tuned_world} processes it was tuned for); use a number of processes that divides "
             f"{global_batch // per_device}, or choose another global batch with --gradient_accumulation_steps"
         )
     new_accumulation = global_batch // (per_device * plan.num_processes)

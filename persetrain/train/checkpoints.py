@@ -20,8 +20,13 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from persetrain.io import InputError
+
 TRAINER_STATE = "trainer_state.json"
 _STEP = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+_RANK_RNG = re.compile(r"^rng_state_(\d+)\.pth$")
+#: Files that hold one rank's part of the weights or optimizer state, by what wrote them.
+_SHARDED = {"DeepSpeed ZeRO": ("global_step*/*_optim_states.pt",), "FSDP": ("pytorch_model_fsdp_*", "optimizer_*")}
 
 
 def is_complete(checkpoint: str | os.PathLike) -> bool:
@@ -45,3 +50,32 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         if is_complete(path):
             return str(path)
     return None
+
+
+def saved_world_size(checkpoint: str | os.PathLike) -> int | None:
+    """How many processes saved ``checkpoint``: each rank writes its RNG state (``rng_state_<rank>.pth``; one
+    process writes ``rng_state.pth``). None when it has none."""
+    names = [p.name for p in Path(checkpoint).glob("rng_state*.pth")]
+    ranks = [int(m.group(1)) for name in names if (m := _RANK_RNG.match(name))]
+    if ranks:
+        return max(ranks) + 1
+    return 1 if "rng_state.pth" in names else None
+
+
+def check_world_size(checkpoint: str | os.PathLike, world_size: int) -> None:
+    """Refuse to resume a checkpoint whose state is split by rank on another number of processes.
+
+    Why: DeepSpeed's ZeRO partitions and FSDP's sharded state hold one part per rank; loaded by another number of
+    ranks, DeepSpeed fails deep inside its loader and a sharded optimizer state could load into the wrong
+    parameters. A DDP or one-process checkpoint holds the whole state, and resumes on any number of processes.
+    """
+    saved = saved_world_size(checkpoint)
+    if saved is None or saved == world_size:
+        return
+    for writer, patterns in _SHARDED.items():
+        if any(next(Path(checkpoint).glob(pattern), None) for pattern in patterns):
+            raise InputError(
+                Path(checkpoint),
+                f"saved by {saved} processes ({writer} state, one part per rank); this run has {world_size}: "
+                f"resume it on {saved} (persetrain launch --num-processes {saved}), or start a new output_dir",
+            )

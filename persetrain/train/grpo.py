@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,12 +43,11 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
-from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_trainer
+from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -286,7 +284,4 @@ def reward_curve(output_dir: Path) -> list[dict]:
 
 
 if __name__ == "__main__":  # `accelerate launch -m persetrain.train.grpo --config RECIPE`
-    try:
-        sys.exit(run_grpo().exit_code)
-    except (RecipeError, InputError) as err:
-        sys.exit(f"error: {err}")
+    run_as_script(run_grpo)

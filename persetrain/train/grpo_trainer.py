@@ -13,6 +13,7 @@ import time
 import torch
 import trl
 from transformers import DynamicCache
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from trl import GRPOTrainer
 from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
@@ -44,7 +45,10 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
         samples with ``generate``'s processors for TRL's generation config (:func:`sampling_processors`); a
         rollout leaves the batch at its end-of-sequence token, which it keeps, as TRL cuts it. Greedy rollouts
         equal TRL's (``tests/test_grpo.py``). vLLM, continuous batching, images, a configured cache
-        implementation or ``generation_kwargs`` and batches with no repeated prompt take TRL's path.
+        implementation or ``generation_kwargs``, batches with no repeated prompt and weights that stay sharded
+        while decoding (FSDP; ZeRO-3 without ``ds3_gather_for_generation``) take TRL's path: there every forward
+        gathers the weights with every rank, and a rank whose rollouts all ended would stop forwarding while the
+        others wait for it; ``generate`` keeps the ranks in step (``synced_gpus``), this loop does not.
         """
         groups = _rows_by_prompt(prompt_ids)
         if (
@@ -55,6 +59,7 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
             or self.generation_config.cache_implementation is not None
             or self.args.generation_kwargs
             or len(groups) == len(prompt_ids)
+            or (self._weights_sharded() and not (self.is_deepspeed_enabled and self.args.ds3_gather_for_generation))
         ):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
@@ -127,8 +132,12 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
         completion to the batch's longest, and one rollout that runs to a 192-token limit next to three of
         45 tokens would more than double the completion tokens computed. Same values as TRL's path within
         float rounding (``tests/test_grpo.py``). Multimodal inputs, MoE auxiliary losses, activation
-        checkpointing (which recomputes layers, so a layer's cache would be written twice) and batches with
-        no repeated prompt take TRL's path.
+        checkpointing (which recomputes layers, so a layer's cache would be written twice), batches with
+        no repeated prompt and sharded weights (ZeRO-3, FSDP) take TRL's path. Sharded weights because each
+        forward there is a collective of every rank (ZeRO-3 gathers the weights, and checks that every rank
+        asks for the same ones): this path runs one forward per distinct prompt and per length chunk, numbers
+        that differ between ranks, and a rank with fewer went on to the loss's all-reduce while another waited
+        in its next forward, a hang with no error. TRL's path runs ``rows / batch_size`` forwards on every rank.
         """
         prompt_ids, prompt_mask = input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep]
         groups = _rows_by_prompt(ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True))
@@ -138,6 +147,7 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
             or self.args.activation_checkpointing
             or len(groups) == input_ids.size(0)
             or min(len(prompt) for prompt in groups) < 2
+            or self._weights_sharded()
         ):
             return super()._get_per_token_logps_and_entropies(
                 model,
@@ -195,6 +205,10 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
             return model(
                 input_ids=ids, attention_mask=mask, **cache_argument(model, expanded), labels=labels, fused_lm_head=True
             )
+
+    def _weights_sharded(self) -> bool:
+        """Whether each rank holds only a shard of the weights (ZeRO-3, FSDP), so that every forward is a collective."""
+        return self.is_fsdp_enabled or (self.is_deepspeed_enabled and is_deepspeed_zero3_enabled())
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         start = time.perf_counter()

@@ -27,7 +27,6 @@ path (a question's context is most of its tokens and TRL recomputes it for every
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,9 +40,9 @@ from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
 from persetrain.reward_batches import ListwiseCollator, option_rewards
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
-from persetrain.train.recipe import RecipeError, RecipeParser
+from persetrain.train.recipe import RecipeParser
 from persetrain.train.rm_listwise import LISTWISE_COLUMNS, person_contrast_loss, ranking_loss, tokenize_listwise
-from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
+from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 
 #: Losses of a listwise dataset (a pairs dataset always trains TRL's Bradley-Terry).
 LOSSES = ("listwise", "bradley_terry")
@@ -263,7 +262,4 @@ def run_rm(argv: Sequence[str] | None = None) -> RunResult:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(run_rm().exit_code)
-    except (RecipeError, InputError) as err:
-        sys.exit(f"error: {err}")
+    run_as_script(run_rm)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,11 +24,12 @@ from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 
 from persetrain.environment import environment
+from persetrain.hub.checkpoint import merge_adapter
 from persetrain.io import InputError, atomic_dir, trim_step_log, write_json
-from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.checkpoints import check_world_size, last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
-from persetrain.train.signals import CheckpointOnSignal, exit_code
+from persetrain.train.signals import CheckpointOnSignal, die_with_parent, exit_code
 
 METRICS_FILE = "metrics.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.json"
@@ -160,6 +162,32 @@ class TrainingStopped(RuntimeError):
         self.exit_code = result.exit_code
 
 
+class CollectiveFailed(RuntimeError):
+    """A collective of a multi-process run failed: it waited past the process group's timeout, or a peer died.
+
+    Why its own error: the library's message names neither the rank nor the step, and which one waited on what
+    is what a person reads first (the rank that is missing is the one whose output ends earlier).
+    """
+
+    def __init__(self, trainer, training_args, err: Exception):
+        rank = trainer.args.process_index
+        super().__init__(
+            f"{training_args.output_dir}: rank {rank} of {trainer.args.world_size}, step "
+            f"{trainer.state.global_step + 1}: a collective failed (another rank stopped, died or is stuck; the "
+            f"wait is bounded by ddp_timeout, {training_args.ddp_timeout} s): {type(err).__name__}: {err}"
+        )
+
+
+def run_as_script(run: Callable[[], RunResult]) -> None:
+    """What ``python -m persetrain.train.<trainer>`` (and each rank of a launch) exits with: the run's exit code
+    (128 + signal when a signal stopped it), or one ``error:`` line for a bad recipe or input or a failed
+    collective, never a traceback."""
+    try:
+        sys.exit(run().exit_code)
+    except (RecipeError, InputError, CollectiveFailed) as err:
+        sys.exit(f"error: {err}")
+
+
 def checkpoint_to_resume(training_args) -> str | None:
     """``resume_from_checkpoint`` when set, else the newest complete checkpoint when ``auto_resume``."""
     if training_args.resume_from_checkpoint:
@@ -206,6 +234,7 @@ def run_trainer(
     stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
     output directory never looks finished when it is not; rerunning the command resumes it.
     """
+    die_with_parent()
     output_dir = Path(training_args.output_dir)
     stop = CheckpointOnSignal()
     resume = checkpoint_to_resume(training_args)
@@ -215,6 +244,8 @@ def run_trainer(
         model_args,
         [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]), stop, *callbacks],
     )
+    if resume is not None:
+        check_world_size(resume, trainer.args.world_size)
     if trainer.is_world_process_zero():
         write_json(
             output_dir / RESOLVED_CONFIG_FILE,
@@ -226,7 +257,10 @@ def run_trainer(
                 "environment": environment(getattr(torch, model_args.dtype)),
             },
         )
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except torch.distributed.DistError as err:
+        raise CollectiveFailed(trainer, training_args, err) from err
     return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
 
 
@@ -235,8 +269,12 @@ def _finish(
 ) -> RunResult:
     """A run stopped by a signal keeps only its checkpoint (rerunning resumes it). A finished run saves the
     model (or adapter) and tokenizer, metrics and state; a LoRA run also writes a merged copy under
-    ``merged/`` - not for quantised weights, and not under DeepSpeed, whose ZeRO-3 shards the weights
-    merging needs whole in one process.
+    ``merged/`` (not for quantised weights, which have no full-precision copy to fold the adapter into).
+
+    The merge reads back what ``save_model`` wrote, the base model and the saved adapter, in one process
+    after every rank has saved: under ZeRO-3 and FSDP no rank holds the whole model in memory (each has a
+    shard, gathered only into the saved files), and reading the files makes the merged model the same
+    whatever the run was sharded with.
     """
     if stopped_by_signal is not None:
         trainer.end()
@@ -248,25 +286,18 @@ def _finish(
             metrics=dict(result.metrics),
             stopped_by_signal=stopped_by_signal,
         )
-    trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer
+    trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer; gathered from the shards when sharded
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
 
     model_dir = output_dir
-    quantized = model_args.load_in_4bit or model_args.load_in_8bit
-    if (
-        model_args.use_peft
-        and training_args.merge_adapter
-        and not quantized
-        and not trainer.is_deepspeed_enabled
-        and trainer.is_world_process_zero()
-    ):
+    if model_args.use_peft and training_args.merge_adapter and not (model_args.load_in_4bit or model_args.load_in_8bit):
         model_dir = output_dir / MERGED_DIR
-        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-        with atomic_dir(model_dir) as tmp:  # a run killed while merging leaves no half-written model to load
-            merged.save_pretrained(str(tmp))
-            trainer.processing_class.save_pretrained(str(tmp))
+        trainer.accelerator.wait_for_everyone()  # every rank's part of the adapter is in the saved files
+        if trainer.is_world_process_zero():
+            with atomic_dir(model_dir) as tmp:  # a run killed while merging leaves no half-written model to load
+                merge_adapter(output_dir, model_args.model_name_or_path, tmp, dtype=getattr(torch, model_args.dtype))
     trainer.end()
     return RunResult(
         output_dir=output_dir,

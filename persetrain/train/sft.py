@@ -28,7 +28,6 @@ What this module adds to TRL, and why:
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,12 +36,11 @@ import torch.nn.functional as F
 from transformers import TrainerCallback
 from trl import SFTTrainer, get_peft_config, get_quantization_config
 
-from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
 from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig
 from persetrain.train.prefix_pack import PrefixGroupedSampler, SharedPrefixCollator, additive_mask
-from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_trainer
+from persetrain.train.recipe import RecipeParser
+from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 
 
 class CompletionOnlySFTTrainer(SFTTrainer):
@@ -233,7 +231,4 @@ def run_sft(argv: Sequence[str] | None = None) -> RunResult:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(run_sft().exit_code)
-    except (RecipeError, InputError) as err:
-        sys.exit(f"error: {err}")
+    run_as_script(run_sft)
