@@ -23,10 +23,9 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.models import load_model
-from persetrain.train.checkpoints import is_complete, last_complete_checkpoint
-from persetrain.train.rm import run_rm
-from persetrain.train.runner import METRICS_FILE, MERGED_DIR
+from persetrain.io import InputError
+from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.runner import MERGED_DIR, METRICS_FILE
 from persetrain.train.sft import run_sft
 from persetrain.train.signals import exit_code
 
@@ -40,6 +39,8 @@ GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
 ONE_PROCESS = ("--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
 COMMON = ("--logging_steps", "1", "--disable_tqdm", "true", "--report_to", "none", "--seed", "0")
+#: Steps of the SFT runs: enough that a signal sent after the first few lands before the end.
+STEPS = 24
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -142,13 +143,13 @@ def preference_dir(tmp_path_factory) -> Path:
 def _sft_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
     return [
         *("--model_name_or_path", str(model), "--dataset_path", str(data), "--output_dir", str(out)),
-        *("--save_steps", "1000", "--max_train_samples", "32", *extra),
+        *("--save_steps", "1000", "--max_train_samples", "64", *extra),
     ]
 
 
 @pytest.fixture(scope="module")
 def sft_reference(tiny_llama_dir, perse_dir, tmp_path_factory) -> dict[str, Path]:
-    """One process, batch 2, six steps, fp32: LoRA (the CPU recipe) and full fine-tuning."""
+    """One process, batch 2, fp32: LoRA (the CPU recipe) and full fine-tuning."""
     root = tmp_path_factory.mktemp("sft-reference")
     runs = {"lora": (), "full": ("--use_peft", "false", "--learning_rate", "1e-4")}
     for name, extra in runs.items():
@@ -158,7 +159,7 @@ def sft_reference(tiny_llama_dir, perse_dir, tmp_path_factory) -> dict[str, Path
                 str(SFT_RECIPE),
                 *COMMON,
                 *ONE_PROCESS,
-                *_sft_args(tiny_llama_dir, perse_dir, root / name, "--max_steps", "6", *extra),
+                *_sft_args(tiny_llama_dir, perse_dir, root / name, "--max_steps", str(STEPS), *extra),
             ]
         )
     return {name: root / name for name in runs}
@@ -169,11 +170,77 @@ def test_sft_under_deepspeed_equals_one_process(config, kind, tiny_llama_dir, pe
     """ZeRO-2 with LoRA, ZeRO-3 with both offloads and full fine-tuning: the reference's losses and weights."""
     extra = ("--use_peft", "false", "--learning_rate", "1e-4") if kind == "full" else ()
     out = tmp_path / config
-    _launch(SFT_RECIPE, config, *TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", "6", *extra))
-    _assert_same_losses(out, sft_reference[kind], 6)
+    _launch(SFT_RECIPE, config, *TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), *extra))
+    _assert_same_losses(out, sft_reference[kind], STEPS)
     begin = _records(out)[0]
     assert begin["event"] == "train_begin" and begin["world_size"] == 2
     final = MERGED_DIR if kind == "lora" else "."
     _assert_same_weights(out / final, sft_reference[kind] / final)  # ZeRO-3's shards gathered at save
     if kind == "lora":
         assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_same_model(
+    tiny_llama_dir, perse_dir, sft_reference, tmp_path
+):
+    """USR1 to the launcher (a scheduler's notice) reaches both ZeRO-3 ranks: one checkpoint, one ``stopped:`` line
+    and 128 + USR1. One process may not load the two ranks' partitions; the same command resumes, and the run
+    ends with the reference's losses, each step logged once, and its merged model."""
+    out = tmp_path / "zero3"
+    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS)))
+    process = _start(SFT_RECIPE, "deepspeed_zero3", *args)
+    _wait_for_step(process, out, 2)
+    process.send_signal(signal.SIGUSR1)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == exit_code(signal.SIGUSR1), output[-6000:]
+    stopped = [line for line in output.splitlines() if line.startswith("stopped:")]
+    assert len(stopped) == 1 and "Traceback" not in output, output[-6000:]
+    saved = last_complete_checkpoint(out)
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) < STEPS and not (out / MERGED_DIR).exists()
+
+    with pytest.raises(
+        InputError, match=r"saved by 2 processes \(DeepSpeed ZeRO state, one part per rank\); this run has 1"
+    ):
+        run_sft(["--config", str(SFT_RECIPE), *COMMON, *ONE_PROCESS, *args[4:]])
+
+    _launch(SFT_RECIPE, "deepspeed_zero3", *args)
+    assert [r["step"] for r in _records(out) if r["event"] == "train_begin"] == [0, int(saved.rsplit("-", 1)[1])]
+    _assert_same_losses(out, sft_reference["lora"], STEPS)
+    _assert_same_weights(out / MERGED_DIR, sft_reference["lora"] / MERGED_DIR)
+
+
+def test_fsdp_survives_a_killed_rank_and_a_sigterm_and_ends_as_one_process_does(
+    tiny_llama_dir, perse_dir, sft_reference, tmp_path
+):
+    """FSDP (full fine-tuning): SIGKILL of one rank ends the job in bounded time with one line naming the rank, and
+    leaves no rank behind; the rerun starts from the last complete checkpoint; SIGTERM to the launcher
+    checkpoints and stops; the third run finishes with the reference's losses and gathered weights."""
+    out = tmp_path / "fsdp"
+    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), "--save_steps", "2"))
+    args = (*args, "--use_peft", "false", "--learning_rate", "1e-4")
+
+    process = _start(SFT_RECIPE, "fsdp", *args)
+    _wait_for_step(process, out, 3)
+    ranks = _ranks(process.pid)
+    assert len(ranks) == 2
+    os.kill(ranks[1], signal.SIGKILL)
+    started = time.monotonic()
+    output, _ = process.communicate(timeout=120)
+    assert time.monotonic() - started < 90 and process.returncode == 1, output[-6000:]
+    assert "error: rank" in output and "signal SIGKILL" in output and "Traceback" not in output.split("error: rank")[-1]
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
+    resume_from = last_complete_checkpoint(out)
+    assert resume_from is not None
+
+    process = _start(SFT_RECIPE, "fsdp", *args)
+    _wait_for_step(process, out, 5)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == exit_code(signal.SIGTERM), output[-6000:]
+    assert sum(line.startswith("stopped:") for line in output.splitlines()) == 1
+
+    _launch(SFT_RECIPE, "fsdp", *args)
+    begins = [r["step"] for r in _records(out) if r["event"] == "train_begin"]
+    assert begins[:2] == [0, int(resume_from.rsplit("-", 1)[1])] and len(begins) == 3
+    _assert_same_losses(out, sft_reference["full"], STEPS)
+    _assert_same_weights(out, sft_reference["full"])

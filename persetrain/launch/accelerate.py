@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persetrain.launch.inputs import resolve_relative
+from persetrain.launch.inputs import recipe_value, resolve_relative
 from persetrain.launch.plan import LaunchPlan
 
 
@@ -63,14 +63,37 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
             env["OMP_NUM_THREADS"] = str(cpu_threads_per_process(plan.num_processes))
         return LaunchCommand(argv, env, list(plan.notes))
     elastic = plan.num_processes > 1 or plan.accelerate_config.get("distributed_type", "NO") != "NO"
+    notes: list[str] = []
     argv = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
         argv += ["--num_processes", str(plan.num_processes)]
+    distributed = plan.accelerate_config.get("distributed_type", "NO")
+    if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan):
+        notes = [f"mixed_precision {hardware_precision()}: the recipe leaves precision to the hardware"]
+        argv += ["--mixed_precision", hardware_precision()]
     deepspeed_json = (plan.accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file")
     if deepspeed_json:  # accelerate reads it from the working directory; the launch may run from anywhere
         path = resolve_relative(deepspeed_json, plan.accelerate_config_path).resolve()
         argv += ["--deepspeed_config_file", str(path)]
-    return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, list(plan.notes), elastic)
+    return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, [*plan.notes, *notes], elastic)
+
+
+def _recipe_sets_precision(plan: LaunchPlan) -> bool:
+    return any(recipe_value(plan.recipe, plan.overrides, key) is not None for key in ("bf16", "fp16"))
+
+
+def hardware_precision() -> str:
+    """accelerate's ``mixed_precision`` for the dtype this machine trains in (``persetrain.models.best_dtype``).
+
+    Why the launch passes it: an accelerate config's ``mixed_precision`` is written for the GPUs it was tuned on
+    (``fsdp.yaml``: bf16); a recipe that leaves precision to the hardware would otherwise autocast to bf16 on a
+    CPU, >10x slower than fp32 there.
+    """
+    import torch
+
+    from persetrain.models import best_device, best_dtype
+
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(best_dtype(best_device()), "no")
 
 
 #: How long a rank may take to save its checkpoint after a stop signal before torch elastic kills it
@@ -98,9 +121,10 @@ def run(command: LaunchCommand) -> int:
     """Run ``command`` here and return its exit code; a stop signal ends as :class:`LaunchStopped`.
 
     Several processes (``torchrun``, and ``accelerate launch`` of a DeepSpeed, FSDP or multi-GPU config) are
-    started by torch elastic's agent *in this process*, so that this process is the ranks' parent: the agent
-    passes SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 on to every rank (each saves a checkpoint and stops), waits for
-    them, and its outcome comes back here as an exception read into one line, not as the agent's traceback.
+    started by torch elastic's agent *in this process*, so that this process is the ranks' parent: SIGTERM and
+    SIGINT (Ctrl-C) reach every rank through the agent, SIGUSR1 through this process (the agent leaves it to its
+    default action, which would kill the launcher alone); each rank saves a checkpoint and stops, and the outcome
+    comes back here as an exception read into one line, not as the agent's traceback.
     A rank whose launcher is killed outright dies with it (``persetrain.train.signals.die_with_parent``).
     One process without a distributed config runs as a child that receives the same signals.
     """
@@ -110,11 +134,16 @@ def run(command: LaunchCommand) -> int:
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     if command.argv[:2] == ["accelerate", "launch"] and not command.elastic:
         return _run_child(command.argv, STOP_SIGNALS)
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = ",".join(s.name for s in (*STOP_SIGNALS, signal.SIGHUP))
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_SECONDS))
+    import psutil
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    def to_ranks(signum: int, _frame) -> None:  # the agent passes on TERM and INT itself, not USR1
+        for rank in psutil.Process().children():
+            rank.send_signal(signum)
+
+    signal.signal(signal.SIGUSR1, to_ranks)
     try:
         if command.argv[0] == "torchrun":
             from torch.distributed.run import parse_args
@@ -128,12 +157,15 @@ def run(command: LaunchCommand) -> int:
     except SignalException as stop:
         raise LaunchStopped(stop.sigval) from None
     except ChildFailedError as failed:
-        failures = sorted(failed.failures.values(), key=lambda f: f.global_rank)
-        stops = {f.exitcode - 128 for f in failures} & set(STOP_SIGNALS)
-        if stops and all(f.exitcode - 128 in stops for f in failures):  # signalled directly, e.g. by Slurm
+        codes = {rank: failure.exitcode for rank, failure in sorted(failed.failures.items())}
+        stops = {code - 128 for code in codes.values()} & set(STOP_SIGNALS)
+        # Signalled directly (Slurm's `scancel --signal`, USR1 here): the first rank out made the agent end the
+        # others, which may then show its SIGTERM (a negative code) instead of their own stop.
+        if stops and all(code - 128 in stops or code < 0 for code in codes.values()):
             raise LaunchStopped(min(stops)) from None
         described = "; ".join(
-            f"rank {f.global_rank} (pid {f.pid}) exited with {_exit_status(f.exitcode)}" for f in failures
+            f"rank {rank} (pid {failed.failures[rank].pid}) exited with {_exit_status(code)}"
+            for rank, code in codes.items()
         )
         raise RankFailed(f"{described}; torch elastic stopped the other ranks (each rank's error is above)") from None
     return 0

@@ -64,7 +64,8 @@ def config_problems(
                 f"{where}: the recipe trains in {'bf16' if bf16 else 'fp16'}, which a CPU config "
                 "cannot honour (pass --bf16 false --fp16 false)"
             )
-    elif distributed != "DEEPSPEED":
+    elif distributed != "DEEPSPEED" and (value("bf16") is not None or value("fp16") is not None):
+        # A recipe that leaves precision unset trains in the hardware's (the launch passes it to accelerate).
         precision = config.get("mixed_precision") or "no"
         wanted = "bf16" if bf16 else "fp16" if fp16 else "no"
         if precision != wanted:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
+from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 from persetrain.environment import environment
 from persetrain.hub.checkpoint import merge_adapter
@@ -235,6 +237,9 @@ def run_trainer(
     output directory never looks finished when it is not; rerunning the command resumes it.
     """
     die_with_parent()
+    # DeepSpeed calls collectives that torch 2.13 deprecates, and each call warns anew (the warning's location is
+    # torch's wrapper, reached from many callers): hundreds of lines a step that bury the run's own output.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
     output_dir = Path(training_args.output_dir)
     stop = CheckpointOnSignal()
     resume = checkpoint_to_resume(training_args)
@@ -277,6 +282,9 @@ def _finish(
     whatever the run was sharded with.
     """
     if stopped_by_signal is not None:
+        # Every rank waits until rank 0 has written the checkpoint's last file: under torch elastic the first rank
+        # to exit makes the agent end the others.
+        trainer.accelerator.wait_for_everyone()
         trainer.end()
         return RunResult(
             output_dir=output_dir,
@@ -295,6 +303,9 @@ def _finish(
     if model_args.use_peft and training_args.merge_adapter and not (model_args.load_in_4bit or model_args.load_in_8bit):
         model_dir = output_dir / MERGED_DIR
         trainer.accelerator.wait_for_everyone()  # every rank's part of the adapter is in the saved files
+        # Training is over: without this, transformers would build the base model for the merge under ZeRO-3's
+        # zero.Init, partitioned across ranks that are no longer there to take part.
+        unset_hf_deepspeed_config()
         if trainer.is_world_process_zero():
             with atomic_dir(model_dir) as tmp:  # a run killed while merging leaves no half-written model to load
                 merge_adapter(output_dir, model_args.model_name_or_path, tmp, dtype=getattr(torch, model_args.dtype))

@@ -86,7 +86,9 @@ class CheckpointOnSignal(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         signum = self._agreed_signal(args.device)
-        if signum:
+        # At the last step the run is ending anyway: it saves its final model instead. (A checkpoint of the
+        # last step would also resume wrongly: transformers trains one step past max_steps from it.)
+        if signum and state.global_step < state.max_steps:
             self.received = signum
             control.should_save = True
             control.should_training_stop = True
