@@ -170,7 +170,8 @@ def test_sft_under_deepspeed_equals_one_process(config, kind, tiny_llama_dir, pe
     """ZeRO-2 with LoRA, ZeRO-3 with both offloads and full fine-tuning: the reference's losses and weights."""
     extra = ("--use_peft", "false", "--learning_rate", "1e-4") if kind == "full" else ()
     out = tmp_path / config
-    _launch(SFT_RECIPE, config, *TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), *extra))
+    args = _sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), *extra)
+    _launch(SFT_RECIPE, config, *TWO_RANKS, *args)
     _assert_same_losses(out, sft_reference[kind], STEPS)
     begin = _records(out)[0]
     assert begin["event"] == "train_begin" and begin["world_size"] == 2
