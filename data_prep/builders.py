@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from data_prep.amazon import AmazonReview, Book, k_core
-from data_prep.doc import Annotation
-from data_prep.mpst import Review
+from data_prep.readers.amazon import AmazonReview, Book, k_core
+from data_prep.readers.doc import Annotation
+from data_prep.readers.mpst import Review
 from data_prep.reviewer_split import Example, check_reviewer_disjoint, split_by_reviewer
 from persetrain.console import track
 from persetrain.prompts.perse import ASPECT_QUESTIONS, PAIRWISE_PROFILE_WORDS, PROFILE_WORDS

@@ -2,7 +2,7 @@
 
 Every source is read into ``Group`` records, one context (a person and a request) with its candidate
 texts and the index of the preferred one; ``data_prep.preference`` turns groups into the listwise,
-pairwise and verifier datasets. Options are shuffled with ``data_prep.prefeval.shuffle_options`` keyed
+pairwise and verifier datasets. Options are shuffled with ``data_prep.readers.prefeval.shuffle_options`` keyed
 by ``"<seed>-<group id>"``, so a seed fixes every order and PrefEval's questions keep the order
 ``persetrain evaluate`` shows them in.
 
@@ -30,7 +30,7 @@ from itertools import combinations
 from pathlib import Path
 
 from data_prep.parl import split_of
-from data_prep.prefeval import read_topic, shuffle_options, topic_files
+from data_prep.readers.prefeval import read_topic, shuffle_options, topic_files
 from data_prep.reference import GOLD
 from persetrain.console import track
 from persetrain.data import load_dataset

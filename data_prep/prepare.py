@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from data_prep import amazon, doc, mpst
 from data_prep.anonymize import anonymize_plots, apply_mapping
 from data_prep.builders import (
     build_amazon_books,
@@ -29,8 +28,9 @@ from data_prep.builders import (
 )
 from data_prep.contamination import probe_titles
 from data_prep.perse_dataset import save_dataset
+from data_prep.readers import amazon, doc, mpst
+from data_prep.readers.tables import ColumnMap
 from data_prep.summarize import summarize_plots
-from data_prep.tables import ColumnMap
 from persetrain.console import console, warn
 from persetrain.io import InputError, write_json
 from persetrain.prompts.perse import PAIRWISE_PROFILE_WORDS, PROFILE_WORDS

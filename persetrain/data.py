@@ -26,7 +26,7 @@ from persetrain.tasks import TaskKind, get_task
 BUILD_INFO = "build_info.json"
 CARD = "dataset.json"
 #: Modules whose import registers a reader of a foreign layout (imported when a dataset is loaded).
-FOREIGN_READERS: tuple[str, ...] = ("data_prep.prefeval",)
+FOREIGN_READERS: tuple[str, ...] = ("data_prep.readers.prefeval",)
 
 
 @dataclass(frozen=True)

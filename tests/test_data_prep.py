@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import amazon, doc, mpst
 from data_prep.anonymize import (
     anonymize_text,
     apply_mapping,
@@ -29,6 +28,7 @@ from data_prep.builders import (
 from data_prep.contamination import normalize_title, title_memorized
 from data_prep.perse_dataset import save_dataset
 from data_prep.prepare import prepare_perse, rename_in_reviews
+from data_prep.readers import amazon, doc, mpst
 from data_prep.reviewer_split import check_reviewer_disjoint, is_test_reviewer
 from data_prep.summarize import clean_summary
 from data_prep.synthetic import write_sample_data

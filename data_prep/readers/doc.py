@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from data_prep.tables import ColumnMap, Id, Text, merged_columns, read_table
+from data_prep.readers.tables import ColumnMap, Id, Text, merged_columns, read_table
 
 ANNOTATION_COLUMNS: dict[str, str] = {
     "pair_id": "pair_id",

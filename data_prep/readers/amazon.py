@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from data_prep.tables import ColumnMap, Id, Integral, Text, merged_columns, parse_row, read_rows
+from data_prep.readers.tables import ColumnMap, Id, Integral, Text, merged_columns, parse_row, read_rows
 from persetrain.console import warn
 
 REVIEW_COLUMNS: dict[str, str] = {

@@ -11,7 +11,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data_prep.tables import ColumnMap, Id, Integral, Text, merged_columns, read_table
+from data_prep.readers.tables import ColumnMap, Id, Integral, Text, merged_columns, read_table
 
 PLOT_COLUMNS: dict[str, str] = {"id": "imdb_id", "title": "title", "synopsis": "plot_synopsis"}
 REVIEW_COLUMNS: dict[str, str] = {
