@@ -10,7 +10,7 @@ named after its kind):
 
 Any model spec works for either kind, so an SFT or GRPO checkpoint plugs in as, say,
 ``sft=rag:runs/sft-generator``. Each generator's outputs go to ``out_dir/<NAME>.jsonl`` in the layout
-``prepare parl`` reads (``{id, generator, output}``) through ``llm_step.run_step``: a rerun skips
+``prepare parl`` reads (``{id, generator, output}``) through ``data_prep.perse.llm_step.run_step``: a rerun skips
 finished records, the engine's request cache keeps an interrupted batch, and an empty answer is
 retried with sampling, then left out with a warning (``prepare parl`` then names the example).
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rank_bm25 import BM25Okapi
 
-from data_prep.llm_step import run_step
+from data_prep.perse.llm_step import run_step
 from persetrain.engine.types import GenerationParams
 from persetrain.prompts.parl import GENERATE_TOKENS, generation_request
 from persetrain.schema import RubricExample

@@ -2,7 +2,7 @@
 
 1. write synthetic raw data with planted reviewer preferences (``data_prep.synthetic``);
 2. anonymize and summarize the plots with the embedded model, probe for contamination, and build
-   Per-MPST K=3 with a reviewer-disjoint split (``data_prep.prepare``);
+   Per-MPST K=3 with a reviewer-disjoint split (``data_prep.perse.prepare``);
 3. fine-tune the embedded model into a PerSE judge with the CPU recipe (``persetrain.train.sft``; a LoRA
    adapter, merged into ``judge/merged``);
 4. evaluate the trained judge, the untrained model and the baselines on the held-out reviewers and
@@ -44,7 +44,7 @@ DEMO_TEMPERATURE = 0.0
 
 
 def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
-    from data_prep.prepare import LLMTokens, prepare_perse
+    from data_prep.perse.prepare import LLMTokens, prepare_perse
     from data_prep.synthetic import write_sample_data
     from persetrain.engine import load_engine
     from persetrain.evaluation import EvaluationConfig, evaluate

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_prep.prepare import prepare_perse
+from data_prep.perse.prepare import prepare_perse
 from data_prep.synthetic import write_sample_data
 from persetrain.cli import app
 from persetrain.evaluation import EvaluationConfig, evaluate, random_sample

@@ -10,7 +10,7 @@ import json
 
 from datasets import load_from_disk
 
-from data_prep.prepare import prepare_perse
+from data_prep.perse.prepare import prepare_perse
 from data_prep.synthetic import write_sample_data
 from persetrain.data import load_dataset
 from persetrain.demo import CPU_RECIPE

@@ -43,7 +43,7 @@ def prepare_perse_cmd(
     probe: Annotated[bool, typer.Option(help="Run the title contamination probe.")] = True,
 ) -> None:
     """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
-    from data_prep.prepare import prepare_perse
+    from data_prep.perse.prepare import prepare_perse
 
     engine = None if no_llm else make_engine(model, backend, base_url, out / "engine-cache.sqlite")
     prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)

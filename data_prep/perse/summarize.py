@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data_prep.llm_step import StepResult, run_step
+from data_prep.perse.llm_step import StepResult, run_step
 from persetrain.engine.types import GenerationParams
 from persetrain.prompts.perse import SUMMARIZE
 

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from data_prep.anonymize import anonymize_plots, apply_mapping
-from data_prep.builders import (
+from data_prep.perse.anonymize import anonymize_plots, apply_mapping
+from data_prep.perse.builders import (
     build_amazon_books,
     build_per_doc,
     build_per_mpst,
 )
-from data_prep.contamination import probe_titles
-from data_prep.perse_dataset import save_dataset
+from data_prep.perse.contamination import probe_titles
+from data_prep.perse.dataset import save_dataset
+from data_prep.perse.summarize import summarize_plots
 from data_prep.readers import amazon, doc, mpst
 from data_prep.readers.tables import ColumnMap
-from data_prep.summarize import summarize_plots
 from persetrain.console import console, warn
 from persetrain.io import InputError, write_json
 from persetrain.prompts.perse import PAIRWISE_PROFILE_WORDS, PROFILE_WORDS

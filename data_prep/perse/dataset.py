@@ -1,6 +1,6 @@
 """A built PerSE dataset on disk: rows with TRL's chat columns, the dataset card, an atomic save.
 
-``data_prep.builders`` decides which examples exist; this module decides what a saved dataset holds: each
+``data_prep.perse.builders`` decides which examples exist; this module decides what a saved dataset holds: each
 typed record's fields plus the ``prompt`` / ``completion`` columns TRL's ``SFTTrainer`` reads, a
 ``README.md`` card that says how the data was made (sources, filters in order, settings, splits,
 columns) and a machine-read ``build_info.json``.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from data_prep.builders import BuiltDataset
-from data_prep.reviewer_split import Example
+from data_prep.perse.builders import BuiltDataset
+from data_prep.perse.reviewer_split import Example
 from persetrain.console import warn
 from persetrain.io import atomic_dir, write_json
 from persetrain.prompts.perse import pairwise_completion, pairwise_request, scalar_completion, scalar_request
@@ -79,7 +79,7 @@ def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: boo
         + ("- synthetic\n" if synthetic else "")
         + "---\n",
         f"# {built.title}\n",
-        f"PerSE {built.task} instruction data built by `data_prep.builders` (persetrain).\n",
+        f"PerSE {built.task} instruction data built by `data_prep.perse.builders` (persetrain).\n",
     ]
     if synthetic:
         parts.append(

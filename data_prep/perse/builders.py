@@ -3,7 +3,7 @@
 Each builder applies the paper's filters, counting what every filter dropped, pairs each query with
 a profile of the same reviewer's other items (never the query's own plot), and splits reviewers
 9:1 by a hash so that a reviewer's split never depends on who else is in the data.
-``data_prep.perse_dataset.save_dataset`` writes the result with its card.
+``data_prep.perse.dataset.save_dataset`` writes the result with its card.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from data_prep.perse.reviewer_split import Example, check_reviewer_disjoint, split_by_reviewer
 from data_prep.readers.amazon import AmazonReview, Book, k_core
 from data_prep.readers.doc import Annotation
 from data_prep.readers.mpst import Review
-from data_prep.reviewer_split import Example, check_reviewer_disjoint, split_by_reviewer
 from persetrain.console import track
 from persetrain.prompts.perse import ASPECT_QUESTIONS, PAIRWISE_PROFILE_WORDS, PROFILE_WORDS
 from persetrain.schema import (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data_prep.llm_step import run_step
+from data_prep.perse.llm_step import run_step
 from persetrain.engine.types import GenerationParams
 from persetrain.prompts.perse import TITLE
 
