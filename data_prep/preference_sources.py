@@ -16,7 +16,7 @@ by ``"<seed>-<group id>"``, so a seed fixes every order and PrefEval's questions
   ``profile_items`` latest earlier texts.
 
 A source with a train and a test split keeps its person-disjoint split (test -> validation); a source
-with one split is split by person: ``data_prep.parl.split_of`` (one person in four to validation).
+with one split is split by person: ``data_prep.parl.prepare.split_of`` (one person in four to validation).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
-from data_prep.parl import split_of
+from data_prep.parl.prepare import split_of
+from data_prep.parl.reference import GOLD
 from data_prep.readers.prefeval import read_topic, shuffle_options, topic_files
-from data_prep.reference import GOLD
 from persetrain.console import track
 from persetrain.data import load_dataset
 from persetrain.io import InputError

@@ -15,7 +15,7 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
    (``prepare verifier --distractors``), measured apart (``judge_distractor_accuracy``).
 1. **warm start**: rubric sets of the training users -> LoRA SFT, merged (``persetrain rubrics warmstart-data``).
    ``truth`` (the default): their true rules, the signatures all their history has, in the judge's training
-   wordings (``data_prep.parl_rubrics``), with every user of ``warmstart_samples`` extra synthetic samples (other
+   wordings (``data_prep.parl.rubrics``), with every user of ``warmstart_samples`` extra synthetic samples (other
    seeds: new users, never the held-out ones). ``induced``: the base model's structured-output sets that pass
    validation by the base model; with none passing, GRPO starts from the base.
 2. **GRPO** with ``recipes/parl/cpu_smollm2_news.yaml``: per step the mean reward, the share of rollouts with
@@ -151,8 +151,8 @@ def _no_bars() -> str:
 def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
     from datasets import load_from_disk
 
-    from data_prep.parl_distractors import RULE_PREFIX
-    from data_prep.rule_verifier import prepare_verifier
+    from data_prep.parl.distractors import RULE_PREFIX
+    from data_prep.parl.rule_verifier import prepare_verifier
     from persetrain.engine import Engine, load_engine
     from persetrain.engine.ensemble import EnsembleBackend
     from persetrain.rewards.parl import RubricJudge
@@ -221,7 +221,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
 
 def _sample_data(out: Path, seed: int, user_negatives: int = 0) -> Path:
     """The news dataset of one synthetic sample (``prepare sample`` + ``prepare parl``), written once."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
     from data_prep.parl_synthetic import write_parl_sample
 
     data = out / "data" / "parl_news"
@@ -232,7 +232,7 @@ def _sample_data(out: Path, seed: int, user_negatives: int = 0) -> Path:
 
 
 def _warmstart_stage(cfg: ParlDemoConfig, data: Path, train, config) -> dict:
-    from data_prep.parl_rubrics import write_true_warmstart_data
+    from data_prep.parl.rubrics import write_true_warmstart_data
     from persetrain.engine import load_engine
     from persetrain.train.sft import run_sft
     from persetrain.train.warmstart import write_warmstart_data
@@ -328,7 +328,7 @@ def _separation_stage(summary: dict, test, tau: float) -> dict:
     """Do the generators' sets tell a held-out user from the other held-out users, or only from the generic
     negatives Max-Diff scores against? The other-user pass rate of every set Max-Diff scored, in every run, judged
     by the demo's judge, next to that of the users' true sets by the signature checkers (the floor)."""
-    from data_prep.parl_rubrics import true_other_user_pass_rates
+    from data_prep.parl.rubrics import true_other_user_pass_rates
     from persetrain.engine import load_engine
     from persetrain.evaluators.parl import other_user_pass_rates
     from persetrain.metrics.parl import mean_std

@@ -94,7 +94,7 @@ def parl_sample(tmp_path_factory):
 @pytest.fixture(scope="session")
 def parl_prepared(parl_sample, tmp_path_factory):
     """``persetrain prepare parl`` of ``parl_sample``, every task (``parl_amazon``, ``parl_reddit``, ``parl_news``)."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
 
     out = tmp_path_factory.mktemp("parl")
     prepare_parl(parl_sample.root, out)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl_rubrics import true_rules
+from data_prep.parl.rubrics import true_rules
 from persetrain.data import load_dataset
 from persetrain.demo_parl import (
     JUDGE_CURRICULUM,

@@ -18,7 +18,7 @@ from datasets import Dataset, DatasetDict, load_from_disk
 from numerics import DTYPE, close, tensor_tolerance
 from trl import GRPOTrainer
 
-from data_prep.parl import prepare_parl
+from data_prep.parl.prepare import prepare_parl
 from data_prep.parl_synthetic import write_parl_sample
 from persetrain.engine.hf import length_chunks
 from persetrain.models import DEFAULT_MODEL, load_model

@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines
-from data_prep.parl_readers import read_task
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
+from data_prep.parl.prepare import attach_baselines
+from data_prep.parl.readers import read_task
+from data_prep.parl.rule_verifier import prepare_verifier
+from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
 from data_prep.parl_synthetic import _PET_WORDS
-from data_prep.rule_verifier import prepare_verifier
 from persetrain.engine import load_engine
 from persetrain.io import InputError
 from persetrain.prompts.parl import judge_request
@@ -141,7 +141,7 @@ def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(
 
 def test_extra_samples_add_new_users_to_train_only(parl_news, verifier_data, tmp_path):
     """Another sample's users all train, named apart from this sample's (each sample numbers its users from 0)."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
     from data_prep.parl_synthetic import write_parl_sample
 
     prepare_parl(write_parl_sample(tmp_path / "raw", seed=1).root, tmp_path / "data", tasks=("news",), seed=1)

@@ -69,7 +69,7 @@ def prepare_parl_cmd(
     seed: int = 0,
 ) -> None:
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
 
     written = prepare_parl(
         raw,
@@ -100,7 +100,7 @@ def prepare_reference_cmd(
 ) -> None:
     """Build a reference-task dataset (ExPerT, AuPEL): the user's own text as reference and system 'gold',
     earlier texts as writing samples, and every generator's output."""
-    from data_prep.reference import build_reference
+    from data_prep.parl.reference import build_reference
 
     build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
@@ -147,7 +147,7 @@ def prepare_verifier_cmd(
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
-    from data_prep.rule_verifier import prepare_verifier
+    from data_prep.parl.rule_verifier import prepare_verifier
 
     prepare_verifier(
         out,
@@ -218,8 +218,8 @@ def generate_baselines_cmd(
     seed: int = 0,
 ) -> None:
     """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
-    from data_prep.parl_baselines import GeneratorSpec, generate_baselines
-    from data_prep.parl_readers import read_task
+    from data_prep.parl.baselines import GeneratorSpec, generate_baselines
+    from data_prep.parl.readers import read_task
 
     specs = [GeneratorSpec.parse(g) for g in generator]
     examples = read_task(raw, task, min_history=min_history)

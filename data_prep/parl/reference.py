@@ -46,8 +46,8 @@ def build_reference(
     raw: Path, task: str, baselines: Sequence[Path], out: Path, min_history: int = 1, synthetic: bool = False
 ) -> Path:
     """Write ``out/test.jsonl`` + ``out/dataset.json`` from a PARL task folder and negatives files."""
-    from data_prep.parl import attach_baselines
-    from data_prep.parl_readers import read_task
+    from data_prep.parl.prepare import attach_baselines
+    from data_prep.parl.readers import read_task
 
     examples = attach_baselines(read_task(raw, task, min_history=min_history), list(baselines))
     records = []

@@ -8,11 +8,11 @@ completion ``yes`` or ``no``, so the trained checkpoint drops in as ``judge_mode
 Two sources know the truth:
 
 * a prepared PARL dataset of the SYNTHETIC sample users (``--parl DIR``): every text (history, target,
-  negatives) is checked against every signature rule of its task by ``data_prep.parl_signatures``.
+  negatives) is checked against every signature rule of its task by ``data_prep.parl.signatures``.
   Splits follow the PARL dataset's, by user: its ``train`` users are trained on and its ``test``
   users, whose rubrics the generator is measured on, form ``validation``. Train rows use the first
   ``TRAIN_WORDINGS`` hand-written wordings of a rule and its composed ones (the same rubric frames for
-  every rule, ``data_prep.parl_signatures``); validation rows only the other hand-written ones, so
+  every rule, ``data_prep.parl.signatures``); validation rows only the other hand-written ones, so
   validation measures users *and* wordings the verifier never saw. ``--extra-parl DIR`` adds every user of
   another synthetic sample (another seed: new users, never the held-out ones) to train: each user's texts
   share their few signatures, so a verifier trained on few users learns them rather than the properties.
@@ -20,12 +20,12 @@ Two sources know the truth:
   split}`` per line (``split`` is ``train`` or ``validation``), e.g. human annotations of real rubrics.
 
 With ``--counterfactuals``, each synthetic train text also comes in edited copies that toggle one signature
-each (``data_prep.parl_edits``): minimal pairs that only reading the property a rule names explains. A
+each (``data_prep.parl.edits``): minimal pairs that only reading the property a rule names explains. A
 text with a signature that is a class of forms (a pet word, an opener) also comes in its other forms,
 checked against that rule only: the rule names the class, and each user writes one member of it.
 
 With ``--distractors``, every original text (not the edited copies) is also checked against *distractor rules*
-(``data_prep.parl_distractors``): generic slotted properties no user plants ("opens with the word 'X'", "is
+(``data_prep.parl.distractors``): generic slotted properties no user plants ("opens with the word 'X'", "is
 written entirely in capital letters"), one "yes" and one "no" check per text. Without them the verifier passes
 almost any rule it never trained on, and GRPO fills rubric sets with such rules; with them it reads the kinds it
 trained on better, not the kinds it never saw (``benchmarks/README.md``). Validation also holds distractors that
@@ -50,8 +50,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data_prep.parl_distractors import RULE_PREFIX, distractor_checks, words
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
+from data_prep.parl.distractors import RULE_PREFIX, distractor_checks, words
+from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
 from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
@@ -90,7 +90,7 @@ def _texts(example: dict) -> Iterator[tuple[str, str, str]]:
 def _edited(task: str, kind: str, text: str, rng: random.Random) -> Iterator[tuple[str, str, tuple[RuleCheck, ...]]]:
     """``(kind, text, rules to check)`` of each counterfactual copy of ``text``: one signature toggled, checked
     against every rule, or one signature in another of its forms, checked against that rule
-    (``data_prep.parl_edits``)."""
+    (``data_prep.parl.edits``)."""
     for check in RULES[task]:
         edited = check.edit(text, not check.check(text), rng)
         if check.check(edited) != check.check(text):
@@ -248,10 +248,10 @@ def _card(info: dict) -> str:
             "Task kind `verifier_sft`: TRL SFTTrainer's conversational prompt-completion format (`persetrain sft` "
             "reads it). Each row asks PARL's judge prompt (`persetrain.prompts.parl.judge_request`) whether a text "
             "satisfies a rule; the completion is `yes` or `no`. Built by `persetrain prepare verifier` "
-            "(`data_prep/rule_verifier.py`).\n",
+            "(`data_prep/parl/rule_verifier.py`).\n",
             (
                 "> **Synthetic data.** Texts are the synthetic PARL sample users' (`data_prep.parl_synthetic`); labels "
-                "come from the checkers of their planted signatures (`data_prep.parl_signatures`).\n"
+                "come from the checkers of their planted signatures (`data_prep.parl.signatures`).\n"
                 if info["synthetic"]
                 else ""
             ),

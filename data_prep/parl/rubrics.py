@@ -4,7 +4,7 @@ Why: GRPO learns from differences between one prompt's rollouts, and the base mo
 validated by the base model (which says "yes" to nearly every rule), are mostly rules the trained judge
 rejects on the user's own texts; a policy warm-started on them has no valid rollout to learn from. The
 synthetic users know their truth: a signature rule holds on a user's history when its checker
-(``data_prep.parl_signatures``) says so for every history text. Warm-starting on those sets, written in
+(``data_prep.parl.signatures``) says so for every history text. Warm-starting on those sets, written in
 the rule wordings the judge was trained on, starts GRPO from sets that pass validation, so the reward's
 discriminative part can move.
 
@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, RuleCheck
+from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, RuleCheck
 from persetrain.io import InputError
 from persetrain.prompts.parl import MIN_RULES
 from persetrain.schema import RubricExample
@@ -90,7 +90,7 @@ def write_true_warmstart_data(
     """
     from datasets import load_from_disk
 
-    from data_prep.rule_verifier import require_synthetic
+    from data_prep.parl.rule_verifier import require_synthetic
     from persetrain.data import load_dataset
     from persetrain.train.warmstart import save_warmstart
 

@@ -1,6 +1,6 @@
 """PARL data: negatives and the rubric-induction datasets.
 
-The readers of the three layouts are ``data_prep.parl_readers``.
+The readers of the three layouts are ``data_prep.parl.readers``.
 
 Negatives are files in the layout ``persetrain generate-baselines`` writes (JSON lines ``{id,
 generator, output}``); every example needs one from every generator named. ``build_parl`` writes
@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.parl_readers import HISTORY_SIZE, read_baselines, read_task
+from data_prep.parl.readers import HISTORY_SIZE, read_baselines, read_task
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.parl import TASKS, induction_messages
 from persetrain.schema import RubricExample

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from data_prep import parl_edits as edits
+from data_prep.parl import edits
 from data_prep.parl_synthetic import _OPENERS, _PET_WORDS
 
 #: Wordings per rule, and how many of them (the first ones) the train split uses.
@@ -35,7 +35,7 @@ TRAIN_WORDINGS = 3
 class RuleCheck:
     """One checkable rule: its signature name, a checker over a text, its wordings, a counterfactual edit that
     gives a text the signature or takes it away, for a signature that is a class of forms, the swap to its
-    other forms (``data_prep.parl_edits``), and predicate phrases that complete "The headline ..." (or "The
+    other forms (``data_prep.parl.edits``), and predicate phrases that complete "The headline ..." (or "The
     text ...") for the composed training wordings."""
 
     name: str

@@ -6,7 +6,7 @@ SmolLM2 verifier at 0.93 on its training checks answered 0.64 on held-out users'
 wordings) instead of the property a rule names. An edited copy of a training text that differs in one
 signature only is a minimal pair: the answer changes and nothing else does, so only reading the property
 explains it. ``persetrain prepare verifier --counterfactuals`` adds them to the train split; the labels come
-from the checkers (``data_prep.parl_signatures``), never from what an edit meant to do, and an edit that
+from the checkers (``data_prep.parl.signatures``), never from what an edit meant to do, and an edit that
 leaves its signature unchanged is dropped.
 
 Every edit is ``edit(text, want, rng) -> text``: the text with (``want``) or without the signature.
