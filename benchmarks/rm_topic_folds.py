@@ -25,7 +25,7 @@ from pathlib import Path
 
 from learned_judges import GIVEN, VALIDATION_TOPICS  # beside this script
 
-from data_prep.preference import prepare_preference
+from data_prep.preference.prepare import prepare_preference
 from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.base import SystemSpec

@@ -16,7 +16,7 @@ from data_prep.parl_synthetic import write_parl_sample
 from data_prep.perse.builders import build_per_mpst
 from data_prep.perse.dataset import save_dataset
 from data_prep.perse.prepare import prepare_perse
-from data_prep.preference import prepare_preference
+from data_prep.preference.prepare import prepare_preference
 from data_prep.readers import mpst
 from data_prep.readers.prefeval import read_prefeval
 from data_prep.synthetic import write_sample_data

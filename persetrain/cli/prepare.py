@@ -189,7 +189,7 @@ def prepare_preference_cmd(
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
-    from data_prep.preference import prepare_preference
+    from data_prep.preference.prepare import prepare_preference
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
     prepare_preference(

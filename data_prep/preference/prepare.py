@@ -1,6 +1,6 @@
 """``persetrain prepare preference``: preference datasets for reward models and yes/no verifiers.
 
-Sources (``data_prep.preference_sources``) become groups: one context (a person and a request), its
+Sources (``data_prep.preference.sources``) become groups: one context (a person and a request), its
 options and the preferred one. Each group is written in three views, HF ``DatasetDict``s with
 ``train`` / ``validation`` splits under ``out``:
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from data_prep.preference_card import VIEWS, build_info, readme
-from data_prep.preference_sources import (
+from data_prep.preference.card import VIEWS, build_info, readme
+from data_prep.preference.sources import (
     TRAIN,
     VALIDATION,
     Group,

@@ -1,7 +1,7 @@
 """Where preference data comes from: PrefEval questions, PerSE reviewers' scores, users' own texts.
 
 Every source is read into ``Group`` records, one context (a person and a request) with its candidate
-texts and the index of the preferred one; ``data_prep.preference`` turns groups into the listwise,
+texts and the index of the preferred one; ``data_prep.preference.prepare`` turns groups into the listwise,
 pairwise and verifier datasets. Options are shuffled with ``data_prep.readers.prefeval.shuffle_options`` keyed
 by ``"<seed>-<group id>"``, so a seed fixes every order and PrefEval's questions keep the order
 ``persetrain evaluate`` shows them in.

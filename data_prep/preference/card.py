@@ -137,7 +137,7 @@ def readme(info: dict) -> str:
         header,
         f"# {info['title']}\n",
         f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
-        "(`data_prep/preference.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
+        "(`data_prep/preference/prepare.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
         "## Sources\n",
         "\n".join(_source_lines(info["sources"])),
         "",
