@@ -48,7 +48,7 @@ MODEL = "embedded:smollm2-135m-instruct"
 def sample_reference_data(out: Path) -> Path:
     """The reference dataset built from the synthetic PARL sample (written once under ``out``)."""
     from data_prep.parl.reference import build_reference
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic.parl import write_parl_sample
 
     data = out / "data" / "reference-amazon"
     if not (data / "dataset.json").is_file():

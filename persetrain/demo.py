@@ -1,6 +1,6 @@
 """``make demo``: the PerSE pipeline end to end on the embedded model, on a CPU, in minutes.
 
-1. write synthetic raw data with planted reviewer preferences (``data_prep.synthetic``);
+1. write synthetic raw data with planted reviewer preferences (``data_prep.synthetic.perse``);
 2. anonymize and summarize the plots with the embedded model, probe for contamination, and build
    Per-MPST K=3 with a reviewer-disjoint split (``data_prep.perse.prepare``);
 3. fine-tune the embedded model into a PerSE judge with the CPU recipe (``persetrain.train.sft``; a LoRA
@@ -45,7 +45,7 @@ DEMO_TEMPERATURE = 0.0
 
 def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     from data_prep.perse.prepare import LLMTokens, prepare_perse
-    from data_prep.synthetic import write_sample_data
+    from data_prep.synthetic.perse import write_sample_data
     from persetrain.engine import load_engine
     from persetrain.evaluation import EvaluationConfig, evaluate
     from persetrain.evaluators.base import SystemSpec

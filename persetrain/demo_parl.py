@@ -222,7 +222,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
 def _sample_data(out: Path, seed: int, user_negatives: int = 0) -> Path:
     """The news dataset of one synthetic sample (``prepare sample`` + ``prepare parl``), written once."""
     from data_prep.parl.prepare import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic.parl import write_parl_sample
 
     data = out / "data" / "parl_news"
     if not data.is_dir():

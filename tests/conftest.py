@@ -86,7 +86,7 @@ def prepared_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def parl_sample(tmp_path_factory):
     """The SYNTHETIC PARL users' raw files (``write_parl_sample`` with its defaults). Read-only: copy to edit."""
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic.parl import write_parl_sample
 
     return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
 

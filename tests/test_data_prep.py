@@ -31,9 +31,9 @@ from data_prep.perse.prepare import prepare_perse, rename_in_reviews
 from data_prep.perse.reviewer_split import check_reviewer_disjoint, is_test_reviewer
 from data_prep.perse.summarize import clean_summary
 from data_prep.readers import amazon, doc, mpst
-from data_prep.synthetic import write_sample_data
-from data_prep.synthetic_doc import EXTRA_QUESTION
-from data_prep.synthetic_plots import _GENRE_SENTENCES
+from data_prep.synthetic.doc import EXTRA_QUESTION
+from data_prep.synthetic.perse import write_sample_data
+from data_prep.synthetic.plots import _GENRE_SENTENCES
 from persetrain.io import InputError
 from persetrain.prompts.perse import ASPECT_QUESTIONS, REVIEW_MARKER, SCORE_MARKER
 from persetrain.schema import PERDOC_ASPECTS, ScalarExample

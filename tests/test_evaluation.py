@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from data_prep.perse.prepare import prepare_perse
-from data_prep.synthetic import write_sample_data
+from data_prep.synthetic.perse import write_sample_data
 from persetrain.cli import app
 from persetrain.evaluation import EvaluationConfig, evaluate, random_sample
 from persetrain.evaluators.base import SystemSpec

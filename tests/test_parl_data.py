@@ -10,7 +10,7 @@ from datasets import load_from_disk
 
 from data_prep.parl.prepare import attach_baselines, prepare_parl
 from data_prep.parl.readers import read_amazon, read_lamp4, read_longlamp, read_task
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.io import InputError
 
 

@@ -66,7 +66,7 @@ def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_sourc
 def test_truth_warmstart_adds_every_user_of_an_extra_sample(parl_prepared, tmp_path):
     """``--extra-data``: another sample's users, all splits, join the training users; only with the truth source."""
     from data_prep.parl.prepare import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic.parl import write_parl_sample
     from persetrain.train.warmstart import warmstart_row
 
     sample = write_parl_sample(tmp_path / "raw", seed=1)

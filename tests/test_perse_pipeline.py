@@ -11,7 +11,7 @@ import json
 from datasets import load_from_disk
 
 from data_prep.perse.prepare import prepare_perse
-from data_prep.synthetic import write_sample_data
+from data_prep.synthetic.perse import write_sample_data
 from persetrain.data import load_dataset
 from persetrain.demo import CPU_RECIPE
 from persetrain.evaluation import EvaluationConfig, evaluate

@@ -24,7 +24,7 @@ import random
 import re
 from collections.abc import Callable
 
-from data_prep.parl_synthetic import _OPENERS, _PET_WORDS, _QUESTIONS, _SIGNOFFS, _TOPICS
+from data_prep.synthetic.parl import OPENERS, PET_WORDS, QUESTIONS, SIGNOFFS, TOPICS
 
 Edit = Callable[[str, bool, random.Random], str]
 Forms = Callable[[str], list[str]]
@@ -90,18 +90,18 @@ def _swap_prefix(text: str, prefixes: tuple[str, ...]) -> list[str]:
 
 
 def pet_word_forms(text: str) -> list[str]:
-    return _swap_prefix(text, tuple(f"{word} " for word in _PET_WORDS))
+    return _swap_prefix(text, tuple(f"{word} " for word in PET_WORDS))
 
 
 def opener_forms(text: str) -> list[str]:
-    return _swap_prefix(text, _OPENERS)
+    return _swap_prefix(text, OPENERS)
 
 
 def pet_word(text: str, want: bool, rng: random.Random) -> str:
     first, _, rest = text.strip().partition(" ")
     if want:
-        return f"{rng.choice(_PET_WORDS)} {text.strip()}"
-    return rest if rest and first.lower() in {w.lower() for w in _PET_WORDS} else text
+        return f"{rng.choice(PET_WORDS)} {text.strip()}"
+    return rest if rest and first.lower() in {w.lower() for w in PET_WORDS} else text
 
 
 def headline_exclaim(text: str, want: bool, rng: random.Random) -> str:
@@ -119,7 +119,7 @@ def number(text: str, want: bool, rng: random.Random) -> str:
 # ----------------------------------------------------------------------------- reviews and posts
 def signoff(text: str, want: bool, rng: random.Random) -> str:
     body, _ = _split_signoff(text)
-    return f"{body}\n{rng.choice(_SIGNOFFS).format(name=rng.choice(_NAMES))}" if want else body
+    return f"{body}\n{rng.choice(SIGNOFFS).format(name=rng.choice(_NAMES))}" if want else body
 
 
 def short_sentences(text: str, want: bool, rng: random.Random) -> str:
@@ -138,7 +138,7 @@ def short_sentences(text: str, want: bool, rng: random.Random) -> str:
 def prose_question(text: str, want: bool, rng: random.Random) -> str:
     body, tail = _split_signoff(text)
     if want:
-        return f"{body} {rng.choice(_QUESTIONS).capitalize()}{tail}"
+        return f"{body} {rng.choice(QUESTIONS).capitalize()}{tail}"
     kept = [s for s in re.split(r"(?<=[.!?])\s+", body) if "?" not in s]
     return " ".join(kept) + tail
 
@@ -147,7 +147,7 @@ def topic_word(text: str, want: bool, rng: random.Random) -> str:
     body, tail = _split_signoff(text)
     sentences = re.split(r"(?<=[.!?])\s+", body)
     if want:
-        sentences.insert(1, f"As always, {rng.choice(_TOPICS)} plays a part.")
+        sentences.insert(1, f"As always, {rng.choice(TOPICS)} plays a part.")
     else:
         sentences = [s for s in sentences if "as always," not in s.lower()]
     return " ".join(sentences) + tail
@@ -166,8 +166,8 @@ def prose_exclaim(text: str, want: bool, rng: random.Random) -> str:
 
 def opener(text: str, want: bool, rng: random.Random) -> str:
     if want:
-        return f"{rng.choice(_OPENERS)} {text.strip()}"
-    for prefix in _OPENERS:
+        return f"{rng.choice(OPENERS)} {text.strip()}"
+    for prefix in OPENERS:
         if text.strip().lower().startswith(prefix.lower()):
             rest = text.strip()[len(prefix) :].strip()
             return rest[:1].upper() + rest[1:]

@@ -250,7 +250,7 @@ def _card(info: dict) -> str:
             "satisfies a rule; the completion is `yes` or `no`. Built by `persetrain prepare verifier` "
             "(`data_prep/parl/rule_verifier.py`).\n",
             (
-                "> **Synthetic data.** Texts are the synthetic PARL sample users' (`data_prep.parl_synthetic`); labels "
+                "> **Synthetic data.** Texts are the synthetic PARL sample users' (`data_prep.synthetic.parl`); labels "
                 "come from the checkers of their planted signatures (`data_prep.parl.signatures`).\n"
                 if info["synthetic"]
                 else ""

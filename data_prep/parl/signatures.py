@@ -1,4 +1,4 @@
-"""Checkers and rule wordings for the SYNTHETIC PARL users' planted signatures (``data_prep.parl_synthetic``).
+"""Checkers and rule wordings for the SYNTHETIC PARL users' planted signatures (``data_prep.synthetic.parl``).
 
 The synthetic users are the one PARL source that knows the truth: every signature is a surface property
 a text has or lacks, so a checker decides it exactly, and ``persetrain prepare verifier`` turns the
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from data_prep.parl import edits
-from data_prep.parl_synthetic import _OPENERS, _PET_WORDS
+from data_prep.synthetic.parl import OPENERS, PET_WORDS
 
 #: Wordings per rule, and how many of them (the first ones) the train split uses.
 WORDINGS_PER_RULE = 5
@@ -175,7 +175,7 @@ PROSE: tuple[RuleCheck, ...] = (
     ),
     RuleCheck(
         "opener",
-        _starts_with(_OPENERS),
+        _starts_with(OPENERS),
         (
             "The text opens with a casual lead-in phrase such as 'Okay so,' or 'Real talk:' before the first sentence.",
             "The writer starts the text with a fixed conversational opener, for example 'Well, friends,'.",
@@ -269,7 +269,7 @@ HEADLINE: tuple[RuleCheck, ...] = (
     ),
     RuleCheck(
         "pet_word",
-        _starts_with(tuple(f"{word} " for word in _PET_WORDS)),
+        _starts_with(tuple(f"{word} " for word in PET_WORDS)),
         (
             "The headline opens with a fixed attention word such as 'Finally', 'Wow' or 'Breaking'.",
             "The writer starts every headline with the same attention-grabbing word, like 'Big' or 'Again'.",

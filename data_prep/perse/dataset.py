@@ -83,7 +83,7 @@ def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: boo
     ]
     if synthetic:
         parts.append(
-            "> **Synthetic data.** Built from `data_prep.synthetic` output: plots, reviewers and "
+            "> **Synthetic data.** Built from `data_prep.synthetic.perse` output: plots, reviewers and "
             "scores are generated with planted preferences (see the source's `ground_truth.json`). "
             "Nothing here is a real review.\n"
         )

@@ -1,6 +1,6 @@
 """``prepare_perse``: raw files in, PerSE instruction datasets out (what ``persetrain prepare`` calls).
 
-Raw layout (what ``data_prep.synthetic.write_sample_data`` writes; each source is optional):
+Raw layout (what ``data_prep.synthetic.perse.write_sample_data`` writes; each source is optional):
 
     raw_dir/mpst/plots.{csv,jsonl}      raw_dir/mpst/reviews.{csv,jsonl}
     raw_dir/doc/annotations.{csv,jsonl}

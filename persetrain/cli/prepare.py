@@ -22,8 +22,8 @@ def prepare_sample(
 ) -> None:
     """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences, and PARL users
     with planted writing signatures (``OUT/parl``)."""
-    from data_prep.parl_synthetic import write_parl_sample
-    from data_prep.synthetic import write_sample_data
+    from data_prep.synthetic.parl import write_parl_sample
+    from data_prep.synthetic.perse import write_sample_data
 
     write_sample_data(out, seed=seed)
     write_parl_sample(out / "parl", seed=seed)

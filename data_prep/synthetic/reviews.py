@@ -1,13 +1,13 @@
 """SYNTHETIC reviewers: planted taste, the scores it gives and the reviews that state it, for the MPST-like
-(1-10) and Amazon-like (1-5 stars) sources of ``data_prep.synthetic``."""
+(1-10) and Amazon-like (1-5 stars) sources of ``data_prep.synthetic.perse``."""
 
 from __future__ import annotations
 
 import math
 import random
 
-from data_prep.synthetic_names import first_name
-from data_prep.synthetic_plots import GENRES, PLOT_QUALITY_SD, blurb, genre_mix, story_title, synopsis
+from data_prep.synthetic.names import first_name
+from data_prep.synthetic.plots import GENRES, PLOT_QUALITY_SD, blurb, genre_mix, story_title, synopsis
 
 TASTE_FORMULA = (
     "taste = affinity[favourite] * [favourite in mix] + affinity[least] * [least in mix]"

@@ -30,9 +30,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.synthetic_doc import doc_sample
-from data_prep.synthetic_plots import GENRES
-from data_prep.synthetic_reviews import SCORE_FORMULA, amazon_sample, mpst_sample
+from data_prep.synthetic.doc import doc_sample
+from data_prep.synthetic.plots import GENRES
+from data_prep.synthetic.reviews import SCORE_FORMULA, amazon_sample, mpst_sample
 from persetrain.io import atomic_write, write_json, write_jsonl
 
 
@@ -58,7 +58,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 _README = """# SYNTHETIC sample data (not real)
 
-Written by `data_prep.synthetic.write_sample_data(seed={seed})`. Every plot, name, title, review and
+Written by `data_prep.synthetic.perse.write_sample_data(seed={seed})`. Every plot, name, title, review and
 rating here was generated from templates with planted preferences; `ground_truth.json` holds the
 planted parameters (plot quality and genre mix, reviewer harshness and genre affinities, annotator
 aspect preferences) so that a trained judge can be checked against the truth.

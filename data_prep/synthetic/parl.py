@@ -46,17 +46,18 @@ TRAITS: dict[str, tuple[str, ...]] = {
 TRAITS_PER_USER = 3
 
 _SYLLABLES = ("ka", "lo", "mi", "ren", "ta", "vel", "or", "sa", "di", "bren", "mar", "tho", "li", "ne", "zo", "ru")
-_SIGNOFFS = ("cheers, {name}", "- {name} out", "that's all from {name}", "peace, {name}", "over and out, {name}")
-_QUESTIONS = (
+# The signatures' word lists: public because data_prep.parl's checkers and edits must read the same words.
+SIGNOFFS = ("cheers, {name}", "- {name} out", "that's all from {name}", "peace, {name}", "over and out, {name}")
+QUESTIONS = (
     "what more could you ask for?",
     "who even needs more?",
     "isn't that the whole point?",
     "why settle for less?",
     "what's not to like?",
 )
-_TOPICS = ("my cat", "my morning coffee", "the garden", "my long commute", "my grandkids", "the camper van")
-_OPENERS = ("Okay so,", "Quick thoughts:", "Well, friends,", "Real talk:", "Alright then,")
-_PET_WORDS = ("Finally", "Wow", "Breaking", "Again", "Big")
+TOPICS = ("my cat", "my morning coffee", "the garden", "my long commute", "my grandkids", "the camper van")
+OPENERS = ("Okay so,", "Quick thoughts:", "Well, friends,", "Real talk:", "Alright then,")
+PET_WORDS = ("Finally", "Wow", "Breaking", "Again", "Big")
 
 # Amazon-like products: (noun, category, two features).
 _PRODUCTS = (
@@ -123,11 +124,11 @@ def _user(rng: random.Random, task: str, index: int) -> User:
     return User(
         id=f"{task}-user-{index:03d}",
         traits=tuple(rng.sample(TRAITS[kind], TRAITS_PER_USER)),
-        signoff=rng.choice(_SIGNOFFS).format(name=name),
-        question=rng.choice(_QUESTIONS),
-        topic=rng.choice(_TOPICS),
-        opener=rng.choice(_OPENERS),
-        pet_word=rng.choice(_PET_WORDS),
+        signoff=rng.choice(SIGNOFFS).format(name=name),
+        question=rng.choice(QUESTIONS),
+        topic=rng.choice(TOPICS),
+        opener=rng.choice(OPENERS),
+        pet_word=rng.choice(PET_WORDS),
     )
 
 

@@ -1,11 +1,11 @@
-"""SYNTHETIC DOC-like plot pairs and annotators (``data_prep.synthetic``): each plot has a tone, setting,
+"""SYNTHETIC DOC-like plot pairs and annotators (``data_prep.synthetic.perse``): each plot has a tone, setting,
 twist, cast and ending; each annotator prefers one value per aspect and picks the plot that has it."""
 
 from __future__ import annotations
 
 import random
 
-from data_prep.synthetic_names import family_name, first_name
+from data_prep.synthetic.names import family_name, first_name
 from persetrain.prompts.perse import ASPECT_QUESTIONS
 
 #: A DOC question outside the five PerSE aspects, planted so the builder's question filter has work.

@@ -1,4 +1,4 @@
-"""SYNTHETIC story plots: genre mixes, MPST-like synopses and titles (``data_prep.synthetic``).
+"""SYNTHETIC story plots: genre mixes, MPST-like synopses and titles (``data_prep.synthetic.perse``).
 
 A plot's genre mix (weights over ``GENRES`` summing to 1) decides which genre sentences its synopsis is
 made of, so every genre that moves a reviewer's score is named in the text a judge reads.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-from data_prep.synthetic_names import family_name, first_name, place_name
+from data_prep.synthetic.names import family_name, first_name, place_name
 
 GENRES: tuple[str, ...] = ("horror", "comedy", "romance", "science fiction", "western", "fantasy")
 #: Spread of a plot's own merit, which every reviewer feels. No text shows it to a judge (only other
