@@ -6,7 +6,7 @@ which reads the score at the last non-pad token, or an encoder such as MiniLM, w
 ``[CLS]``. ``RewardModelScorer`` is the one place that runs it, so the ``rm`` evaluator and the methods
 that take a trained scorer (PREF's stage 3, AuPEL's comparisons) read a checkpoint the same way.
 
-The ids are built as ``persetrain rm`` builds them at training time (``persetrain.reward_inputs``): for a
+The ids are built as ``persetrain rm`` builds them at training time (``persetrain.reward_model.inputs``): for a
 decoder the context's ids, then the candidate's and EOS - what TRL's standard format gives for
 ``prompt + completion + eos_token`` -, for an encoder its sentence-pair form ``[CLS] context [SEP]
 candidate [SEP]`` with segment ids. A text longer than ``max_length`` loses tokens from the left of the
@@ -34,8 +34,8 @@ from persetrain.engine.hf.kv import right_padded, row_states
 from persetrain.engine.prefix_cache import LayerStates
 from persetrain.io import InputError
 from persetrain.models import _from_pretrained, best_device, best_dtype, cache_argument, resolve
-from persetrain.reward_batches import ListwiseCollator, option_rewards, pad_right
-from persetrain.reward_inputs import encode, is_encoder
+from persetrain.reward_model.batches import ListwiseCollator, option_rewards, pad_right
+from persetrain.reward_model.inputs import encode, is_encoder
 
 SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 #: What one forward pass costs beyond its tokens, in tokens: measured on SmolLM2-135M on a 2-core CPU, a pass of
@@ -155,7 +155,7 @@ class RewardModelScorer:
 
     def _groups(self, contexts: Sequence[str], candidates: Sequence[str]) -> tuple[list[Group], set[int]]:
         """The texts as groups of one context's ids and its candidates' ``(index, ids)``, built as training builds
-        them (``persetrain.reward_inputs``), and the indices whose context was cut to fit.
+        them (``persetrain.reward_model.inputs``), and the indices whose context was cut to fit.
 
         A decoder's group holds every candidate of one context that fits whole: the context is computed once
         for all of them. A candidate that does not fit is a group of its own, its context losing the oldest
@@ -190,7 +190,7 @@ class RewardModelScorer:
     ) -> list[Scored]:
         """One ``Scored`` per (context, candidate) pair, in the given order.
 
-        A decoder runs the listwise trainer's forward (``persetrain.reward_batches.option_rewards``) in its two
+        A decoder runs the listwise trainer's forward (``persetrain.reward_model.batches.option_rewards``) in its two
         halves, each batched by its own lengths: the contexts, sorted by length, then every candidate of a chunk
         of questions, sorted by length, attending to its context's cached states. Batching whole questions
         pads each candidate row to the longest candidate of the batch and each context to the longest context;

@@ -5,7 +5,7 @@ that attends to them: a context of ~60 tokens and four options of ~20 cost 140 t
 4 x 80 of one sequence per option, with the same rewards (and, in training, the same gradients: they flow
 into the context through its cached keys and values). An encoder attends both ways, so its context cannot
 be shared; it scores one whole row per option. Training (``persetrain.train.rm``) and scoring
-(``persetrain.reward_model``) share this module, so a checkpoint is read the way it was trained.
+(``persetrain.reward_model.scorer``) share this module, so a checkpoint is read the way it was trained.
 
 The rewards are the model's own pooled logits (the last non-padding token of each option, as
 ``*ForSequenceClassification`` pools), so PEFT, DDP and DeepSpeed wrappers, whose hooks run in
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from persetrain.models import cache_argument
-from persetrain.reward_inputs import is_encoder
+from persetrain.reward_model.inputs import is_encoder
 
 
 @dataclass
