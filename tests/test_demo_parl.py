@@ -16,7 +16,7 @@ from datasets import load_from_disk
 
 from data_prep.parl.rubrics import true_rules
 from persetrain.data import load_dataset
-from persetrain.demo_parl import (
+from persetrain.demos.parl import (
     JUDGE_CURRICULUM,
     REPORT,
     SUMMARY,

@@ -13,7 +13,7 @@ from datasets import load_from_disk
 from data_prep.perse.prepare import prepare_perse
 from data_prep.synthetic.perse import write_sample_data
 from persetrain.data import load_dataset
-from persetrain.demo import CPU_RECIPE
+from persetrain.demos.perse import CPU_RECIPE
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.base import SystemSpec
 from persetrain.evaluators.perse import built_profile_words

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
-from persetrain.demo_parl import JUDGE_CURRICULUM, ParlDemoConfig
+from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig
 from persetrain.models import DEFAULT_MODEL
 
 
@@ -160,7 +160,7 @@ def demo(
     """PerSE end to end (`persetrain demo`); `persetrain demo parl` runs PARL's loop."""
     if ctx.invoked_subcommand is not None:
         return
-    from persetrain.demo import run_demo
+    from persetrain.demos.perse import run_demo
 
     run_demo(out, model=model)
 
@@ -209,7 +209,7 @@ def demo_parl(
     seed: int = 0,
 ) -> None:
     """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
-    from persetrain.demo_parl import parse_curriculum, run_parl_demo
+    from persetrain.demos.parl import parse_curriculum, run_parl_demo
 
     config = ParlDemoConfig(
         out=out,

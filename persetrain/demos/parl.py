@@ -31,7 +31,7 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 
 Every stage records its numbers in ``summary.json`` as it ends, and a re-run skips the stages recorded
 there (``fresh`` starts over); ``report.md`` is written from the summary at the end
-(``persetrain.demo_parl_report``). A training run stopped by SIGTERM / SIGUSR1 stops the demo too
+(``persetrain.demos.parl_report``). A training run stopped by SIGTERM / SIGUSR1 stops the demo too
 (``TrainingStopped``) with nothing of its stage recorded; a re-run resumes that run from its checkpoint and keeps
 any verifier stage whose merged model is there.
 """
@@ -46,11 +46,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persetrain.console import console, is_quiet
-from persetrain.demo_parl_report import write_report
+from persetrain.demos.parl_report import write_report
 from persetrain.io import write_json
 from persetrain.models import DEFAULT_MODEL
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 JUDGE_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
 SUMMARY, REPORT = "summary.json", "report.md"

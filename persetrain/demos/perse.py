@@ -20,7 +20,7 @@ from pathlib import Path
 from persetrain.console import console
 from persetrain.models import DEFAULT_MODEL
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 
 #: Sizes that keep the whole demo within ~15 minutes on 2 CPU cores. The LLM steps cost per plot,
