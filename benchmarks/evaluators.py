@@ -94,7 +94,7 @@ def elo_section(args) -> dict:
 
 def _evaluate(data: Path, out: Path, evaluator: str, n: int, options: dict) -> tuple[dict, list[dict], float]:
     from persetrain.evaluation import EvaluationConfig, evaluate
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
 
     shutil.rmtree(out, ignore_errors=True)
     config = EvaluationConfig(
@@ -249,9 +249,9 @@ def pref_section(args) -> dict:
     """
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
-    from persetrain.evaluators.base import SystemSpec
     from persetrain.evaluators.pref import PREF, PREFConfig
     from persetrain.evaluators.pref_stages import score_by_probs, score_by_text, stage3_inputs
+    from persetrain.evaluators.registry import SystemSpec
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
     systems = [

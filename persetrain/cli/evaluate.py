@@ -56,7 +56,7 @@ def evaluate(
     """Judge a dataset with registered evaluators (`persetrain evaluators` lists them); write metrics and a report."""
     from persetrain.evaluation import EvaluationConfig, apply_options
     from persetrain.evaluation import evaluate as run_evaluation
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
 
     systems = [SystemSpec.parse(s) for s in system or []]
     if evaluator is not None:
@@ -112,7 +112,7 @@ def meta_eval(
     """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation, and
     accuracy with the person removed (blind) or swapped."""
     from persetrain.evaluation import apply_options
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
     from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
 
     systems = [SystemSpec.parse(s) for s in system or []]
@@ -137,7 +137,7 @@ def evaluators_cmd() -> None:
     """List the registered evaluators, the task kinds each judges and its options."""
     import dataclasses
 
-    from persetrain.evaluators.base import registered
+    from persetrain.evaluators.registry import registered
 
     for name, cls in registered().items():
         options = ", ".join(

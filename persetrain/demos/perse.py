@@ -48,7 +48,7 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
     from data_prep.synthetic.perse import write_sample_data
     from persetrain.engine import load_engine
     from persetrain.evaluation import EvaluationConfig, evaluate
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
     from persetrain.train.sft import run_sft
 
     out = Path(out)
