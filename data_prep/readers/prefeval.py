@@ -9,9 +9,9 @@ run with that seed and on every machine, and different questions get different o
 where the first option landed.
 
 ``read_prefeval`` accepts the benchmark folder (it reads ``mcq_options/*.json``), a folder holding
-those JSON files directly, or one such file; it is registered as the ``prefeval`` reader of
-``persetrain.data``, so ``persetrain evaluate --data`` takes such a path. PrefEval has no splits:
-every split name reads the same questions. Errors name the file, the item index and the field.
+those JSON files directly, or one such file; ``persetrain.data`` registers it as the ``prefeval``
+reader, so ``persetrain evaluate --data`` takes such a path. PrefEval has no splits: every split name
+reads the same questions. Errors name the file, the item index and the field.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persetrain.data import register_reader
 from persetrain.io import InputError, parse_record
 from persetrain.schema import McqExample
 
@@ -117,6 +116,3 @@ def read_prefeval(path: str | Path, split: str = "test", seed: int = 0) -> tuple
     if not files:
         raise InputError(path, f"no PrefEval topic files: expected {OPTIONS_DIR}/*.json, *.json or one .json file")
     return TASK, [ex for f in files for ex in read_topic(f, seed)]
-
-
-register_reader("prefeval", is_prefeval, read_prefeval)
