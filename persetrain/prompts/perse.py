@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 from persetrain.schema import PairwiseExample, ProfileReview, ScalarExample, ten_point_score
 
 #: The scalar judge's output is ``f"{REVIEW_MARKER} <review> {SCORE_MARKER} <n>"``; the judge's
