@@ -23,7 +23,7 @@ negatives stand in for the Non and RAG generators) and the embedded model:
 
 With ``--scorer rm:DIR`` (or ``verifier:MODEL``), the ``trained`` section runs AuPEL's comparisons and
 ExPerT's match step with that trained judge, on the held-out users only (the PARL test users,
-``data_prep.parl.split_of``: a judge trained with ``prepare preference --reference`` on the same sample
+``data_prep.parl.prepare.split_of``: a judge trained with ``prepare preference --reference`` on the same sample
 never saw them): ``trained_aupel_gold_rank``, ``trained_expert_self_f``, ``trained_expert_negatives_f``, and
 ``trained_aupel_quality_gold_rank`` (the same Elo rank in the quality dimension, which shows no profile).
 
@@ -47,8 +47,8 @@ MODEL = "embedded:smollm2-135m-instruct"
 
 def sample_reference_data(out: Path) -> Path:
     """The reference dataset built from the synthetic PARL sample (written once under ``out``)."""
-    from data_prep.parl_synthetic import write_parl_sample
-    from data_prep.reference import build_reference
+    from data_prep.parl.reference import build_reference
+    from data_prep.synthetic.parl import write_parl_sample
 
     data = out / "data" / "reference-amazon"
     if not (data / "dataset.json").is_file():
@@ -60,7 +60,7 @@ def sample_reference_data(out: Path) -> Path:
 
 def heldout_reference_data(out: Path) -> Path:
     """The sample's reference records of the held-out (PARL test) users, written once under ``out``."""
-    from data_prep.parl import split_of
+    from data_prep.parl.prepare import split_of
 
     source = sample_reference_data(out)
     data = out / "data" / "reference-amazon-heldout"
@@ -94,7 +94,7 @@ def elo_section(args) -> dict:
 
 def _evaluate(data: Path, out: Path, evaluator: str, n: int, options: dict) -> tuple[dict, list[dict], float]:
     from persetrain.evaluation import EvaluationConfig, evaluate
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
 
     shutil.rmtree(out, ignore_errors=True)
     config = EvaluationConfig(
@@ -249,9 +249,9 @@ def pref_section(args) -> dict:
     """
     from persetrain.engine import load_engine
     from persetrain.evaluation import load_examples
-    from persetrain.evaluators.base import SystemSpec
     from persetrain.evaluators.pref import PREF, PREFConfig
     from persetrain.evaluators.pref_stages import score_by_probs, score_by_text, stage3_inputs
+    from persetrain.evaluators.registry import SystemSpec
     from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
     systems = [

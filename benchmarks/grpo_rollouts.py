@@ -28,8 +28,8 @@ from datasets import load_from_disk
 from parl import best_of  # beside this script
 from trl import GRPOTrainer
 
-from data_prep.parl import prepare_parl
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.parl.prepare import prepare_parl
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.models import DEFAULT_MODEL
 from persetrain.train.grpo import build_grpo_trainer, make_parser
 

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from rm_speed import measure as measure_speed  # beside this script
 
-from data_prep.preference import prepare_preference
-from data_prep.prefeval import OPTIONS_DIR, topic_files
+from data_prep.preference.prepare import prepare_preference
+from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluation import EvaluationConfig, evaluate, load_examples, random_sample
-from persetrain.evaluators.base import SystemSpec
+from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 

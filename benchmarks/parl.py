@@ -33,9 +33,9 @@ from pathlib import Path
 from parl_grpo import add_arguments as add_grpo_arguments  # beside this script: the grpo part
 from parl_grpo import grpo_run
 
-from data_prep.parl import attach_baselines
-from data_prep.parl_readers import read_task
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.parl.prepare import attach_baselines
+from data_prep.parl.readers import read_task
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.console import console, set_quiet
 from persetrain.engine import load_engine
 from persetrain.models import DEFAULT_MODEL

@@ -1,7 +1,7 @@
 """PARL GRPO on a CPU: ``persetrain demo parl`` from an empty folder, plus what only a benchmark measures.
 
 The ``grpo`` part of ``benchmarks/parl.py`` (also runnable alone). The pipeline is the demo's
-(``persetrain.demo_parl``: a rule verifier trained on the training users and measured on held-out ones, warm
+(``persetrain.demos.parl``: a rule verifier trained on the training users and measured on held-out ones, warm
 start, GRPO with ``recipes/parl/cpu_smollm2_news.yaml`` judged by the verifier, Max-Diff of the untrained and
 trained generators over ``--runs`` seeds with a paired t-test), run into an empty ``runs/bench-parl/grpo``:
 a GRPO run appends to its metrics and reward-parts files and keeps its judge's request cache, so a second run
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from persetrain.console import set_quiet
 from persetrain.data import load_dataset
-from persetrain.demo_parl import JUDGE_CURRICULUM, ParlDemoConfig, parse_curriculum, run_parl_demo
+from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig, parse_curriculum, run_parl_demo
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
 from persetrain.models import DEFAULT_MODEL

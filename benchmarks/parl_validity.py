@@ -16,7 +16,7 @@ and of separating sets).
 The negatives are generic model outputs, so a set can separate a user from them by rules that fit any quirky
 writer. The *other-user pass rate* asks whether a set is the user's own: the share of the other users' target
 texts (same split) on which every valid rule of the set passes, averaged over valid sets; lower is more
-personal. Its references are the users' true sets (their planted signatures, ``data_prep.parl_rubrics``), decided
+personal. Its references are the users' true sets (their planted signatures, ``data_prep.parl.rubrics``), decided
 by the signature checkers (what a perfect generator with a perfect judge would get) and by the judge (each rule in
 the first wording the verifier trained on), so the dataset must be the synthetic sample's.
 
@@ -35,8 +35,8 @@ from pathlib import Path
 
 from scipy import stats
 
-from data_prep.parl_rubrics import true_checks, true_other_user_pass_rates
-from data_prep.rule_verifier import require_synthetic
+from data_prep.parl.rubrics import true_checks, true_other_user_pass_rates
+from data_prep.parl.rule_verifier import require_synthetic
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce, other_user_pass_rates, valid_sets

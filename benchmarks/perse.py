@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 def judge_figures(run: Path, rerun: bool) -> dict:
     metrics_path = run / "eval" / "metrics.json"
     if rerun or not metrics_path.is_file():
-        from persetrain.demo import run_demo
+        from persetrain.demos.perse import run_demo
 
         run_demo(run)
     metrics = json.loads(metrics_path.read_text())

@@ -27,8 +27,8 @@ from transformers import AutoConfig, TrainerCallback
 from trl import RewardTrainer
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
-from persetrain.reward_batches import ListwiseCollator, option_rewards
-from persetrain.reward_inputs import encode
+from persetrain.reward_model.batches import ListwiseCollator, option_rewards
+from persetrain.reward_model.inputs import encode
 from persetrain.train.rm import ListwiseRewardTrainer, RMConfig
 from persetrain.train.rm_listwise import ranking_loss
 

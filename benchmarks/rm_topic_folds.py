@@ -25,10 +25,10 @@ from pathlib import Path
 
 from learned_judges import GIVEN, VALIDATION_TOPICS  # beside this script
 
-from data_prep.preference import prepare_preference
-from data_prep.prefeval import OPTIONS_DIR, topic_files
+from data_prep.preference.prepare import prepare_preference
+from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluation import EvaluationConfig, evaluate
-from persetrain.evaluators.base import SystemSpec
+from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 

@@ -48,9 +48,9 @@ class _StepTimer(TrainerCallback):
 
 
 def verifier_data(root: Path) -> Path:
-    from data_prep.parl import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
-    from data_prep.rule_verifier import prepare_verifier
+    from data_prep.parl.prepare import prepare_parl
+    from data_prep.parl.rule_verifier import prepare_verifier
+    from data_prep.synthetic.parl import write_parl_sample
 
     prepare_parl(write_parl_sample(root / "raw").root, root / "parl", tasks=("news",))
     prepare_verifier(root / "verifier", parl=[root / "parl" / "parl_news"], counterfactuals=True)

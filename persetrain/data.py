@@ -6,7 +6,8 @@ Three kinds of folders are understood, tried in this order:
 * JSONL records with a ``dataset.json`` card beside them (``{"task": "reference", "splits":
   {"test": "test.jsonl"}}``; without ``splits``, split ``S`` is ``S.jsonl``) - the format for data a
   user brings;
-* a foreign layout whose reader is registered with :func:`register_reader` (PrefEval's folders).
+* a foreign layout whose reader is registered with :func:`register_reader` (PrefEval's folders, read by
+  ``data_prep.readers.prefeval``, which knows nothing of this module: no import circle).
 
 Every record is validated against its task's example model, and a bad one is reported with the file,
 the record and the field.
@@ -14,19 +15,17 @@ the record and the field.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_prep.readers.prefeval import is_prefeval, read_prefeval
 from persetrain.io import InputError, parse_record, read_jsonl
 from persetrain.tasks import TaskKind, get_task
 
 BUILD_INFO = "build_info.json"
 CARD = "dataset.json"
-#: Modules whose import registers a reader of a foreign layout (imported when a dataset is loaded).
-FOREIGN_READERS: tuple[str, ...] = ("data_prep.prefeval",)
 
 
 @dataclass(frozen=True)
@@ -95,12 +94,11 @@ def _read_jsonl_card(path: Path, split: str, seed: int) -> tuple[str, list]:
 
 register_reader("prepared", lambda p: (p / BUILD_INFO).is_file(), _read_prepared)
 register_reader("jsonl", lambda p: ((p if p.is_dir() else p.parent) / CARD).is_file(), _read_jsonl_card)
+register_reader("prefeval", is_prefeval, read_prefeval)
 
 
 def load_dataset(path: str | Path, split: str = "test", seed: int = 0) -> tuple[TaskKind, list]:
     """The task kind a dataset declares and its examples of one split."""
-    for module in FOREIGN_READERS:
-        importlib.import_module(module)
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or folder")

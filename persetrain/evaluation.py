@@ -2,7 +2,7 @@
 
 The runner knows no method by name. It loads the dataset as examples of the task kind the dataset
 declares (``persetrain.data``), builds every system's evaluator from the registry
-(``persetrain.evaluators.base``), gives it an engine when it needs a model, groups the judgments it
+(``persetrain.evaluators.registry``), gives it an engine when it needs a model, groups the judgments it
 returns into systems, and hands each system to its evaluator's metrics (the task's metric functions
 plus anything the method adds). A run directory holds ``config.json`` (what was asked),
 ``environment.json`` (versions, device, git commit), ``judgments/<system>.jsonl`` (every judgment
@@ -28,7 +28,8 @@ import yaml
 from persetrain.console import console
 from persetrain.data import load_dataset
 from persetrain.environment import environment
-from persetrain.evaluators.base import Evaluator, JudgeContext, SystemSpec, config_fields, evaluators_for
+from persetrain.evaluators.base import Evaluator, JudgeContext, config_fields
+from persetrain.evaluators.registry import SystemSpec, evaluators_for
 from persetrain.io import InputError, write_json, write_jsonl
 from persetrain.report import metrics_table, write_markdown
 from persetrain.schema import Judgment, reviewer_of

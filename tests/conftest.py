@@ -86,7 +86,7 @@ def prepared_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def parl_sample(tmp_path_factory):
     """The SYNTHETIC PARL users' raw files (``write_parl_sample`` with its defaults). Read-only: copy to edit."""
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.synthetic.parl import write_parl_sample
 
     return write_parl_sample(tmp_path_factory.mktemp("parl-raw"))
 
@@ -94,7 +94,7 @@ def parl_sample(tmp_path_factory):
 @pytest.fixture(scope="session")
 def parl_prepared(parl_sample, tmp_path_factory):
     """``persetrain prepare parl`` of ``parl_sample``, every task (``parl_amazon``, ``parl_reddit``, ``parl_news``)."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
 
     out = tmp_path_factory.mktemp("parl")
     prepare_parl(parl_sample.root, out)

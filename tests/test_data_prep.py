@@ -13,27 +13,27 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import amazon, doc, mpst
-from data_prep.anonymize import (
+from data_prep.perse.anonymize import (
     anonymize_text,
     apply_mapping,
     parse_mapping,
     share_family_names,
     valid_mapping,
 )
-from data_prep.builders import (
+from data_prep.perse.builders import (
     build_amazon_books,
     build_per_doc,
     build_per_mpst,
 )
-from data_prep.contamination import normalize_title, title_memorized
-from data_prep.perse_dataset import save_dataset
-from data_prep.prepare import prepare_perse, rename_in_reviews
-from data_prep.reviewer_split import check_reviewer_disjoint, is_test_reviewer
-from data_prep.summarize import clean_summary
-from data_prep.synthetic import write_sample_data
-from data_prep.synthetic_doc import EXTRA_QUESTION
-from data_prep.synthetic_plots import _GENRE_SENTENCES
+from data_prep.perse.contamination import normalize_title, title_memorized
+from data_prep.perse.dataset import save_dataset
+from data_prep.perse.prepare import prepare_perse, rename_in_reviews
+from data_prep.perse.reviewer_split import check_reviewer_disjoint, is_test_reviewer
+from data_prep.perse.summarize import clean_summary
+from data_prep.readers import amazon, doc, mpst
+from data_prep.synthetic.doc import EXTRA_QUESTION
+from data_prep.synthetic.perse import write_sample_data
+from data_prep.synthetic.plots import _GENRE_SENTENCES
 from persetrain.io import InputError
 from persetrain.prompts.perse import ASPECT_QUESTIONS, REVIEW_MARKER, SCORE_MARKER
 from persetrain.schema import PERDOC_ASPECTS, ScalarExample
@@ -512,9 +512,9 @@ def test_title_probe_matching_and_summary_cleaning():
 def test_llm_steps_end_to_end_with_the_embedded_model(sample, tmp_path):
     """anonymize -> summarize -> title probe on 2 plots with the real 135M model, then a rerun that
     must be served entirely from the step outputs and the engine cache."""
-    from data_prep.anonymize import anonymize_plots
-    from data_prep.contamination import probe_titles
-    from data_prep.summarize import summarize_plots
+    from data_prep.perse.anonymize import anonymize_plots
+    from data_prep.perse.contamination import probe_titles
+    from data_prep.perse.summarize import summarize_plots
 
     plots = mpst.read_plots(sample.mpst_plots)[:2]
     raw = {p.id: p.synopsis for p in plots}

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl_rubrics import true_rules
+from data_prep.parl.rubrics import true_rules
 from persetrain.data import load_dataset
-from persetrain.demo_parl import (
+from persetrain.demos.parl import (
     JUDGE_CURRICULUM,
     REPORT,
     SUMMARY,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_prep.prepare import prepare_perse
-from data_prep.synthetic import write_sample_data
+from data_prep.perse.prepare import prepare_perse
+from data_prep.synthetic.perse import write_sample_data
 from persetrain.cli import app
 from persetrain.evaluation import EvaluationConfig, evaluate, random_sample
-from persetrain.evaluators.base import SystemSpec
+from persetrain.evaluators.registry import SystemSpec
 
 GOLDEN = Path(__file__).parent / "data" / "evaluation_golden"
 runner = CliRunner()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.reference import read_reference
+from data_prep.parl.reference import read_reference
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext

@@ -18,8 +18,8 @@ from datasets import Dataset, DatasetDict, load_from_disk
 from numerics import DTYPE, close, tensor_tolerance
 from trl import GRPOTrainer
 
-from data_prep.parl import prepare_parl
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.parl.prepare import prepare_parl
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.engine.hf import length_chunks
 from persetrain.models import DEFAULT_MODEL, load_model
 from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo

@@ -29,7 +29,7 @@ from persetrain.metrics.odd_one_out import oddness
 from persetrain.person import NOT_STATED, blind_examples, derangement, has_person, swapped_examples
 from persetrain.prompts.pref import letter_request
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, rm_context
-from persetrain.reward_model import RewardModelScorer, check_reward_model
+from persetrain.reward_model.scorer import RewardModelScorer, check_reward_model
 from persetrain.schema import McqExample, ProfileReview, ScalarExample
 
 PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
@@ -167,7 +167,7 @@ def test_an_encoder_reward_model_scores_at_cls_and_keeps_its_trailing_sep(tmp_pa
     ids, cut = encoder.encode(CONTEXTS[2], "hiking in the hills")
     assert cut and len(ids) == 12 and tokenizer.decode(ids).endswith("answer : [SEP] hiking in the hills [SEP]")
     assert ids[0] == tokenizer.cls_token_id
-    pair = tokenizer(CONTEXTS[0], CANDIDATES[0], return_tensors="pt")  # the form training reads (reward_inputs)
+    pair = tokenizer(CONTEXTS[0], CANDIDATES[0], return_tensors="pt")  # the form training reads (reward_model.inputs)
     model = BertForSequenceClassification.from_pretrained(tmp_path / "bert-rm").eval()
     with torch.no_grad():
         assert batched[0] == pytest.approx(model(**pair).logits.item(), abs=1e-5)

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines, prepare_parl
-from data_prep.parl_readers import read_amazon, read_lamp4, read_longlamp, read_task
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.parl.prepare import attach_baselines, prepare_parl
+from data_prep.parl.readers import read_amazon, read_lamp4, read_longlamp, read_task
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.io import InputError
 
 
@@ -152,7 +152,7 @@ def test_missing_negatives_are_an_error(sample, tmp_path):
 
 
 def test_rag_retrieves_bm25_top4_and_baselines_resume(sample, tmp_path, tiny_llama_dir):
-    from data_prep.parl_baselines import GeneratorSpec, generate_baselines, retrieve
+    from data_prep.parl.baselines import GeneratorSpec, generate_baselines, retrieve
     from persetrain.engine import load_engine
     from persetrain.schema import RubricExample
 

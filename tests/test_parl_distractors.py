@@ -9,8 +9,8 @@ import re
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl_distractors import HELD_OUT, TRAIN, TRAIN_WORDINGS, distractor_checks
-from data_prep.rule_verifier import prepare_verifier
+from data_prep.parl.distractors import HELD_OUT, TRAIN, TRAIN_WORDINGS, distractor_checks
+from data_prep.parl.rule_verifier import prepare_verifier
 
 _WORDS = re.compile(r"[A-Za-z][A-Za-z']*")
 

@@ -80,8 +80,8 @@ def test_runs_from_checks_marks_unparsed_users_uncovered():
 
 @pytest.fixture(scope="module")
 def parl_data(tmp_path_factory):
-    from data_prep.parl import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.parl.prepare import prepare_parl
+    from data_prep.synthetic.parl import write_parl_sample
 
     root = tmp_path_factory.mktemp("parl")
     write_parl_sample(root / "raw")

@@ -10,8 +10,8 @@ import pytest
 from datasets import load_from_disk
 from typer.testing import CliRunner
 
-from data_prep.parl_rubrics import true_rules
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS
+from data_prep.parl.rubrics import true_rules
+from data_prep.parl.signatures import RULES, TRAIN_WORDINGS
 from persetrain.cli import app
 from persetrain.data import load_dataset
 
@@ -65,8 +65,8 @@ def test_truth_warmstart_refuses_data_that_is_not_synthetic_and_an_unknown_sourc
 
 def test_truth_warmstart_adds_every_user_of_an_extra_sample(parl_prepared, tmp_path):
     """``--extra-data``: another sample's users, all splits, join the training users; only with the truth source."""
-    from data_prep.parl import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.parl.prepare import prepare_parl
+    from data_prep.synthetic.parl import write_parl_sample
     from persetrain.train.warmstart import warmstart_row
 
     sample = write_parl_sample(tmp_path / "raw", seed=1)
@@ -124,7 +124,7 @@ def test_other_user_pass_rate_batched_equals_one_check_at_a_time(parl_prepared, 
 
 
 def test_true_sets_are_personal_on_the_sample(parl_prepared):
-    from data_prep.parl_rubrics import true_checks, true_other_user_pass_rates
+    from data_prep.parl.rubrics import true_checks, true_other_user_pass_rates
 
     examples = load_dataset(parl_prepared / "parl_news", "train")[1]
     sets = true_checks(examples)

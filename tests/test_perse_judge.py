@@ -7,8 +7,8 @@ from numerics import close
 
 from persetrain.engine import load_engine
 from persetrain.evaluation import per_reviewer_sample
-from persetrain.evaluators.base import SystemSpec
 from persetrain.evaluators.perse import PerSEConfig, calibrate, judge_pairwise, judge_scalar, parse_scalar_output
+from persetrain.evaluators.registry import SystemSpec
 from persetrain.schema import Judgment, PairwiseExample, PairwiseProfileItem, ProfileReview, ScalarExample
 from persetrain.tasks import scalar_metrics
 

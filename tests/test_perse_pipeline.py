@@ -10,13 +10,13 @@ import json
 
 from datasets import load_from_disk
 
-from data_prep.prepare import prepare_perse
-from data_prep.synthetic import write_sample_data
+from data_prep.perse.prepare import prepare_perse
+from data_prep.synthetic.perse import write_sample_data
 from persetrain.data import load_dataset
-from persetrain.demo import CPU_RECIPE
+from persetrain.demos.perse import CPU_RECIPE
 from persetrain.evaluation import EvaluationConfig, evaluate
-from persetrain.evaluators.base import SystemSpec
 from persetrain.evaluators.perse import built_profile_words
+from persetrain.evaluators.registry import SystemSpec
 from persetrain.models import load_model
 from persetrain.prompts.perse import scalar_request
 from persetrain.train.sft import run_sft

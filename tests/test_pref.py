@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_prep.prefeval import is_prefeval, read_prefeval, shuffle_options
+from data_prep.readers.prefeval import is_prefeval, read_prefeval, shuffle_options
 from persetrain.cli import app
 from persetrain.data import load_dataset
 from persetrain.engine import load_engine

@@ -11,15 +11,15 @@ import pytest
 from datasets import load_from_disk
 from typer.testing import CliRunner
 
-from data_prep import mpst
-from data_prep.builders import build_per_mpst
-from data_prep.parl_synthetic import write_parl_sample
-from data_prep.perse_dataset import save_dataset
-from data_prep.preference import prepare_preference
-from data_prep.prefeval import read_prefeval
-from data_prep.prepare import prepare_perse
-from data_prep.reference import build_reference, read_reference
-from data_prep.synthetic import write_sample_data
+from data_prep.parl.reference import build_reference, read_reference
+from data_prep.perse.builders import build_per_mpst
+from data_prep.perse.dataset import save_dataset
+from data_prep.perse.prepare import prepare_perse
+from data_prep.preference.prepare import prepare_preference
+from data_prep.readers import mpst
+from data_prep.readers.prefeval import read_prefeval
+from data_prep.synthetic.parl import write_parl_sample
+from data_prep.synthetic.perse import write_sample_data
 from persetrain.cli import app
 from persetrain.data import load_dataset
 from persetrain.io import InputError

@@ -19,8 +19,8 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer
 from persetrain.prompts.preference import rm_context
-from persetrain.reward_batches import ListwiseCollator, option_rewards
-from persetrain.reward_inputs import encode
+from persetrain.reward_model.batches import ListwiseCollator, option_rewards
+from persetrain.reward_model.inputs import encode
 from persetrain.train.recipe import RecipeError
 from persetrain.train.rm import run_rm
 from persetrain.train.rm_listwise import ranking_loss

@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 from datasets import load_from_disk
 
-from data_prep.parl import attach_baselines
-from data_prep.parl_readers import read_task
-from data_prep.parl_signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
-from data_prep.parl_synthetic import _PET_WORDS
-from data_prep.rule_verifier import prepare_verifier
+from data_prep.parl.prepare import attach_baselines
+from data_prep.parl.readers import read_task
+from data_prep.parl.rule_verifier import prepare_verifier
+from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, WORDINGS_PER_RULE, composed_wordings
+from data_prep.synthetic.parl import PET_WORDS
 from persetrain.engine import load_engine
 from persetrain.io import InputError
 from persetrain.prompts.parl import judge_request
@@ -134,15 +134,15 @@ def test_counterfactual_copies_are_labelled_by_the_checkers_and_only_trained_on(
         assert (row["label"] == "yes") == checks[row["rule_name"]].check(row["text"]), row["id"]
     forms = edited["train"].filter(lambda r: ":form-" in r["text_kind"])
     assert set(forms["rule_name"]) == {"pet_word"} and set(forms["label"]) == {"yes"}  # checked on its rule only
-    assert {t.split()[0].lower() for t in forms["text"]} == {w.lower() for w in _PET_WORDS}
+    assert {t.split()[0].lower() for t in forms["text"]} == {w.lower() for w in PET_WORDS}
     assert json.loads((out / "build_info.json").read_text())["counterfactuals"] is True
     assert "edited copies" in (out / "README.md").read_text()
 
 
 def test_extra_samples_add_new_users_to_train_only(parl_news, verifier_data, tmp_path):
     """Another sample's users all train, named apart from this sample's (each sample numbers its users from 0)."""
-    from data_prep.parl import prepare_parl
-    from data_prep.parl_synthetic import write_parl_sample
+    from data_prep.parl.prepare import prepare_parl
+    from data_prep.synthetic.parl import write_parl_sample
 
     prepare_parl(write_parl_sample(tmp_path / "raw", seed=1).root, tmp_path / "data", tasks=("news",), seed=1)
     extra = load_from_disk(str(tmp_path / "data" / "parl_news"))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_prep.parl import prepare_parl
-from data_prep.parl_synthetic import write_parl_sample
+from data_prep.parl.prepare import prepare_parl
+from data_prep.synthetic.parl import write_parl_sample
 from persetrain.train.verl import REWARD_FUNCTION, REWARD_MODULE, VERL_VENV_PYTHON
 from persetrain.train.verl import main as write_verl_config
 

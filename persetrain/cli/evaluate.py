@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
-from persetrain.demo_parl import JUDGE_CURRICULUM, ParlDemoConfig
+from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig
 from persetrain.models import DEFAULT_MODEL
 
 
@@ -56,7 +56,7 @@ def evaluate(
     """Judge a dataset with registered evaluators (`persetrain evaluators` lists them); write metrics and a report."""
     from persetrain.evaluation import EvaluationConfig, apply_options
     from persetrain.evaluation import evaluate as run_evaluation
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
 
     systems = [SystemSpec.parse(s) for s in system or []]
     if evaluator is not None:
@@ -112,7 +112,7 @@ def meta_eval(
     """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation, and
     accuracy with the person removed (blind) or swapped."""
     from persetrain.evaluation import apply_options
-    from persetrain.evaluators.base import SystemSpec
+    from persetrain.evaluators.registry import SystemSpec
     from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
 
     systems = [SystemSpec.parse(s) for s in system or []]
@@ -137,7 +137,7 @@ def evaluators_cmd() -> None:
     """List the registered evaluators, the task kinds each judges and its options."""
     import dataclasses
 
-    from persetrain.evaluators.base import registered
+    from persetrain.evaluators.registry import registered
 
     for name, cls in registered().items():
         options = ", ".join(
@@ -160,7 +160,7 @@ def demo(
     """PerSE end to end (`persetrain demo`); `persetrain demo parl` runs PARL's loop."""
     if ctx.invoked_subcommand is not None:
         return
-    from persetrain.demo import run_demo
+    from persetrain.demos.perse import run_demo
 
     run_demo(out, model=model)
 
@@ -209,7 +209,7 @@ def demo_parl(
     seed: int = 0,
 ) -> None:
     """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
-    from persetrain.demo_parl import parse_curriculum, run_parl_demo
+    from persetrain.demos.parl import parse_curriculum, run_parl_demo
 
     config = ParlDemoConfig(
         out=out,

@@ -22,8 +22,8 @@ def prepare_sample(
 ) -> None:
     """Write SYNTHETIC raw MPST / DOC / Amazon files with planted reviewer preferences, and PARL users
     with planted writing signatures (``OUT/parl``)."""
-    from data_prep.parl_synthetic import write_parl_sample
-    from data_prep.synthetic import write_sample_data
+    from data_prep.synthetic.parl import write_parl_sample
+    from data_prep.synthetic.perse import write_sample_data
 
     write_sample_data(out, seed=seed)
     write_parl_sample(out / "parl", seed=seed)
@@ -43,7 +43,7 @@ def prepare_perse_cmd(
     probe: Annotated[bool, typer.Option(help="Run the title contamination probe.")] = True,
 ) -> None:
     """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
-    from data_prep.prepare import prepare_perse
+    from data_prep.perse.prepare import prepare_perse
 
     engine = None if no_llm else make_engine(model, backend, base_url, out / "engine-cache.sqlite")
     prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
@@ -69,7 +69,7 @@ def prepare_parl_cmd(
     seed: int = 0,
 ) -> None:
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
-    from data_prep.parl import prepare_parl
+    from data_prep.parl.prepare import prepare_parl
 
     written = prepare_parl(
         raw,
@@ -100,7 +100,7 @@ def prepare_reference_cmd(
 ) -> None:
     """Build a reference-task dataset (ExPerT, AuPEL): the user's own text as reference and system 'gold',
     earlier texts as writing samples, and every generator's output."""
-    from data_prep.reference import build_reference
+    from data_prep.parl.reference import build_reference
 
     build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
@@ -147,7 +147,7 @@ def prepare_verifier_cmd(
     seed: int = 0,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
-    from data_prep.rule_verifier import prepare_verifier
+    from data_prep.parl.rule_verifier import prepare_verifier
 
     prepare_verifier(
         out,
@@ -189,7 +189,7 @@ def prepare_preference_cmd(
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
-    from data_prep.preference import prepare_preference
+    from data_prep.preference.prepare import prepare_preference
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
     prepare_preference(
@@ -218,8 +218,8 @@ def generate_baselines_cmd(
     seed: int = 0,
 ) -> None:
     """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
-    from data_prep.parl_baselines import GeneratorSpec, generate_baselines
-    from data_prep.parl_readers import read_task
+    from data_prep.parl.baselines import GeneratorSpec, generate_baselines
+    from data_prep.parl.readers import read_task
 
     specs = [GeneratorSpec.parse(g) for g in generator]
     examples = read_task(raw, task, min_history=min_history)

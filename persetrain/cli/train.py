@@ -87,7 +87,7 @@ def rubrics_warmstart_data(
     if extra_data and source != "truth":
         raise ValueError("--extra-data needs --source truth: only synthetic users' true rules are known")
     if source == "truth":
-        from data_prep.parl_rubrics import write_true_warmstart_data
+        from data_prep.parl.rubrics import write_true_warmstart_data
 
         counts = write_true_warmstart_data(
             data, split, out, seed=seed, copies=runs, max_examples=max_examples, extra=extra_data or ()

@@ -1,4 +1,4 @@
-"""The evaluator interface every method implements, its registry, and how a system is named.
+"""The evaluator interface every method implements, the ``@register`` decorator, and checks methods share.
 
 Modelled on ``engine/base.py``: a method is one ``Evaluator`` subclass that turns examples into
 judgments through the engine; the runner (``persetrain.evaluation``) owns what exists once for every
@@ -9,6 +9,9 @@ a method is one module here + its prompt templates + any new metric functions, a
 Each evaluator has one config dataclass (TRL's one-config-per-trainer style). Its fields are what a
 user can set, from ``persetrain evaluate --set FIELD=VALUE`` or from a YAML evaluation config, so the
 dataclass - with a comment on every field - is the method's whole documented surface.
+
+Looking an evaluator up by name needs every method imported, and every method imports this module, so
+the lookup, and ``SystemSpec`` which builds a system by name, are ``evaluators.registry``'s.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
-from persetrain.schema import Judgment
+from persetrain.schema import Judgment, McqExample
 
 if TYPE_CHECKING:
     from persetrain.engine import Engine
@@ -95,39 +98,35 @@ class Evaluator(ABC):
         return {}
 
 
-_REGISTRY: dict[str, type[Evaluator]] = {}
+def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
+    """Comparing candidates needs at least two; a one-answer list is a data error, not a score.
+
+    Every method that compares a question's candidates (PREF, mcq-letter, odd-one-out, the learned judges)
+    checks this first, so it lives with the interface they share.
+    """
+    for ex in examples:
+        if len(ex.options) < 2:
+            raise ValueError(
+                f"{method} compares candidate answers, but example {ex.id!r} has "
+                f"{len(ex.options)} candidate answer; give at least two"
+            )
+
+
+#: Filled by :func:`register`; read through ``evaluators.registry``, which imports every built-in method first.
+REGISTRY: dict[str, type[Evaluator]] = {}
 
 
 def register(name: str) -> Callable[[type[Evaluator]], type[Evaluator]]:
     """Class decorator: ``@register("pref")`` makes the evaluator available under that name."""
 
     def wrap(cls: type[Evaluator]) -> type[Evaluator]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"evaluator {name!r} is registered twice ({_REGISTRY[name].__module__}, {cls.__module__})")
+        if name in REGISTRY and REGISTRY[name] is not cls:
+            raise ValueError(f"evaluator {name!r} is registered twice ({REGISTRY[name].__module__}, {cls.__module__})")
         cls.name = name
-        _REGISTRY[name] = cls
+        REGISTRY[name] = cls
         return cls
 
     return wrap
-
-
-def registered() -> dict[str, type[Evaluator]]:
-    """Every registered evaluator by name (importing ``persetrain.evaluators`` registers the built-in ones)."""
-    import persetrain.evaluators  # noqa: F401 - registers the built-in evaluators on import
-
-    return dict(sorted(_REGISTRY.items()))
-
-
-def get_evaluator(name: str) -> type[Evaluator]:
-    known = registered()
-    if name not in known:
-        raise ValueError(f"unknown evaluator {name!r}; registered evaluators: {', '.join(known)}")
-    return known[name]
-
-
-def evaluators_for(task: str) -> list[str]:
-    """Names of the registered evaluators that can judge a task kind."""
-    return [name for name, cls in registered().items() if task in cls.tasks]
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -175,37 +174,3 @@ def make_config(cls: type[EvaluatorConfig], values: Mapping[str, Any], where: st
 
 def config_fields(cls: type[EvaluatorConfig]) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
-
-
-@dataclass
-class SystemSpec:
-    """One system to evaluate: a registered evaluator, the model it runs on (if any), and its options."""
-
-    name: str
-    evaluator: str
-    model: str | None = None
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str) -> SystemSpec:
-        """``EVALUATOR`` | ``EVALUATOR:MODEL`` | ``NAME=EVALUATOR`` | ``NAME=EVALUATOR:MODEL``.
-
-        The name defaults to the model (so two models of one evaluator do not collide) or, for an
-        evaluator without a model, to the evaluator. Model specs may hold ':' (``embedded:NAME``).
-        """
-        head = text.split(":", 1)[0]
-        name, _, rest = text.partition("=") if "=" in head else ("", "", text)
-        evaluator, _, model = rest.partition(":")
-        if not evaluator:
-            raise ValueError(f"system {text!r}: use EVALUATOR, EVALUATOR:MODEL or NAME=EVALUATOR:MODEL")
-        return cls(name or model or evaluator, evaluator, model or None)
-
-    def build(self) -> Evaluator:
-        """The configured evaluator; checks the name, the options and that a model is given when needed."""
-        evaluator = get_evaluator(self.evaluator)
-        where = f"system {self.name!r} ({self.evaluator})"
-        if evaluator.needs_model and not self.model:
-            raise ValueError(f"{where} needs a model: {self.name}={self.evaluator}:MODEL")
-        if not evaluator.needs_model and self.model:
-            raise ValueError(f"{where} uses no model, but {self.model!r} was given")
-        return evaluator(make_config(evaluator.Config, self.options, where))

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext
-from persetrain.evaluators.pref import refuse_single_answer
+from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, refuse_single_answer
 from persetrain.metrics.calibration import apply_calibration, cross_fitted_quantile, linear_calibration
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.person import has_person

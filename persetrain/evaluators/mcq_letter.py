@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, register
-from persetrain.evaluators.pref import refuse_single_answer
+from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.prompts.pref import LETTERS, SCORE_MAX, letter_request
 from persetrain.schema import Judgment, McqExample

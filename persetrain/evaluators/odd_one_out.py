@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, register
-from persetrain.evaluators.pref import refuse_single_answer
+from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.metrics.odd_one_out import oddness
 from persetrain.prompts.pref import SCORE_MAX

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, register
+from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.learned import Item
 from persetrain.evaluators.pref_stages import (
     PREFConfig,
     Rubric,
@@ -43,22 +44,14 @@ from persetrain.evaluators.pref_stages import (
     stage3_inputs,
     unrotate,
 )
+from persetrain.evaluators.scorers import TrainedScorer, check_scorer, grouped_scores
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.prompts.pref import ADDED_PREFIX
+from persetrain.prompts.preference import PERSON_LABELS
 from persetrain.schema import Judgment, McqExample
 
 if TYPE_CHECKING:
     from persetrain.tasks import TaskKind
-
-
-def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
-    """Comparing candidates needs at least two; a one-answer list is a data error, not a score."""
-    for ex in examples:
-        if len(ex.options) < 2:
-            raise ValueError(
-                f"{method} compares candidate answers, but example {ex.id!r} has "
-                f"{len(ex.options)} candidate answer; give at least two"
-            )
 
 
 @register("pref")
@@ -74,8 +67,6 @@ class PREF(Evaluator):
 
     def check_model(self, model: str) -> None:
         if self.config.scorer:
-            from persetrain.evaluators.scorers import check_scorer  # imported here: the learned judges import pref
-
             check_scorer(self.config.scorer)
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
@@ -169,11 +160,6 @@ class PREF(Evaluator):
         self, examples: Sequence[McqExample], rubrics: Sequence[Rubric], context: JudgeContext
     ) -> tuple[list[list[float]], list[Cost]]:
         """Stage 3 by the configured trained judge (``scorer``), loaded once per evaluator."""
-        # Imported here: the learned judges import this module (refuse_single_answer).
-        from persetrain.evaluators.learned import Item
-        from persetrain.evaluators.scorers import TrainedScorer, grouped_scores
-        from persetrain.prompts.preference import PERSON_LABELS
-
         if self._scorer is None:
             self._scorer = TrainedScorer(self.config.scorer)
         groups = []

@@ -1,7 +1,7 @@
 """``rm``: a trained reward model as a judge - the scalar reward of ``rm_context(person, request) + candidate``.
 
 The checkpoint is what ``persetrain rm`` (TRL's ``RewardTrainer``) writes: a one-label sequence
-classifier on any backbone, loaded by ``persetrain.reward_model.RewardModelScorer``, never by the
+classifier on any backbone, loaded by ``persetrain.reward_model.scorer.RewardModelScorer``, never by the
 engine (``uses_engine = False``). A Bradley-Terry reward has no scale of its own, only differences
 mean something, so on multiple choice the options' rewards become a softmax over the options (the
 probability the model gives each option of being the preferred one, x 10 for the 0..10 metrics;
@@ -21,7 +21,7 @@ from persetrain.evaluators.base import JudgeContext, register
 from persetrain.evaluators.learned import Item, LearnedJudge, LearnedJudgeConfig
 from persetrain.prompts.pref import SCORE_MAX
 from persetrain.prompts.preference import rm_context
-from persetrain.reward_model import RewardModelScorer, check_reward_model
+from persetrain.reward_model.scorer import RewardModelScorer, check_reward_model
 
 
 @dataclass

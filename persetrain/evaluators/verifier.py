@@ -18,7 +18,7 @@ from persetrain.engine import ChatRequest, Cost, Engine
 from persetrain.evaluators.base import JudgeContext, register
 from persetrain.evaluators.learned import Calibration, Item, LearnedJudge, LearnedJudgeConfig
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES
-from persetrain.reward_model import check_language_model
+from persetrain.reward_model.scorer import check_language_model
 
 YES = VERIFIER_CHOICES[0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 
 DIMENSIONS: tuple[str, ...] = ("personalization", "quality", "relevance")
 CHOICES: tuple[str, str] = ("A", "B")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 
 NONE = "none"
 YES, NO = "yes", "no"

@@ -9,7 +9,7 @@ the multiple-choice task: the stated preference), the task input and the text, a
 
 from __future__ import annotations
 
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 
 GEMBA_RANGE = (0, 4)
 LLM_JUDGE_RANGE = (1, 5)

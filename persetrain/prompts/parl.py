@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest
-from persetrain.prompts import PromptTemplate, register
 from persetrain.prompts.perse import truncate_words
+from persetrain.prompts.template import PromptTemplate, register
 
 TASKS: tuple[str, ...] = ("amazon", "reddit", "news")
 

@@ -4,7 +4,7 @@ summarize, title probe).
 The judge's structure follows the paper (Figure 9): a reviewer profile of K past items, then the
 query; the scalar judge answers ``[Review] <text> [Score] <1-10>``, the pairwise judge answers
 ``Plot A`` or ``Plot B``. ``scalar_request`` / ``pairwise_request`` turn a typed example into the
-engine request, and are the only place that does, so training rows (``data_prep.builders``) and
+engine request, and are the only place that does, so training rows (``data_prep.perse.builders``) and
 judge calls (``evaluators``) see byte-identical prompts. Profile plots are cut to ``profile_words``
 words to keep K-item prompts short; the query plot is never cut.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 from persetrain.schema import PairwiseExample, ProfileReview, ScalarExample, ten_point_score
 
 #: The scalar judge's output is ``f"{REVIEW_MARKER} <review> {SCORE_MARKER} <n>"``; the judge's

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from persetrain.engine.types import ChatRequest
 from persetrain.person import stated
-from persetrain.prompts import PromptTemplate, register
+from persetrain.prompts.template import PromptTemplate, register
 
 SCORE_MIN, SCORE_MAX = 0, 10
 SCORE_CHOICES: tuple[str, ...] = tuple(str(n) for n in range(SCORE_MIN, SCORE_MAX + 1))

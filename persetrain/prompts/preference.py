@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from persetrain.prompts import PromptTemplate, register
 from persetrain.prompts.perse import PROFILE_WORDS, scalar_profile, truncate_words
+from persetrain.prompts.template import PromptTemplate, register
 from persetrain.schema import ProfileReview
 
 #: The verifier's closed answer set, in the order ``choice_probs`` reports it; p(yes) is the score.

@@ -10,8 +10,8 @@ Three layers, each usable alone:
 * ``reward_parts`` — pure math over judge scores (METHODS.md, PARL): consistency validation (a rule
   survives only if p(yes) > τ = 0.5 on every history item's own text), soft score S = mean p(yes)
   over the valid rules, margin product D = Π_j σ(k (S_gt − S_j)) with k = 20 over the negatives j (the
-  generators' outputs, then any *user negatives*: other users' own texts, ``data_prep.parl``), cardinality c, and
-  PARL-A = 0.1 + 10 S_gt c D, PARL-B = 0.1 + 10 c D, PARL-0 = 0.1 + 10 S_gt c (no margin),
+  generators' outputs, then any *user negatives*: other users' own texts, ``data_prep.parl.prepare``),
+  cardinality c, and PARL-A = 0.1 + 10 S_gt c D, PARL-B = 0.1 + 10 c D, PARL-0 = 0.1 + 10 S_gt c (no margin),
   ``parl-a-linear`` = PARL-A with c = valid rules / 10. Fewer than 2 valid rules: 0.1, no scoring.
 * ``RubricJudge`` / ``score_batch`` — p(yes) for (rule, text) checks through the engine's
   ``choice_probs``. All checks of a batch of samples (a GRPO step) go to the engine in one call,

@@ -38,7 +38,7 @@ from trl import RewardTrainer, get_peft_config, get_quantization_config
 
 from persetrain.io import InputError
 from persetrain.models import load_tokenizer, local_weights_dir
-from persetrain.reward_batches import ListwiseCollator, option_rewards
+from persetrain.reward_model.batches import ListwiseCollator, option_rewards
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.recipe import RecipeParser
 from persetrain.train.rm_listwise import LISTWISE_COLUMNS, person_contrast_loss, ranking_loss, tokenize_listwise

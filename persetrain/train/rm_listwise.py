@@ -4,7 +4,7 @@ A PrefEval question is one context (the person's preference + the question, ~60 
 options (~20 tokens each). TRL's ``RewardTrainer`` reads pairs: the three (gold, distractor) pairs of a
 question cost six sequences of context + option, 6 x 80 = 480 tokens, the context computed six times.
 Here the question's rows are tokenized as one context and its options, batched and scored by
-``persetrain.reward_batches`` (the context once, 60 + 4 x 20 = 140 tokens for the same four rewards),
+``persetrain.reward_model.batches`` (the context once, 60 + 4 x 20 = 140 tokens for the same four rewards),
 and ranked by the losses below. ``tests/test_rm.py`` checks that losses and gradients equal the per-pair
 path's.
 """
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 
-from persetrain.reward_inputs import encode
+from persetrain.reward_model.inputs import encode
 
 #: The tokenized columns of a listwise row (what the collator reads).
 LISTWISE_COLUMNS = ("context_ids", "option_ids", "gold", "swap_context_ids")
@@ -31,7 +31,7 @@ def tokenize_listwise(
     swap_seed: int | None = None,
     persons: int = 1,
 ) -> Dataset:
-    """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_inputs``).
+    """``prompt`` / ``options`` / ``gold`` rows as context ids and option ids (``persetrain.reward_model.inputs``).
 
     With ``swap_seed``, each row also gets ``swap_context_ids``: its own request under ``persons`` other rows'
     persons (:func:`swapped_prompts`), the contexts the person-contrast term scores the gold option in.

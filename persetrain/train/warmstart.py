@@ -13,7 +13,7 @@ writes a ``DatasetDict`` in TRL's conversational prompt-completion format: the G
 induction prompt) and, as the completion, the set's valid rules as one compact JSON array. Induction
 and validation are the ``parl`` evaluator's (``persetrain.evaluators.parl.induce``), so the data
 follows the same parsing limits and threshold as the reward. Where the truth is known (the SYNTHETIC
-users, ``--source truth``), the rows come from ``data_prep.parl_rubrics`` instead and are written the
+users, ``--source truth``), the rows come from ``data_prep.parl.rubrics`` instead and are written the
 same way.
 """
 

@@ -1,0 +1,160 @@
+"""The cards of the preference datasets: ``build_info.json`` (machine-read) and ``README.md`` (the card).
+
+Like every prepared dataset's, the card declares the task kind, where the data came from and under
+which license, how the splits were made, and the counts a user checks before training: rows per
+topic and split, where the gold option lands in the listwise view (the shuffle must not leave a
+position bias), and the verifier's yes/no balance (kept as it is: one ``yes`` row per group, one
+``no`` row per other option; a trainer that wants balance reweights, the data does not duplicate).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+#: Per view: the task kind ``build_info.json`` declares, the format, and its columns.
+VIEWS: dict[str, dict[str, str]] = {
+    "listwise": {
+        "task": "mcq",
+        "title": "listwise: one row per question",
+        "format": "persetrain mcq records (`persetrain evaluate --data` reads them) plus reward-model contexts",
+        "columns": "`id`, `source`, `topic`, `person_label`, `preference` (the person: a stated preference or a "
+        "profile), `question` (the request), `options` (list[str], shuffled), `gold` (index of the "
+        "preferred option), `explanation`, `prompt` (= `rm_context(preference, question, person_label)`), "
+        "`prompt_blind` (= `rm_context(None, question)`).",
+    },
+    "pairs": {
+        "task": "preference_pairs",
+        "title": "pairs: one row per (preferred, other) option pair",
+        "format": "TRL RewardTrainer, standard (non-conversational) preference format with an explicit prompt",
+        "columns": "`id` (`<group_id>:<index of the rejected option>`), `group_id` (the listwise row), `source`, "
+        "`topic`, `prompt` (the reward model's context, ends with `Answer: `), `prompt_blind` (the "
+        "context without the person), `chosen` (the preferred option), `rejected` (another option).",
+    },
+    "verifier": {
+        "task": "verifier_sft",
+        "title": "verifier: one yes/no row per option",
+        "format": "TRL SFTTrainer, conversational prompt-completion format (`persetrain sft` reads it)",
+        "columns": "`id` (`<group_id>:<option index>`), `group_id`, `source`, `topic`, `label` (`yes` for the "
+        "preferred option, else `no`), `prompt` (system + user messages of the VERIFIER template), "
+        "`prompt_blind` (the VERIFIER_BLIND messages), `completion` "
+        '(`[{"role": "assistant", "content": label}]`).',
+    },
+}
+
+SPLIT_RULE = (
+    "PrefEval: whole topics are split: the topics named by `--holdout-topics` form the validation split, every "
+    "other topic is in train (default: none held out, so every PrefEval topic is in train and PrefEval adds "
+    "nothing to validation). PerSE and reference sources keep their own person-disjoint train/test split "
+    "(test -> validation); a source with one split is split by person, validation when "
+    '`int(sha256(f"{seed}:{person_id}"), 16) % 4 == 0`. The three views share the split of their group, so '
+    "no question, reviewer pair or user input is in two splits of any of them."
+)
+
+
+def _counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
+    """Rows per ``source/topic`` per split."""
+    return {
+        split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
+        for split, split_rows in rows.items()
+    }
+
+
+def _balance(view: str, rows: Mapping[str, Sequence[dict]]) -> dict[str, dict]:
+    if view == "listwise":
+        return {
+            split: {"gold_position": dict(sorted(Counter(str(r["gold"]) for r in split_rows).items()))}
+            for split, split_rows in rows.items()
+        }
+    if view == "verifier":
+        out = {}
+        for split, split_rows in rows.items():
+            labels = Counter(r["label"] for r in split_rows)
+            out[split] = {
+                "yes": labels["yes"],
+                "no": labels["no"],
+                "yes_share": round(labels["yes"] / len(split_rows), 4) if split_rows else None,
+            }
+        return out
+    return {split: {"pairs": len(split_rows)} for split, split_rows in rows.items()}
+
+
+def build_info(
+    view: str,
+    rows: Mapping[str, Sequence[dict]],
+    sources: Sequence[dict],
+    dropped: Mapping[str, int],
+    settings: Mapping[str, object],
+) -> dict:
+    """What ``build_info.json`` holds: the task kind (``persetrain.data`` reads it), sources, counts, settings."""
+    prefeval = any(s["kind"] == "prefeval" for s in sources)
+    return {
+        "name": view,
+        "title": f"Preference data ({VIEWS[view]['title']})",
+        "task": VIEWS[view]["task"],
+        "format": VIEWS[view]["format"],
+        "license": "cc-by-nc-4.0" if prefeval else None,
+        "synthetic": any(s.get("synthetic") for s in sources),
+        "sources": list(sources),
+        "params": dict(settings),
+        "splits": {split: len(r) for split, r in rows.items()},
+        "counts": _counts(rows),
+        "class_balance": _balance(view, rows),
+        "dropped": dict(dropped),
+        "split_rule": SPLIT_RULE,
+    }
+
+
+def _source_lines(sources: Sequence[dict]) -> list[str]:
+    lines = []
+    for s in sources:
+        if s["kind"] == "prefeval":
+            lines.append(
+                f"- PrefEval ({s['citation']}), folders {', '.join(f'`{p}`' for p in s['paths'])}. "
+                f"License: **{s['license']}** (attribution, non-commercial use only)."
+            )
+        else:
+            lines.append(
+                f"- {s['kind']}: `{s['path']}`"
+                + (" (**synthetic** data)" if s.get("synthetic") else "")
+                + f"; license {s['license']}."
+            )
+    return lines
+
+
+def readme(info: dict) -> str:
+    """The dataset card of one view."""
+    splits = list(info["splits"])
+    keys = sorted({k for counts in info["counts"].values() for k in counts})
+    table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
+    table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
+    table.append("| **all** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
+    header = f'---\npretty_name: "{info["title"]}"\n' + (f"license: {info['license']}\n" if info["license"] else "")
+    header += "tags:\n- persetrain\n- preference\n- personalized-evaluation\n"
+    header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
+    view = VIEWS[info["name"]]
+    parts = [
+        header,
+        f"# {info['title']}\n",
+        f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
+        "(`data_prep/preference/prepare.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
+        "## Sources\n",
+        "\n".join(_source_lines(info["sources"])),
+        "",
+        "## Splits\n",
+        info["split_rule"] + "\n",
+        "\n".join(table),
+        "",
+        "## Class balance\n",
+        "\n".join(f"- {split}: {value}" for split, value in info["class_balance"].items()),
+        "",
+        "## Columns\n",
+        view["columns"],
+        "",
+        "## Settings\n",
+        "\n".join(f"- {key}: {value}" for key, value in info["params"].items()),
+        "",
+    ]
+    if info["dropped"]:
+        parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
+    return "\n".join(parts)
