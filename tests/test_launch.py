@@ -73,9 +73,49 @@ def test_world_size_that_does_not_divide_the_batch_is_refused():
     with pytest.raises(
         LaunchError,
         match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
-        r"size 4 x gradient_accumulation_steps 1 x 8 processes of .*deepspeed_zero3",
+        r"size 4 x gradient_accumulation_steps 1 x 8 processes it was tuned for\)",
     ):
         plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False)
+
+
+def test_another_accelerate_config_keeps_the_global_batch_the_recipe_was_tuned_for():
+    """The CPU recipe (batch 1 on cpu.yaml's one process) launched under the 8-GPU ZeRO-3 config on 2 ranks keeps
+    its global batch of 1, which 2 ranks cannot split, rather than taking the config's 8 x 1."""
+    with pytest.raises(LaunchError, match=r"2 processes do not divide the global batch 1 .* x 1 processes it was"):
+        plan_launch(
+            CPU_RECIPE,
+            accelerate_config=REPO / "accelerate_configs/deepspeed_zero3.yaml",
+            num_processes=2,
+            check_data=False,
+        )
+
+
+def test_launch_passes_the_hardware_precision_and_an_absolute_deepspeed_json():
+    """fsdp.yaml is written for bf16 GPUs; a recipe that leaves precision to the hardware trains in fp32 on this CPU.
+    accelerate reads a config's DeepSpeed JSON from the working directory; the launch names it absolutely."""
+    overrides = ["--gradient_accumulation_steps", "1"]
+    fsdp = local_command(
+        plan_launch(
+            CPU_RECIPE,
+            accelerate_config=REPO / "accelerate_configs/fsdp.yaml",
+            num_processes=2,
+            overrides=overrides,
+            check_data=False,
+        )
+    )
+    assert fsdp.argv[fsdp.argv.index("--mixed_precision") + 1] == "no" and fsdp.elastic
+    zero3 = local_command(
+        plan_launch(
+            CPU_RECIPE,
+            accelerate_config=REPO / "accelerate_configs/deepspeed_zero3.yaml",
+            num_processes=2,
+            overrides=overrides,
+            check_data=False,
+        )
+    )
+    json_path = Path(zero3.argv[zero3.argv.index("--deepspeed_config_file") + 1])
+    assert json_path.is_absolute() and json_path == REPO / "accelerate_configs/deepspeed/zero3.json"
+    assert "--mixed_precision" not in zero3.argv  # DeepSpeed's JSON decides ("auto": the recipe's)
 
 
 def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):

@@ -68,8 +68,9 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
         argv += ["--num_processes", str(plan.num_processes)]
     distributed = plan.accelerate_config.get("distributed_type", "NO")
-    if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan):
-        notes = [f"mixed_precision {hardware_precision()}: the recipe leaves precision to the hardware"]
+    configured = plan.accelerate_config.get("mixed_precision") or "no"
+    if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan) and configured != hardware_precision():
+        notes = [f"mixed_precision {configured} -> {hardware_precision()}: the recipe leaves precision to the hardware"]
         argv += ["--mixed_precision", hardware_precision()]
     deepspeed_json = (plan.accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file")
     if deepspeed_json:  # accelerate reads it from the working directory; the launch may run from anywhere
