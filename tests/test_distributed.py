@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from persetrain.cli import app
 from persetrain.io import InputError
 from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.rm import run_rm
 from persetrain.train.runner import MERGED_DIR, METRICS_FILE
 from persetrain.train.sft import run_sft
 from persetrain.train.signals import exit_code
@@ -245,3 +246,70 @@ def test_fsdp_survives_a_killed_rank_and_a_sigterm_and_ends_as_one_process_does(
     assert begins[:2] == [0, int(resume_from.rsplit("-", 1)[1])] and len(begins) == 3
     _assert_same_losses(out, sft_reference["full"], STEPS)
     _assert_same_weights(out, sft_reference["full"])
+
+
+def _tiny_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        *("--model_name_or_path", str(model), "--dataset_path", str(data), "--output_dir", str(out)),
+        *("--max_steps", "2", "--save_strategy", "no", "--max_train_samples", "16", "--max_length", "256", *extra),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "data", "extra"),
+    [
+        (RM_RECIPE, "listwise", ()),  # with the person-contrast term
+        (RM_RECIPE, "pairs", ("--loss", "bradley_terry", "--person_contrast", "0")),
+        (VERIFIER_RECIPE, "verifier", ("--shared_prefix_packing", "true")),
+    ],
+    ids=["rm-listwise", "rm-bradley-terry", "verifier-shared-prefix"],
+)
+def test_reward_model_and_verifier_under_zero3_equal_one_process(
+    recipe, data, extra, tiny_llama_dir, preference_dir, tmp_path
+):
+    """The reward model (listwise and Bradley-Terry, full fine-tuning) and the yes/no verifier (LoRA) with
+    shared-prefix packing under ZeRO-3: one process's losses at the same global batch, and its final weights."""
+    sharded, single = tmp_path / "zero3", tmp_path / "one"
+    _launch(recipe, "deepspeed_zero3", *TWO_RANKS, *_tiny_args(tiny_llama_dir, preference_dir / data, sharded, *extra))
+    train = run_rm if recipe == RM_RECIPE else run_sft
+    # Shared-prefix packing groups each device's batch by prefix, so one process takes the ranks' two batches of 1
+    # as two accumulated batches of 1 (a batch of 2 would be grouped otherwise).
+    one = (
+        ONE_PROCESS
+        if recipe == RM_RECIPE
+        else ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "2")
+    )
+    train(
+        [
+            "--config",
+            str(recipe),
+            *COMMON,
+            *one,
+            *_tiny_args(tiny_llama_dir, preference_dir / data, single, *extra),
+        ]
+    )
+    _assert_same_losses(sharded, single, 2)
+    final = MERGED_DIR if recipe == VERIFIER_RECIPE else "."  # the reward-model recipe trains every weight
+    _assert_same_weights(sharded / final, single / final)
+
+
+def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path):
+    """GRPO's rollouts and log-prob passes under ZeRO-3 (each rank's prompts differ, and so would the number of
+    forwards of the one-prompt-once path, which hung here): two steps, every rank, the reward logged."""
+    from data_prep.parl.prepare import prepare_parl
+    from data_prep.synthetic.parl import write_parl_sample
+
+    write_parl_sample(tmp_path / "raw", seed=0)
+    prepare_parl(tmp_path / "raw", tmp_path / "data", tasks=("news",))
+    out = tmp_path / "grpo"
+    _launch(
+        GRPO_RECIPE,
+        "deepspeed_zero3",
+        *("--model_name_or_path", str(tiny_llama_dir), "--judge_model", str(tiny_llama_dir)),
+        *("--dataset_path", str(tmp_path / "data" / "parl_news"), "--output_dir", str(out)),
+        *("--max_steps", "2", "--num_generations", "2", "--per_device_train_batch_size", "2"),
+        *("--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--save_strategy", "no"),
+    )
+    logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
+    assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
+    assert (out / MERGED_DIR / "model.safetensors").is_file()
