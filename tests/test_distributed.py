@@ -313,3 +313,20 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
     assert (out / MERGED_DIR / "model.safetensors").is_file()
+
+
+def test_a_launcher_killed_outright_takes_its_ranks_with_it(tiny_llama_dir, perse_dir, tmp_path):
+    """SIGKILL of ``persetrain launch`` (a scheduler's hard limit): no rank is left running, holding memory."""
+    out = tmp_path / "killed"
+    process = _start(
+        SFT_RECIPE, "deepspeed_zero2", *TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", "200")
+    )
+    _wait_for_step(process, out, 1)
+    ranks = _ranks(process.pid)
+    assert len(ranks) == 2
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while [pid for pid in ranks if Path(f"/proc/{pid}").exists()]:
+        assert time.monotonic() < deadline, f"ranks {ranks} still running 30 s after their launcher was killed"
+        time.sleep(0.2)

@@ -164,29 +164,12 @@ class TrainingStopped(RuntimeError):
         self.exit_code = result.exit_code
 
 
-class CollectiveFailed(RuntimeError):
-    """A collective of a multi-process run failed: it waited past the process group's timeout, or a peer died.
-
-    Why its own error: the library's message names neither the rank nor the step, and which one waited on what
-    is what a person reads first (the rank that is missing is the one whose output ends earlier).
-    """
-
-    def __init__(self, trainer, training_args, err: Exception):
-        rank = trainer.args.process_index
-        super().__init__(
-            f"{training_args.output_dir}: rank {rank} of {trainer.args.world_size}, step "
-            f"{trainer.state.global_step + 1}: a collective failed (another rank stopped, died or is stuck; the "
-            f"wait is bounded by ddp_timeout, {training_args.ddp_timeout} s): {type(err).__name__}: {err}"
-        )
-
-
 def run_as_script(run: Callable[[], RunResult]) -> None:
     """What ``python -m persetrain.train.<trainer>`` (and each rank of a launch) exits with: the run's exit code
-    (128 + signal when a signal stopped it), or one ``error:`` line for a bad recipe or input or a failed
-    collective, never a traceback."""
+    (128 + signal when a signal stopped it), or one ``error:`` line for a bad recipe or input, never a traceback."""
     try:
         sys.exit(run().exit_code)
-    except (RecipeError, InputError, CollectiveFailed) as err:
+    except (RecipeError, InputError) as err:
         sys.exit(f"error: {err}")
 
 
@@ -262,10 +245,7 @@ def run_trainer(
                 "environment": environment(getattr(torch, model_args.dtype)),
             },
         )
-    try:
-        result = trainer.train(resume_from_checkpoint=resume)
-    except torch.distributed.DistError as err:
-        raise CollectiveFailed(trainer, training_args, err) from err
+    result = trainer.train(resume_from_checkpoint=resume)
     return _finish(trainer, result, output_dir, resume, model_args, training_args, stop.received)
 
 
