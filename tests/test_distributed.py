@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -313,6 +314,32 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
     assert (out / MERGED_DIR / "model.safetensors").is_file()
+
+
+def test_a_hung_rank_ends_the_run_with_an_error_naming_rank_and_step(tiny_llama_dir, perse_dir, tmp_path):
+    """One ZeRO-3 rank frozen (SIGSTOP) mid-run: the other waits in a collective, and after ``ddp_timeout`` of no
+    progress ends with a line naming its rank and step; torch elastic then ends the job (a short grace here)."""
+    out = tmp_path / "hang"
+    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", "200", "--ddp_timeout", "10"))
+    process = subprocess.Popen(
+        _launch_argv(SFT_RECIPE, "deepspeed_zero3", *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"},
+    )
+    try:
+        _wait_for_step(process, out, 2)
+        ranks = _ranks(process.pid)
+        os.kill(ranks[1], signal.SIGSTOP)
+        started = time.monotonic()
+        output, _ = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 1 and time.monotonic() - started < 90, output[-6000:]
+    assert re.search(r"error: \S+: rank [01] of 2: no progress for 10 s \(ddp_timeout\) after step \d+", output), output
+    assert re.search(r"^error: rank \d \(pid \d+\) exited with", output, re.MULTILINE), output[-6000:]
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
 
 
 def test_a_launcher_killed_outright_takes_its_ranks_with_it(tiny_llama_dir, perse_dir, tmp_path):

@@ -32,6 +32,7 @@ from persetrain.train.checkpoints import check_world_size, last_complete_checkpo
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
 from persetrain.train.signals import CheckpointOnSignal, die_with_parent, exit_code
+from persetrain.train.watchdog import HangWatchdog
 
 METRICS_FILE = "metrics.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.json"
@@ -230,7 +231,12 @@ def run_trainer(
         script_args,
         training_args,
         model_args,
-        [JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]), stop, *callbacks],
+        [
+            JsonlMetricsCallback(output_dir / METRICS_FILE, [output_dir / name for name in step_logs]),
+            stop,
+            HangWatchdog(),
+            *callbacks,
+        ],
     )
     if resume is not None:
         check_world_size(resume, trainer.args.world_size)
