@@ -118,6 +118,25 @@ def test_launch_passes_the_hardware_precision_and_an_absolute_deepspeed_json():
     assert "--mixed_precision" not in zero3.argv  # DeepSpeed's JSON decides ("auto": the recipe's)
 
 
+def test_a_deepspeed_config_deepspeed_cannot_run_and_cuda_devices_without_a_gpu_are_one_line_each(tmp_path):
+    ds = tmp_path / "zero4.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 4, "offload_param": {"device": "gpu"}}}))
+    config = yaml.safe_load((REPO / "accelerate_configs/deepspeed_zero3.yaml").read_text())
+    config["deepspeed_config"]["deepspeed_config_file"] = str(ds)
+    (tmp_path / "zero.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(LaunchError) as refused:
+        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "zero.yaml", check_data=False)
+    assert f"{ds}: zero_optimization.stage 4: DeepSpeed's ZeRO stages are 0-3" in str(refused.value)
+    assert f"{ds}: zero_optimization.offload_param.device 'gpu': DeepSpeed offloads to cpu or nvme" in str(
+        refused.value
+    )
+
+    config = yaml.safe_load((REPO / "accelerate_configs/multi_gpu.yaml").read_text())
+    (tmp_path / "two_gpus.yaml").write_text(yaml.safe_dump({**config, "gpu_ids": "0,1"}))
+    with pytest.raises(LaunchError, match=r"two_gpus.yaml: gpu_ids 0,1 names CUDA devices, and this machine has none$"):
+        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "two_gpus.yaml", check_data=False)
+
+
 def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
     ds = tmp_path / "zero2.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))

@@ -128,6 +128,14 @@ def _deepspeed_problems(
         zero = ds.get("zero_optimization") or {}
         if isinstance(zero.get("stage"), int):
             stages[str(path)] = zero["stage"]
+        if zero.get("stage", 0) not in (0, 1, 2, 3):
+            problems.append(f"{path}: zero_optimization.stage {zero['stage']!r}: DeepSpeed's ZeRO stages are 0-3")
+        for part in ("offload_optimizer", "offload_param"):
+            device = (zero.get(part) or {}).get("device", "none")
+            if device not in ("none", "cpu", "nvme"):
+                problems.append(
+                    f"{path}: zero_optimization.{part}.device {device!r}: DeepSpeed offloads to cpu or nvme"
+                )
         for key in ("bf16", "fp16"):
             enabled = _enabled((ds.get(key) or {}).get("enabled", False))
             if enabled is not None and enabled != bool(value(key)):

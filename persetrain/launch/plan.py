@@ -122,6 +122,9 @@ def plan_launch(
     world = num_processes or int(config.get("num_processes") or 1)
     if world < 1:
         raise LaunchError(f"--num-processes must be at least 1, not {world}")
+    gpu_ids = str(config.get("gpu_ids", "all"))
+    if detect_gpu and gpu_ids != "all" and not _gpu_available():
+        raise LaunchError(f"{config_path}: gpu_ids {gpu_ids} names CUDA devices, and this machine has none")
     if cpu is None:
         sharded = config.get("distributed_type") in ("DEEPSPEED", "FSDP")  # GPU-only: never rerouted to torchrun
         cpu = bool(config.get("use_cpu")) or (detect_gpu and world > 1 and not sharded and not _gpu_available())
