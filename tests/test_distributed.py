@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -314,6 +316,34 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
     assert (out / MERGED_DIR / "model.safetensors").is_file()
+
+
+def test_two_machines_meet_at_one_rendezvous_and_equal_one_process(tiny_llama_dir, perse_dir, sft_reference, tmp_path):
+    """Two launchers, each a machine of ``num_machines: 2`` (machine_rank 0 and 1, one ZeRO-3 process each), meet at
+    the static rendezvous on 127.0.0.1, as the nodes of the multi-node Slurm template do: one run, the reference's
+    losses and merged model."""
+    config = yaml.safe_load((CONFIGS / "deepspeed_zero3.yaml").read_text())
+    config["deepspeed_config"]["deepspeed_config_file"] = str(CONFIGS / "deepspeed" / "zero3.json")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for rank in (0, 1):
+        machine = {"num_machines": 2, "num_processes": 2, "machine_rank": rank, "main_process_ip": "127.0.0.1"}
+        (tmp_path / f"machine{rank}.yaml").write_text(yaml.safe_dump({**config, **machine, "main_process_port": port}))
+    out = tmp_path / "two-machines"
+    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS)))
+    launchers = []
+    for rank in (0, 1):
+        argv = _launch_argv(SFT_RECIPE, "deepspeed_zero3", *args)
+        argv[argv.index("--accelerate-config") + 1] = str(tmp_path / f"machine{rank}.yaml")
+        argv.remove("--num-processes")
+        argv.remove("2")
+        launchers.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for launcher in launchers:
+        output, _ = launcher.communicate(timeout=400)
+        assert launcher.returncode == 0, output[-6000:]
+    _assert_same_losses(out, sft_reference["lora"], STEPS)
+    _assert_same_weights(out / MERGED_DIR, sft_reference["lora"] / MERGED_DIR)
 
 
 def test_a_hung_rank_ends_the_run_with_an_error_naming_rank_and_step(tiny_llama_dir, perse_dir, tmp_path):
