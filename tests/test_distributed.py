@@ -38,6 +38,7 @@ CONFIGS = REPO / "accelerate_configs"
 SFT_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
+PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 #: Each rank takes one row a step; the one-process reference takes both rows in one batch.
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
@@ -138,7 +139,7 @@ def preference_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("preference")
     result = CliRunner().invoke(
         app,
-        ["-q", "prepare", "preference", "--prefeval", str(REPO.parent / "shared/data/prefeval-dev"), "--out", str(out)],
+        ["-q", "prepare", "preference", "--prefeval", str(PREFEVAL_DEV), "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     return out
@@ -212,6 +213,30 @@ def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_
     assert [r["step"] for r in _records(out) if r["event"] == "train_begin"] == [0, int(saved.rsplit("-", 1)[1])]
     _assert_same_losses(out, sft_reference["lora"], STEPS)
     _assert_same_weights(out / MERGED_DIR, sft_reference["lora"] / MERGED_DIR)
+
+    # The model that comes out: `persetrain evaluate` judges with it as with the one-process model, and `persetrain
+    # push --merge` folds the saved adapter into the same weights.
+    judged = {}
+    for name, model in (("zero3", out / MERGED_DIR), ("one", sft_reference["lora"] / MERGED_DIR)):
+        result = CliRunner().invoke(
+            app,
+            [
+                *("-q", "evaluate", "--data", str(PREFEVAL_DEV), "--out", str(tmp_path / f"eval-{name}")),
+                *("--evaluator", "mcq-letter", "--model", str(model), "--max-examples", "4"),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        lines = next((tmp_path / f"eval-{name}" / "judgments").glob("*.jsonl")).read_text().splitlines()
+        judged[name] = {row["example_id"]: row["probs"] for row in map(json.loads, lines)}
+    assert judged["zero3"].keys() == judged["one"].keys() and len(judged["one"]) == 4
+    for example, probs in judged["one"].items():
+        assert judged["zero3"][example] == pytest.approx(probs, abs=1e-4), example
+    pushed = tmp_path / "push"
+    result = CliRunner().invoke(
+        app, ["-q", "push", str(out), "--repo-id", "you/x", "--merge", "--dry-run", "--out", str(pushed)]
+    )
+    assert result.exit_code == 0, result.output
+    _assert_same_weights(pushed, out / MERGED_DIR)
 
 
 def test_fsdp_survives_a_killed_rank_and_a_sigterm_and_ends_as_one_process_does(
