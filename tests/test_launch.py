@@ -226,7 +226,8 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
     assert 'MAIN_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
     srun = re.search(r'^srun .*?bash -c "(.*)" &$', script, re.M | re.S).group(1)
     assert (
-        f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml --num_machines $NNODES "
+        f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml "
+        f"--deepspeed_config_file {REPO}/accelerate_configs/deepspeed/zero3.json --num_machines $NNODES "
         "--num_processes $WORLD_SIZE --machine_rank \\$SLURM_PROCID --main_process_ip $MAIN_NODE "
         "--main_process_port $MAIN_PORT --rdzv_backend c10d -m persetrain.train.sft"
     ) in srun

@@ -54,10 +54,18 @@ def _persetrain(*args: str, env: dict | None = None, check: bool = True) -> subp
     return result
 
 
-def _submit(cluster: SlurmCluster, tmp_path: Path, tiny_llama_dir: Path, data: Path, *overrides: str) -> str:
+def _submit(
+    cluster: SlurmCluster,
+    tmp_path: Path,
+    tiny_llama_dir: Path,
+    data: Path,
+    *overrides: str,
+    launch_options: tuple[str, ...] = (),
+) -> str:
     result = _persetrain(
         "launch",
         "--slurm",
+        *launch_options,
         "--config",
         RECIPE,
         "--partition",
@@ -182,3 +190,33 @@ def test_unknown_partition_and_missing_sbatch_are_one_line_errors(cluster, tmp_p
     result = _persetrain(*args, "--", "--dataset_path", str(perse_data), env=no_slurm, check=False)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 2 and output.startswith("error: `sbatch` is not on PATH") and "\n" not in output
+
+
+def test_a_zero3_recipe_runs_as_a_batch_job_on_cpu_ranks(cluster, tmp_path, tiny_llama_dir, perse_data):
+    """The rendered script of a DeepSpeed ZeRO-3 launch (``--gpus-per-node 0``: CPU ranks, no GPU request) runs
+    under the real Slurm: two ranks, one run, the merged model."""
+    job = _submit(
+        cluster,
+        tmp_path,
+        tiny_llama_dir,
+        perse_data,
+        *("--max_steps", "2", "--save_steps", "1000", "--per_device_train_batch_size", "1"),
+        *("--gradient_accumulation_steps", "1"),
+        launch_options=(
+            "--accelerate-config",
+            "accelerate_configs/deepspeed_zero3.yaml",
+            "--num-processes",
+            "2",
+            "--gpus-per-node",
+            "0",
+        ),
+    )
+    info = _wait(cluster, job, lambda i: i["JobState"] == "COMPLETED", "completed")
+    assert info["ExitCode"] == "0:0"
+    run = tmp_path / "run"
+    records = _records(run)
+    assert records[0]["world_size"] == 2
+    assert [r["step"] for r in records if r["event"] == "log" and "loss" in r] == [1, 2]
+    assert (run / "merged" / "model.safetensors").is_file()
+    script = (tmp_path / "logs" / "sft-test.sbatch").read_text()
+    assert "--gpus-per-node" not in script and "--deepspeed_config_file" in script

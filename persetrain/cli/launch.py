@@ -24,7 +24,9 @@ def launch(
     slurm: Annotated[bool, typer.Option(help="Submit a Slurm batch job instead of running here.")] = False,
     partition: Annotated[str | None, typer.Option(help="Slurm partition; default: the cluster's.")] = None,
     nodes: Annotated[int, typer.Option(help="Slurm nodes (GRPO with a vLLM server: one of them serves).")] = 1,
-    gpus_per_node: Annotated[int | None, typer.Option(help="Default: the accelerate config's processes.")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="Default: the accelerate config's processes; 0: no GPUs (CPU ranks).")
+    ] = None,
     cpus_per_task: Annotated[int | None, typer.Option(help="CPUs of the one task per node.")] = None,
     mem: Annotated[str | None, typer.Option(help="Memory per node, e.g. 200G (0: all).")] = None,
     time: Annotated[str | None, typer.Option(help="Time limit, e.g. 1-00:00:00.")] = None,

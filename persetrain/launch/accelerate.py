@@ -72,11 +72,19 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
     if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan) and configured != hardware_precision():
         notes = [f"mixed_precision {configured} -> {hardware_precision()}: the recipe leaves precision to the hardware"]
         argv += ["--mixed_precision", hardware_precision()]
-    deepspeed_json = (plan.accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file")
-    if deepspeed_json:  # accelerate reads it from the working directory; the launch may run from anywhere
-        path = resolve_relative(deepspeed_json, plan.accelerate_config_path).resolve()
-        argv += ["--deepspeed_config_file", str(path)]
+    argv += deepspeed_file_args(plan)
     return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, [*plan.notes, *notes], elastic)
+
+
+def deepspeed_file_args(plan: LaunchPlan) -> list[str]:
+    """``--deepspeed_config_file`` with the absolute path of the JSON the accelerate config names, or nothing.
+
+    accelerate reads that path from the working directory, and a launch (or a batch job) may run from anywhere.
+    """
+    named = (plan.accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file")
+    if not named:
+        return []
+    return ["--deepspeed_config_file", str(resolve_relative(named, plan.accelerate_config_path).resolve())]
 
 
 def _recipe_sets_precision(plan: LaunchPlan) -> bool:

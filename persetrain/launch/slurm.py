@@ -31,6 +31,7 @@ from pathlib import Path
 import jinja2
 
 from persetrain.io import InputError
+from persetrain.launch.accelerate import deepspeed_file_args
 from persetrain.launch.inputs import LaunchError, recipe_value
 from persetrain.launch.plan import LaunchPlan, plan_launch
 
@@ -46,7 +47,7 @@ class SlurmOptions:
     job_name: str | None = None
     partition: str | None = None
     nodes: int = 1
-    gpus_per_node: int | None = None  # default: the accelerate config's processes per machine
+    gpus_per_node: int | None = None  # default: the accelerate config's processes per machine; 0: request none
     cpus_per_task: int | None = None
     mem: str | None = None
     time: str | None = None
@@ -159,7 +160,7 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
         job_name=options.job_name or plan.recipe_path.stem,
         partition=options.partition,
         nodes=options.nodes,
-        gpus_per_node=0 if plan.cpu else per_node,
+        gpus_per_node=0 if plan.cpu or options.gpus_per_node == 0 else per_node,
         cpus_per_task=cpus_per_task,
         mem=options.mem,
         time=options.time,
@@ -206,7 +207,7 @@ def _launcher(plan: LaunchPlan, nodes: int, per_node: int) -> list[str]:
             "--rdzv_id",
             _Raw("$SLURM_JOB_ID"),
         ]
-    launcher = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
+    launcher = ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path), *deepspeed_file_args(plan)]
     if multi:
         return [
             *launcher,
