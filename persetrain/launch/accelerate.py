@@ -68,10 +68,11 @@ def local_command(plan: LaunchPlan) -> LaunchCommand:
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
         argv += ["--num_processes", str(plan.num_processes)]
     distributed = plan.accelerate_config.get("distributed_type", "NO")
-    configured = plan.accelerate_config.get("mixed_precision") or "no"
-    if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan) and configured != hardware_precision():
-        notes = [f"mixed_precision {configured} -> {hardware_precision()}: the recipe leaves precision to the hardware"]
-        argv += ["--mixed_precision", hardware_precision()]
+    if distributed != "DEEPSPEED" and not _recipe_sets_precision(plan):
+        configured, hardware = plan.accelerate_config.get("mixed_precision") or "no", hardware_precision()
+        if configured != hardware:
+            notes = [f"mixed_precision {configured} -> {hardware}: the recipe leaves precision to the hardware"]
+            argv += ["--mixed_precision", hardware]
     argv += deepspeed_file_args(plan)
     return LaunchCommand([*argv, "-m", plan.module, *plan.trainer_args], {}, [*plan.notes, *notes], elastic)
 
