@@ -1,11 +1,15 @@
-"""A real one-node Slurm cluster in a temporary directory, for tests.
+"""A real Slurm cluster of one or two nodes in a temporary directory, for tests.
 
-``munged``, ``slurmctld`` and ``slurmd`` (Debian packages ``munge`` and ``slurm-wlm``, which
+``munged``, ``slurmctld`` and one ``slurmd`` per node (Debian packages ``munge`` and ``slurm-wlm``, which
 ``make test`` installs) run in the foreground as children of the test process, with their own key,
 socket, state, spool, pid and log files under the directory and the controller and node daemons on free
 loopback ports, so nothing in ``/etc`` or ``/run`` is touched and nothing outlives the test: :meth:`stop`
 ends each daemon by the pid it was started with. Jobs find the cluster through ``SLURM_CONF``, which
 ``sbatch`` passes on to them with the rest of the environment.
+
+Two nodes are two ``slurmd -N <node>`` on this host, each with its own port, spool, pid and log file (``%n``).
+A node's name is also the host a multi-node job's rendezvous connects to (``scontrol show hostnames``), so
+the names are ones that resolve to this host: its host name and ``localhost``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import time
 from pathlib import Path
 
 PARTITION = "debug"
-DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
 def _free_port() -> int:
@@ -35,11 +38,16 @@ def _memory_mb() -> int:
 
 
 class SlurmCluster:
-    """One controller and one node (this host, on 127.0.0.1), configured and started under ``root``."""
+    """One controller and ``nodes`` nodes (this host, on 127.0.0.1), configured and started under ``root``."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, nodes: int = 1):
         self.root = root
-        self.node = socket.gethostname().split(".")[0]
+        host = socket.gethostname().split(".")[0]
+        names = [host] + [name for name in ("localhost",) if name != host]
+        if not 1 <= nodes <= len(names):
+            raise ValueError(f"the test cluster runs 1 to {len(names)} nodes on this host, not {nodes}")
+        self.nodes = names[:nodes]
+        self.node = self.nodes[0]
         self.cpus = os.cpu_count() or 1
         self.conf = root / "slurm.conf"
         self.munge_socket = root / "munge" / "munge.socket"
@@ -65,18 +73,17 @@ class SlurmCluster:
                     "ClusterName=persetrain-test",
                     f"SlurmctldHost={self.node}(127.0.0.1)",
                     f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
                     "SlurmUser=root",
                     "SlurmdUser=root",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={self.munge_socket}",
                     f"StateSaveLocation={r / 'state'}",
-                    f"SlurmdSpoolDir={r / 'spool'}",
+                    f"SlurmdSpoolDir={r / 'spool'}.%n",
                     f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",
-                    f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}",
+                    f"SlurmdPidFile={r / 'run' / 'slurmd.pid'}.%n",
                     f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
-                    f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+                    f"SlurmdLogFile={r / 'log' / 'slurmd.log'}.%n",
                     # No cgroups in a container: track processes through /proc and bind no tasks to CPUs.
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
@@ -94,8 +101,12 @@ class SlurmCluster:
                     "InactiveLimit=0",
                     "SlurmctldDebug=info",
                     "SlurmdDebug=info",
-                    f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={_memory_mb()} State=UNKNOWN",
-                    f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+                    *(
+                        f"NodeName={node} NodeHostname={self.node} NodeAddr=127.0.0.1 Port={_free_port()} "
+                        f"CPUs={self.cpus} RealMemory={_memory_mb()} State=UNKNOWN"
+                        for node in self.nodes
+                    ),
+                    f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
                     "",
                 ]
             )
@@ -113,7 +124,7 @@ class SlurmCluster:
                 "the test cluster runs slurmctld/slurmd as root (SlurmUser=root, jobs of any user): "
                 "run the Slurm tests as root, as CI does"
             )
-        for daemon in DAEMONS:
+        for daemon in ("munged", "slurmctld", "slurmd"):
             if shutil.which(daemon) is None and not Path("/usr/sbin", daemon).exists():
                 raise RuntimeError(f"{daemon} is not installed: run `make test` (it installs slurm-wlm and munge)")
         self._write_config()
@@ -135,14 +146,15 @@ class SlurmCluster:
         # -i: ignore state files of a previous cluster; -D: foreground, so the pid is the daemon's own.
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait(self._controller_up, timeout, "slurmctld did not answer")
-        self._spawn("slurmd", ["/usr/sbin/slurmd", "-D", "-f", str(self.conf)])
-        self._wait(self._node_idle, timeout, "slurmd did not register an idle node")
+        for node in self.nodes:
+            self._spawn(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-N", node, "-f", str(self.conf)])
+        self._wait(self._node_idle, timeout, f"slurmd did not register {len(self.nodes)} idle node(s)")
 
     def _controller_up(self) -> bool:
         return self.run("scontrol", "ping", check=False).stdout.count("is UP") > 0
 
     def _node_idle(self) -> bool:
-        return self.run("sinfo", "-h", "-o", "%T", check=False).stdout.strip() == "idle"
+        return self.run("sinfo", "-h", "-o", "%T %D", check=False).stdout.strip() == f"idle {len(self.nodes)}"
 
     def _wait(self, ready, timeout: float, message: str) -> None:
         deadline = time.monotonic() + timeout
@@ -176,7 +188,7 @@ class SlurmCluster:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.5)
-        for name in reversed(DAEMONS):
+        for name in reversed(list(self.processes)):
             proc = self.processes.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue

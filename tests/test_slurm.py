@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2)
     try:
         cluster.start()
         yield cluster
@@ -192,9 +192,10 @@ def test_unknown_partition_and_missing_sbatch_are_one_line_errors(cluster, tmp_p
     assert result.returncode == 2 and output.startswith("error: `sbatch` is not on PATH") and "\n" not in output
 
 
-def test_a_zero3_recipe_runs_as_a_batch_job_on_cpu_ranks(cluster, tmp_path, tiny_llama_dir, perse_data):
-    """The rendered script of a DeepSpeed ZeRO-3 launch (``--gpus-per-node 0``: CPU ranks, no GPU request) runs
-    under the real Slurm: two ranks, one run, the merged model."""
+def test_a_zero3_recipe_runs_as_a_two_node_batch_job_on_cpu_ranks(cluster, tmp_path, tiny_llama_dir, perse_data):
+    """The multi-node script of a DeepSpeed ZeRO-3 launch (``--nodes 2``, ``--gpus-per-node 0``: CPU ranks, no GPU
+    request) runs under the real Slurm on its two nodes: one launcher per node (``srun``), rank 0's node the
+    rendezvous, one run of world size 2, the merged model."""
     job = _submit(
         cluster,
         tmp_path,
@@ -205,6 +206,8 @@ def test_a_zero3_recipe_runs_as_a_batch_job_on_cpu_ranks(cluster, tmp_path, tiny
         launch_options=(
             "--accelerate-config",
             "accelerate_configs/deepspeed_zero3.yaml",
+            "--nodes",
+            "2",
             "--num-processes",
             "2",
             "--gpus-per-node",
@@ -212,11 +215,14 @@ def test_a_zero3_recipe_runs_as_a_batch_job_on_cpu_ranks(cluster, tmp_path, tiny
         ),
     )
     info = _wait(cluster, job, lambda i: i["JobState"] == "COMPLETED", "completed")
-    assert info["ExitCode"] == "0:0"
+    assert info["ExitCode"] == "0:0" and info["NumNodes"] == "2"
+    assert sorted(cluster.run("scontrol", "show", "hostnames", info["NodeList"]).stdout.split()) == sorted(
+        cluster.nodes
+    )
     run = tmp_path / "run"
     records = _records(run)
     assert records[0]["world_size"] == 2
     assert [r["step"] for r in records if r["event"] == "log" and "loss" in r] == [1, 2]
     assert (run / "merged" / "model.safetensors").is_file()
     script = (tmp_path / "logs" / "sft-test.sbatch").read_text()
-    assert "--gpus-per-node" not in script and "--deepspeed_config_file" in script
+    assert "--gpus-per-node" not in script and "--deepspeed_config_file" in script and "--machine_rank" in script
