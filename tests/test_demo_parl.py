@@ -19,16 +19,21 @@ from persetrain.data import load_dataset
 from persetrain.demos.parl import (
     JUDGE_CURRICULUM,
     REPORT,
+    SHORT_FORM,
     SUMMARY,
     ParlDemoConfig,
+    demo_config,
     format_curriculum,
     parse_curriculum,
     run_parl_demo,
 )
+from persetrain.demos.parl_report import summary_section
 
 
 def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir, tmp_path):
-    config = ParlDemoConfig(
+    """The short form (the command's default) at toy sizes."""
+    config = demo_config(
+        full=False,
         out=tmp_path / "demo",
         model=str(tiny_llama_dir),
         judge_curriculum=parse_curriculum("colon:1,all:1"),
@@ -98,6 +103,9 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         assert (rate is None) == (not summary[f"other_user_sets_{name}"]) and (rate is None or 0 <= rate <= 1)
     assert summary["other_user_sets_true"] == sum(len(true_rules(ex)) >= 2 for ex in test)
     report = (config.out / REPORT).read_text()
+    # a newcomer reads the summary first: which form ran, and the command of the other
+    assert summary["form"] == "short" and report.index("## Summary") < report.index("## Judge")
+    assert "**The short form**" in report and "`persetrain demo parl --full`" in report
     assert (
         "An ensemble: each member alone scores" in report
         and "each from the last's merged model: `colon:1,all:1`" in report
@@ -115,6 +123,51 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     again = run_parl_demo(config)
     assert marker.stat().st_mtime_ns == before and again["judge_s"] == summary["judge_s"]
     assert (config.out / REPORT).is_file()
+
+
+def test_the_short_form_is_the_default_and_full_is_the_measurement(tmp_path):
+    """``persetrain demo parl`` runs the short form's sizes; ``--full`` the config's own (what benchmarks/parl.py
+    runs); options given override either."""
+    short, full = demo_config(), demo_config(full=True)
+    assert short.form == "short" and full.form == "full" and full == ParlDemoConfig()
+    assert {key: getattr(short, key) for key in SHORT_FORM} == SHORT_FORM
+    assert short.judge_curriculum == ((("colon", "lowercase"), 150),) and full.grpo_steps == 46
+    given = demo_config(out=tmp_path, grpo_steps=9, judge=None)
+    assert given.grpo_steps == 9 and given.out == tmp_path and given.runs == SHORT_FORM["runs"]
+    with pytest.raises(ValueError, match="form is one of"):
+        ParlDemoConfig(form="medium")
+
+
+def test_the_summary_says_what_was_trained_measured_and_meant():
+    s = {
+        "form": "short",
+        "judge_rules": ["colon", "lowercase"],
+        "judge_curriculum": "colon+lowercase:150",
+        "judge_own_rules_checks": 192,
+        "judge_own_rules_accuracy": 0.8177,
+        "judge_own_rules_accuracy_untrained": 0.4115,
+        "judge_heldout_checks": 502,
+        "judge_heldout_accuracy": 0.5876,
+        "judge_heldout_accuracy_untrained": 0.4661,
+        "warmstart_rows": 8,
+        "grpo_steps": 4,
+        "heldout_users": 4,
+        "max_diff_trained": 0.5,
+        "max_diff_untrained": 0.5,
+        "max_diff_p_value": None,
+        "other_user_pass_rate_trained": 0.2,
+        "other_user_pass_rate_untrained": 0.3,
+        "other_user_pass_rate_true": 0.05,
+    }
+    text = " ".join(" ".join(summary_section(s)).split())
+    assert "**The short form**" in text and "rules: colon, lowercase" in text
+    assert "right 0.588 of the time, the untrained model 0.466" in text and "(192): 0.818 against 0.411" in text
+    assert "reads rules on users it never saw better than the untrained model" in text
+    assert "GRPO did not raise Max-Diff measurably" in text and "not a result" in text
+    worse = {**s, "form": "full", "judge_heldout_accuracy": 0.4, "max_diff_trained": 0.9, "max_diff_p_value": 0.01}
+    text = " ".join(" ".join(summary_section(worse)).split())
+    assert "**The full form**" in text and "no better than the untrained model" in text
+    assert "GRPO raised Max-Diff on held-out users (p < 0.05)" in text
 
 
 def test_curriculum_parses_and_refuses_a_malformed_stage():

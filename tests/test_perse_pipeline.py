@@ -89,3 +89,23 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
         )
 
     assert timeless(evaluate(config)) == timeless(metrics)
+
+
+def test_the_demo_report_opens_with_a_summary_of_what_was_trained_and_measured():
+    from persetrain.demos.perse import summary_section
+
+    systems = {
+        "trained": {"kendall": 0.40},
+        "trained-expected": {"kendall": 0.43},
+        "untrained": {"kendall": None},
+        "untrained-expected": {"kendall": 0.02},
+        "reviewer-avg": {"kendall": 0.12},
+        "mf": {"kendall": 0.33},
+    }
+    text = " ".join(summary_section({"n_examples": 48, "systems": systems}, {"sft": 300.0, "evaluate": 120.0}))
+    assert "in 7.0 minutes" in text and "on 48 queries of reviewers it never saw" in text
+    assert "trained 0.430, untrained 0.020, the reviewer's average score 0.120" in text
+    assert "it learned to read a reviewer's taste" in text
+    systems["trained"]["kendall"] = systems["trained-expected"]["kendall"] = 0.05
+    text = " ".join(summary_section({"n_examples": 48, "systems": systems}, {"sft": 300.0}))
+    assert "does not beat both" in text

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
-from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig
+from persetrain.demos.parl import JUDGE_CURRICULUM, SHORT_JUDGE_CURRICULUM
 from persetrain.models import DEFAULT_MODEL
 
 
@@ -170,56 +170,79 @@ def demo_parl(
     out: Annotated[Path, typer.Option(help="Run directory; a re-run skips the stages summary.json records.")] = Path(
         "runs/demo-parl"
     ),
+    full: Annotated[
+        bool,
+        typer.Option(
+            help="The full demo (55-70 minutes on 2 cores: the judge on every rule, 46 GRPO steps, every held-out "
+            "user), instead of the short form that ends within 15 minutes. Options below override either."
+        ),
+    ] = False,
     model: ModelOpt = DEFAULT_MODEL,
     judge: Annotated[
         str | None, typer.Option(help="A trained rule verifier, or several joined by commas (skips training).")
     ] = None,
     judge_curriculum: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS, comma-separated; each from the last's "
-            "merged model. The default is the recipe's single stage."
+            f"merged model. Short form: {SHORT_JUDGE_CURRICULUM}; full: {JUDGE_CURRICULUM}."
         ),
-    ] = JUDGE_CURRICULUM,
+    ] = None,
     judge_seeds: Annotated[
-        int, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble.")
-    ] = 1,
+        int | None, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble (1).")
+    ] = None,
     judge_distractors: Annotated[
-        bool, typer.Option(help="Also train the verifier on distractor rules (prepare verifier --distractors).")
-    ] = ParlDemoConfig.judge_distractors,
+        bool | None, typer.Option(help="Also train the verifier on distractor rules (prepare verifier --distractors).")
+    ] = None,
     warmstart: Annotated[
-        str, typer.Option(help="Warm-start sets: truth (the users' true rules) or induced (the base model's).")
-    ] = "truth",
+        str | None, typer.Option(help="Warm-start sets: truth (the users' true rules, the default) or induced.")
+    ] = None,
+    warmstart_users: Annotated[
+        int | None, typer.Option(help="Training users in the warm start (short form: 8; full: all).")
+    ] = None,
     warmstart_samples: Annotated[
-        int, typer.Option(help="Extra synthetic samples (seeds seed+1, ...) whose users all join the truth warm start.")
-    ] = 0,
-    warmstart_copies: Annotated[int, typer.Option(help="Truth warm-start rows per user.")] = 2,
+        int | None,
+        typer.Option(help="Extra synthetic samples (seeds seed+1, ...) whose users all join the truth warm start."),
+    ] = None,
+    warmstart_copies: Annotated[
+        int | None, typer.Option(help="Truth warm-start rows per user (short: 1; full: 2).")
+    ] = None,
     grpo_steps: Annotated[
-        int, typer.Option(help="GRPO steps (46: two epochs over the 23 training users, one user a step).")
-    ] = 46,
+        int | None, typer.Option(help="GRPO steps (short: 4; full: 46, two epochs over the 23 training users).")
+    ] = None,
     grpo_prompts: Annotated[
-        int, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts.")
-    ] = 1,
+        int | None, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts (1).")
+    ] = None,
     user_negatives: Annotated[
-        int, typer.Option(help="Other users' texts per training user that join the reward's negatives.")
-    ] = ParlDemoConfig.user_negatives,
-    runs: Annotated[int, typer.Option(help="Seeds of rubric induction per evaluated generator.")] = 3,
-    heldout_users: Annotated[int | None, typer.Option(help="Evaluate on the first N held-out users.")] = None,
+        int | None, typer.Option(help="Other users' texts per training user that join the reward's negatives (0).")
+    ] = None,
+    runs: Annotated[
+        int | None, typer.Option(help="Seeds of rubric induction per evaluated generator (short: 2; full: 3).")
+    ] = None,
+    heldout_users: Annotated[
+        int | None, typer.Option(help="Evaluate on the first N held-out users (short: 4; full: all).")
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="Tokens of an induced rubric set in evaluation (short: 256; full: 512).")
+    ] = None,
     fresh: Annotated[bool, typer.Option(help="Start from an empty run directory.")] = False,
     seed: int = 0,
 ) -> None:
-    """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md."""
-    from persetrain.demos.parl import parse_curriculum, run_parl_demo
+    """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md (the short
+    form by default; --full for the measurement)."""
+    from persetrain.demos.parl import demo_config, parse_curriculum, run_parl_demo
 
-    config = ParlDemoConfig(
+    config = demo_config(
+        full,
         out=out,
         model=model,
         seed=seed,
         judge=judge,
-        judge_curriculum=parse_curriculum(judge_curriculum),
+        judge_curriculum=None if judge_curriculum is None else parse_curriculum(judge_curriculum),
         judge_seeds=judge_seeds,
         judge_distractors=judge_distractors,
         warmstart=warmstart,
+        warmstart_users=warmstart_users,
         warmstart_samples=warmstart_samples,
         warmstart_copies=warmstart_copies,
         grpo_steps=grpo_steps,
@@ -227,6 +250,7 @@ def demo_parl(
         user_negatives=user_negatives,
         heldout_users=heldout_users,
         runs=runs,
+        max_new_tokens=max_new_tokens,
         fresh=fresh,
     )
     run_parl_demo(config)

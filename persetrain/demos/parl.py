@@ -1,5 +1,11 @@
 """``persetrain demo parl``: PARL's loop end to end on the embedded model, on a CPU, on SYNTHETIC users.
 
+Two forms run the same stages. The short form (the default, :data:`SHORT_FORM`) is a first taste that ends within
+15 minutes on 2 cores: its judge learns two rules, whose checks leave the verifier's ln 2 loss plateau within ~80
+updates where all seven take ~500, and every later stage runs at a few users and steps. ``full``
+(``persetrain demo parl --full``, :class:`ParlDemoConfig`'s own defaults) is the 55-70 minute measurement
+``benchmarks/parl.py`` runs. The report opens with a summary that says which form ran.
+
 Held-out users (the PARL dataset's test split) are never trained on, by the judge or the generator:
 
 0. **judge**: ``persetrain prepare verifier --counterfactuals`` on the training users (signature checkers as
@@ -56,6 +62,10 @@ JUDGE_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
 SUMMARY, REPORT = "summary.json", "report.md"
 #: The verifier's default rule curriculum (``ParlDemoConfig.judge_curriculum``).
 JUDGE_CURRICULUM = "all:900"
+#: The short form's verifier: two rules. One rule's checks left the ln 2 plateau by step 50 and two rules' by step
+#: ~80 with the loss near 0 by ~150, where all seven rules took ~500 steps (``benchmarks/README.md``, "Rules first
+#: two at a time").
+SHORT_JUDGE_CURRICULUM = "colon+lowercase:150"
 
 
 def parse_curriculum(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -127,6 +137,8 @@ class ParlDemoConfig:
     max_new_tokens: int = 512
     #: Start from an empty ``out`` instead of skipping the stages ``summary.json`` records.
     fresh: bool = False
+    #: ``full`` or ``short``: what the report says ran (:func:`demo_config` sets it with the short form's sizes).
+    form: str = "full"
 
     def __post_init__(self) -> None:
         from persetrain.train.warmstart import SOURCES
@@ -141,6 +153,30 @@ class ParlDemoConfig:
             raise ValueError(f"judge_curriculum needs stages of at least 1 step, not {self.judge_curriculum}")
         if self.warmstart_samples and self.warmstart != "truth":
             raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
+        if self.form not in FORMS:
+            raise ValueError(f"form is one of {FORMS}, not {self.form!r}")
+
+
+FORMS = ("short", "full")
+#: The short form's sizes over :class:`ParlDemoConfig`'s (the full form), measured to end within 15 minutes on 2
+#: cores (``benchmarks/README.md``, "The short form"): the two-rule judge, a warm start on 8 users' true rules,
+#: 4 GRPO steps, Max-Diff over 2 induction seeds on 4 held-out users with rubric sets of at most 256 tokens.
+SHORT_FORM: dict[str, object] = {
+    "judge_curriculum": parse_curriculum(SHORT_JUDGE_CURRICULUM),
+    "warmstart_users": 8,
+    "warmstart_copies": 1,
+    "grpo_steps": 4,
+    "heldout_users": 4,
+    "runs": 2,
+    "max_new_tokens": 256,
+}
+
+
+def demo_config(full: bool = False, **given: object) -> ParlDemoConfig:
+    """The short form's config (or the full one's), then whatever ``given`` sets (None: not given)."""
+    values = {} if full else dict(SHORT_FORM)
+    values.update({key: value for key, value in given.items() if value is not None})
+    return ParlDemoConfig(form="full" if full else "short", **values)
 
 
 def _no_bars() -> str:
@@ -206,6 +242,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
         }
     return {
         "judge": judge,
+        **_own_rules_accuracy(cfg, rows, trained, untrained),
         "judge_curriculum": format_curriculum(cfg.judge_curriculum) if cfg.judge is None else None,
         "judge_distractors": cfg.judge_distractors,
         "judge_heldout_accuracy_members": [round(a, 4) for a in alone],
@@ -216,6 +253,26 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
         "judge_heldout_yes_share_untrained": round(untrained.yes_share, 4),
         "judge_heldout_checks": trained.n,
         **distractor,
+    }
+
+
+def _own_rules_accuracy(cfg: ParlDemoConfig, rows: list[dict], trained, untrained) -> dict:
+    """Accuracy on the checks of the rules the judge trained on (the short form's two), trained and untrained, from
+    the per-rule accuracies already measured; empty when it trained on every rule or was given (``judge``)."""
+    rules = {rule for stage, _ in cfg.judge_curriculum for rule in stage}
+    if cfg.judge is not None or any(not stage for stage, _ in cfg.judge_curriculum):
+        return {}
+    counts = {rule: sum(r["rule_name"] == rule for r in rows) for rule in sorted(rules)}
+    n = sum(counts.values())
+
+    def pooled(measured) -> float:
+        return round(sum(measured.per_rule.get(rule, 0.0) * k for rule, k in counts.items()) / n, 4)
+
+    return {
+        "judge_rules": sorted(rules),
+        "judge_own_rules_checks": n,
+        "judge_own_rules_accuracy": pooled(trained) if n else None,
+        "judge_own_rules_accuracy_untrained": pooled(untrained) if n else None,
     }
 
 
@@ -351,6 +408,18 @@ def _separation_stage(summary: dict, test, tau: float) -> dict:
     return out
 
 
+#: The stages in the order they run, each with the line that opens it on the console.
+STAGE_TITLES = {
+    "judge": "train the rule verifier and measure it on held-out users",
+    "warmstart": "warm-start the rubric generator",
+    "grpo": "GRPO of the rubric generator, rewarded by the judge",
+    "untrained": "Max-Diff of the untrained generator on held-out users",
+    "trained": "Max-Diff of the trained generator on held-out users",
+    "separation": "other-user pass rates of every scored set",
+}
+STAGES = tuple(STAGE_TITLES)
+
+
 def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     """Run (or finish) every stage; return the summary, also in ``out/summary.json`` and ``out/report.md``."""
     from persetrain.data import load_dataset
@@ -367,10 +436,12 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     _, test = load_dataset(data, "test")
     test = test[: cfg.heldout_users]
     summary["heldout_users"] = len(test)
+    summary["form"] = cfg.form
 
     def stage(name: str, run: Callable[[], dict]) -> None:
         if f"{name}_s" in summary:
             return  # recorded by an earlier run
+        console.rule(f"{STAGES.index(name) + 1}/{len(STAGES)} {name}: {STAGE_TITLES[name]} ({cfg.form} form)")
         start = time.perf_counter()
         summary.update(run())
         summary[f"{name}_s"] = round(time.perf_counter() - start, 1)
