@@ -60,9 +60,9 @@ def _prepare(*args: str) -> None:
 @pytest.fixture(scope="module")
 def prepared(prepared_root):
     """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
-    (``data/verifier/parl_news``), the preference datasets (``data/preference``, from the given PrefEval
-    dev topics) and the sample users' reference preference data (``data/preference-reference``) when a
-    recipe trains on them."""
+    (``data/verifier/parl_news``), the preference datasets (``data/preference``) and the judge's verdict prompts
+    in both modes (``data/judge/prefeval``, ``data/judge/prefeval_think``), both from the given PrefEval dev topics,
+    and the sample users' reference preference data (``data/preference-reference``) when a recipe trains on them."""
     data = prepared_root / "data"
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (data / "parl").exists():
         _prepare("parl", "--raw", str(data / "raw" / "parl"), "--out", str(data / "parl"))
@@ -79,6 +79,20 @@ def prepared(prepared_root):
             "--out",
             str(data / "preference"),
         )
+    judge = [r for r in RECIPES if "judge" in r.relative_to(REPO).parts]
+    if judge and not (data / "judge").exists():
+        for mode, name in (("verdict", "prefeval"), ("think", "prefeval_think")):
+            _prepare(
+                "judge",
+                "--prefeval",
+                str(PREFEVAL_DEV),
+                "--holdout-topics",
+                "lifestyle_dietary",
+                "--mode",
+                mode,
+                "--out",
+                str(data / "judge" / name),
+            )
     reference = data / "preference-reference"
     if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
         sources = []

@@ -184,7 +184,7 @@ def _read(path: Path, kinds: tuple[str, ...], flag: str, seed: int):
         yield from ((name, splits, ex) for ex in examples)
 
 
-def _synthetic(path: Path) -> bool:
+def is_synthetic(path: Path) -> bool:
     for card in (path / "build_info.json", path / "dataset.json"):
         if card.is_file():
             return bool(json.loads(card.read_text(encoding="utf-8")).get("synthetic"))
@@ -252,7 +252,7 @@ def perse_groups(
         )
     return SourceRead(
         groups,
-        {"kind": "perse", "path": str(path), "synthetic": _synthetic(path), "license": "as the source dataset's"},
+        {"kind": "perse", "path": str(path), "synthetic": is_synthetic(path), "license": "as the source dataset's"},
         dropped,
     )
 
@@ -301,6 +301,6 @@ def reference_groups(path: Path, seed: int, profile_items: int, profile_words: i
         raise InputError(path, "no preference pairs: every generator's text equals the user's own", field="outputs")
     return SourceRead(
         groups,
-        {"kind": "reference", "path": str(path), "synthetic": _synthetic(path), "license": "as the source dataset's"},
+        {"kind": "reference", "path": str(path), "synthetic": is_synthetic(path), "license": "as the source dataset's"},
         dropped,
     )

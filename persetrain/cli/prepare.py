@@ -205,6 +205,59 @@ def prepare_preference_cmd(
     )
 
 
+@prepare_app.command("judge")
+def prepare_judge_cmd(
+    out: Annotated[Path, typer.Option(help="Folder for the judge dataset (train / validation).")],
+    prefeval: Annotated[
+        list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")
+    ] = None,
+    holdout_topics: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."
+        ),
+    ] = "",
+    perse: Annotated[
+        list[Path] | None,
+        typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
+    ] = None,
+    verifier: Annotated[
+        list[Path] | None,
+        typer.Option(help="A yes / no dataset `prepare verifier` wrote, its train / validation kept (repeatable)."),
+    ] = None,
+    mode: Annotated[
+        str, typer.Option(help="verdict (the verdict alone: mcq-letter's prompt) or think (a rationale, then it).")
+    ] = "verdict",
+    orders: Annotated[
+        int, typer.Option(help="Orders of the options per question, adjacent rows (judge-consistent compares them).")
+    ] = 2,
+    seed: Annotated[int, typer.Option(help="Seeds the option orders, the PerSE profiles and the row order.")] = 0,
+    profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer.")] = 3,
+    profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
+    max_pairs_per_person: Annotated[
+        int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
+    ] = None,
+) -> None:
+    """Verdict prompts with their gold verdict for a judge trained by GRPO on its own verdicts (`persetrain grpo`
+    with the judge-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
+    from data_prep.judge.prepare import prepare_judge
+
+    topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
+    prepare_judge(
+        out,
+        prefeval=prefeval or (),
+        perse=perse or (),
+        verifier=verifier or (),
+        holdout_topics=topics,
+        seed=seed,
+        mode=mode,
+        orders=orders,
+        profile_items=profile_items,
+        profile_words=profile_words,
+        max_pairs_per_person=max_pairs_per_person,
+    )
+
+
 @app.command("generate-baselines")
 def generate_baselines_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],

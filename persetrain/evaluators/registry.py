@@ -23,6 +23,7 @@ from persetrain.evaluators import (  # noqa: F401 - imported so that their @regi
     perse,
     pref,
     rm,
+    verdict,
     verifier,
 )
 from persetrain.evaluators.base import REGISTRY, Evaluator, make_config

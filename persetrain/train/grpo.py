@@ -52,7 +52,9 @@ from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepar
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
 PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
-NAMED_REWARDS = (*PARL_REWARDS, "perse")
+#: A judge's own verdicts against the gold (``persetrain.rewards.judge``; data of ``persetrain prepare judge``).
+JUDGE_REWARD_NAMES = ("judge-verdict", "judge-format", "judge-consistent")
+NAMED_REWARDS = (*PARL_REWARDS, "perse", *JUDGE_REWARD_NAMES)
 
 #: What a run returns: the same record as ``persetrain sft``'s.
 GRPOResult = RunResult
@@ -85,8 +87,9 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         default_factory=lambda: ["parl-a"],
         metadata={
             "help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
-            "(the PARL reward variants), perse (a PerSE judge's expected score), or a dotted import "
-            "path to a TRL reward function."
+            "(the PARL reward variants), perse (a PerSE judge's expected score), judge-verdict, judge-format, "
+            "judge-consistent (a judge's own verdicts; persetrain prepare judge), or a dotted import path to a TRL "
+            "reward function."
         },
     )
     judge_model: str = field(
@@ -161,6 +164,10 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
             funcs.append(
                 PARLReward(engine, RewardConfig(variant=name), parts_path=Path(config.output_dir) / REWARD_PARTS_FILE)
             )
+        elif name in JUDGE_REWARD_NAMES:
+            from persetrain.rewards.judge import JUDGE_REWARDS
+
+            funcs.append(JUDGE_REWARDS[name])
         elif name == "perse":
             from persetrain.rewards.perse import PerSEReward
 
@@ -203,6 +210,30 @@ def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None
     return ds.select(keep)
 
 
+def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
+    """Prompts that end with an assistant prefix (``mcq-letter``'s ``Answer: ``) as the text the engine renders.
+
+    TRL renders every conversational prompt with a fresh generation prompt after its last message, so a prefix
+    given as a last assistant message would be closed as a turn of its own, and the policy trained after tokens
+    no evaluator shows it. Rendered here by the engine's own function (``render_prompt``), TRL takes the prompt
+    as text and tokenizes it as it is. A chat template that writes a BOS token the tokenizer adds again loses
+    its own.
+    """
+    from persetrain.engine.hf.backend import render_prompt
+    from persetrain.prompts.judge import request_of
+
+    if not ds.num_rows or not any(isinstance(p, list) and p and p[-1]["role"] == "assistant" for p in ds["prompt"]):
+        return ds
+    bos = tokenizer.bos_token
+    adds_bos = bos is not None and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
+
+    def render(row: dict) -> dict:
+        text = render_prompt(tokenizer, request_of(row["prompt"]))
+        return {"prompt": text[len(bos) :] if adds_bos and text.startswith(bos) else text}
+
+    return ds.map(render, desc="render prefixed prompts")
+
+
 def build_grpo_trainer(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
@@ -217,12 +248,18 @@ def build_grpo_trainer(
         {"a conversational prompt": ("prompt",)},
         want_eval=training_args.eval_strategy != "no",
         seed=training_args.seed,
-        write_with="persetrain prepare parl",
+        write_with="persetrain prepare parl or persetrain prepare judge",
         keep=None,
     )
-    train_dataset = _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length)
+    train_dataset = render_prefixed_prompts(
+        _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
+    )
     eval_dataset = (
-        None if eval_split is None else _drop_overlong_prompts(eval_split, tokenizer, training_args.max_prompt_length)
+        None
+        if eval_split is None
+        else render_prefixed_prompts(
+            _drop_overlong_prompts(eval_split, tokenizer, training_args.max_prompt_length), tokenizer
+        )
     )
     reward_funcs = build_reward_funcs(training_args)
     prepare_model_init(training_args, model_args)

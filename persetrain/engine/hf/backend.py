@@ -22,6 +22,14 @@ from persetrain.models import load_model, resolve
 Truncation = Literal["left", "error"]
 
 
+def render_prompt(tokenizer, request: ChatRequest) -> str:
+    """The text a model is asked: the chat template with the assistant's generation prompt, then the request's
+    assistant prefix. GRPO renders a prompt that ends with an assistant prefix by this same function
+    (``persetrain.train.grpo``), so a policy is trained after exactly the tokens the engine later reads after."""
+    text = tokenizer.apply_chat_template(request.chat_messages(), tokenize=False, add_generation_prompt=True)
+    return text + request.assistant_prefix
+
+
 class ContextOverflowError(ValueError):
     """A request longer than the model's context window with truncation set to ``error``."""
 
@@ -53,9 +61,7 @@ class HFBackend(Backend):
 
     # ----------------------------------------------------------------- prompts and tokens
     def render(self, request: ChatRequest) -> str:
-        messages = request.chat_messages()
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return text + request.assistant_prefix
+        return render_prompt(self.tokenizer, request)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

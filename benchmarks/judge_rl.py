@@ -1,0 +1,176 @@
+"""A judge trained by reinforcement on its own verdicts, on PrefEval topics it never saw, next to the judges trained
+by supervision on the same rows.
+
+1. Data: the training topics as verdict prompts (``persetrain prepare judge``: mcq-letter's prompt, every question
+   in 2 orders) and as the reward model's and verifier's views (``persetrain prepare preference``), the same
+   questions; the validation pair (or ``--eval DIR``) held out whole, as ``benchmarks/learned_judges.py`` does.
+2. Training, each timed: the RL judge (``recipes/judge/cpu_smollm2_prefeval.yaml``, GRPO with judge-verdict and
+   judge-consistent, from ``--start``), the reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
+   verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows.
+3. Judging, through ``persetrain meta-eval`` on the held-out questions (``--max-eval N --seed S`` picks the questions
+   ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge and its starting point read by
+   ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy person-blind and
+   preference-swapped and its position flip rate (the options reversed).
+4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth.
+
+``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merged model, so that
+``persetrain evaluate --evaluator mcq-letter --model DIR/rl --data DIR/data/eval --max-examples N --seed S``
+reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems. The last line printed is one JSON
+object.
+
+    python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
+        [--max-steps N] [--out runs/judge-rl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from data_prep.judge.prepare import prepare_judge
+from learned_judges import (
+    GIVEN,
+    RM_RECIPES,
+    VALIDATION_TOPICS,
+    VERIFIER_RECIPE,
+    prepare_data,
+    train,
+)  # beside this script
+
+from persetrain.evaluators.registry import SystemSpec
+from persetrain.io import atomic_dir, write_json
+from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
+from persetrain.metrics.parl import first_last_fifth
+from persetrain.train.runner import METRICS_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+RL_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+RM_RECIPE = RM_RECIPES["rm"]
+MODEL = "embedded:smollm2-135m-instruct"
+#: What TRL logs per step for the judge-verdict reward (its function's name).
+VERDICT_REWARD = "rewards/judge_verdict/mean"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train", nargs="+", type=Path, default=GIVEN, help="PrefEval folders to train on.")
+    parser.add_argument(
+        "--eval", type=Path, default=None, help="PrefEval folder to evaluate on (default: a held-out pair)."
+    )
+    parser.add_argument("--max-eval", type=int, default=300, help="Evaluation questions (seeded sample).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
+    parser.add_argument("--max-steps", type=int, default=None, help="GRPO steps (default: the recipe's).")
+    parser.add_argument(
+        "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
+    )
+    parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
+    return parser
+
+
+def reward_curve(run_dir: Path) -> list[float]:
+    """The mean verdict reward of each logged GRPO step, in step order, each step once (resume trims the log)."""
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    by_step = {r["step"]: r[VERDICT_REWARD] for r in rows if r.get("event") == "log" and VERDICT_REWARD in r}
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def train_rl(args, data: Path) -> float:
+    """GRPO from ``--start``; its merged model copied whole to ``out/rl``; seconds taken (0 when already there)."""
+    from persetrain.train import grpo
+
+    rl = args.out / "rl"
+    if (rl / "config.json").is_file():
+        return 0.0
+    steps = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
+    start = time.perf_counter()
+    model = grpo.main(
+        *grpo.make_parser().parse_args_and_config(
+            ["--config", str(RL_RECIPE), "--model_name_or_path", args.start, "--dataset_path", str(data)]
+            + ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
+        )
+    ).trained_model()
+    seconds = time.perf_counter() - start
+    with atomic_dir(rl) as tmp:
+        shutil.copytree(model, tmp, dirs_exist_ok=True)
+    return seconds
+
+
+def figures(judged: dict, system: str, key: str) -> dict[str, float]:
+    found = judged["systems"][system]
+    return {
+        f"{key}_accuracy": found["metrics"]["accuracy"],
+        f"{key}_blind_accuracy": found["blind"]["accuracy"],
+        f"{key}_swap_accuracy": found["swap"]["accuracy"],
+        f"{key}_flip_rate": found.get("flip_rate"),
+    }
+
+
+def main() -> None:
+    from persetrain.train import rm, sft
+
+    args = make_parser().parse_args()
+    data, eval_dir = prepare_data(args)
+    judge_data = data / "judge"
+    if not judge_data.is_dir():
+        holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
+        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed)
+    times_file = args.out / "train_seconds.json"
+    times = json.loads(times_file.read_text()) if times_file.is_file() else {}
+    common = ["--report_to", "none", "--save_strategy", "no"]
+    times["rl"] = times.get("rl") or train_rl(args, judge_data)
+    write_json(times_file, times)
+    times["rm"] = times.get("rm") or train(
+        rm,
+        RM_RECIPE,
+        ["--dataset_path", str(data / "listwise"), "--output_dir", str(args.out / "rm"), *common],
+        args.out / "rm",
+    )
+    times["verifier"] = times.get("verifier") or train(
+        sft,
+        VERIFIER_RECIPE,
+        ["--dataset_path", str(data / "verifier"), "--output_dir", str(args.out / "verifier")]
+        + ["--max_train_samples", str(args.verifier_rows), *common],
+        args.out / "verifier" / "merged",
+    )
+    write_json(times_file, times)
+
+    judged = meta_evaluate(
+        MetaEvalConfig(
+            data=str(eval_dir),
+            out=str(args.out / "meta-eval"),
+            systems=[
+                SystemSpec("rl", "mcq-letter", str(args.out / "rl")),
+                SystemSpec("start", "mcq-letter", args.start),
+                SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
+                SystemSpec("rm", "rm", str(args.out / "rm")),
+            ],
+            probes=["flip", "blind", "swap"],
+            max_examples=args.max_eval,
+            seed=args.seed,
+        )
+    )
+    curve = reward_curve(args.out / "rl-run")
+    first, last = first_last_fifth(curve)
+    result = {
+        **figures(judged, "rl", "rl"),
+        **{k: v for k, v in figures(judged, "start", "start").items() if k in ("start_accuracy", "start_flip_rate")},
+        **figures(judged, "verifier", "verifier"),
+        **figures(judged, "rm", "rm"),
+        "rl_train_seconds": times["rl"],
+        "rm_train_seconds": times["rm"],
+        "verifier_train_seconds": times["verifier"],
+        "reward_first_fifth": first,
+        "reward_last_fifth": last,
+        "reward_curve": curve,
+        "n_eval": judged["n_examples"],
+    }
+    write_json(args.out / "result.json", result)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The card of the judge dataset: ``build_info.json`` (machine-read) and ``README.md`` (the card).
+
+Besides the sources, licenses and sizes every prepared dataset's card gives, it records the verdict balance: the
+gold letters' counts per split. A question written in several orders of its options puts the gold at several
+positions, so a position-balanced set has each letter about equally often; a lopsided count is a set on which a
+judge favouring one letter is rewarded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
+
+FORMAT = (
+    "TRL GRPOTrainer, conversational prompt-only format (`persetrain grpo` reads it) with the gold verdict and the "
+    "columns the `judge-*` rewards read"
+)
+
+MODES = {
+    "verdict": "the judge answers with the verdict alone. A PrefEval row's prompt is exactly the `mcq-letter` "
+    "evaluator's, ending with an assistant message `Answer: `, and a yes / no row's prompt is its verifier prompt "
+    "unchanged, so the trained judge is measured by `mcq-letter` / `verifier` as any model is.",
+    "think": f"the judge writes a rationale of at most {THINK_WORDS} words, then a last line `{VERDICT_MARK} X`; "
+    "only that line is read (the `verdict` evaluator reads it the same way).",
+}
+
+COLUMNS = (
+    "`id` (`<item_id>:o<k>`, k the order variant), `item_id` (the question: its order variants share it), `order` "
+    "(list[int]: `order[p]` is the index, in the question's own options, of the option shown at position p; [] for "
+    "yes / no rows), `n_orders` (the item's number of variants), `source` (prefeval, perse or parl-verifier), "
+    "`topic`, `kind` (`choice` or `yes-no`), `mode`, `verdicts` (the allowed verdicts: `A`..`D` for four options, "
+    "`yes`, `no`), `gold` (the gold verdict: the letter the preferred option is shown at, or yes / no), `prompt` "
+    "(conversational messages; an assistant prefix is the last message), `prompt_blind` (the same without the "
+    "person), and for choice rows `preference` (the person: a stated preference or a profile), `question`, "
+    "`options` (in this row's order) and `gold_index` (int), so a row is also an mcq example; yes / no rows hold "
+    '"", "", [] and -1 there.'
+)
+
+SPLIT_RULE = (
+    "As `persetrain prepare preference` splits: PrefEval topics named by `--holdout-topics` form the validation "
+    "split, every other topic is in train; PerSE keeps its person-disjoint train/test split (test -> validation; a "
+    "one-split source is split by reviewer); a verifier dataset keeps its own train / validation. Every order "
+    "variant of a question is in the split of its question."
+)
+
+ORDER_RULE = (
+    "Rows are shuffled by item with `random.Random(seed)`; the order variants of an item are ADJACENT and in variant "
+    "order (0: the question's own order, 1: its reverse, then rotations), so GRPO must train with "
+    "`shuffle_dataset: false` for one step to hold every order of a question (the `judge-consistent` reward)."
+)
+
+
+def _counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
+    """Rows per ``source/topic`` per split."""
+    return {
+        split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
+        for split, split_rows in rows.items()
+    }
+
+
+def _balance(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, dict[str, int]]]:
+    """Gold verdict counts per split and row kind."""
+    balance: dict[str, dict[str, dict[str, int]]] = {}
+    for split, split_rows in rows.items():
+        kinds = sorted({r["kind"] for r in split_rows})
+        balance[split] = {
+            kind: dict(sorted(Counter(r["gold"] for r in split_rows if r["kind"] == kind).items())) for kind in kinds
+        }
+    return balance
+
+
+def build_info(
+    rows: Mapping[str, Sequence[dict]], sources: Sequence[dict], dropped: Mapping[str, int], settings: Mapping
+) -> dict:
+    """What ``build_info.json`` holds: the task kind, mode, sources, sizes, counts, verdict balance, settings."""
+    return {
+        "name": "judge",
+        "title": f"Judge verdict prompts ({settings['mode']} mode)",
+        "task": "judge_verdicts",
+        "format": FORMAT,
+        "mode": settings["mode"],
+        "license": "cc-by-nc-4.0" if any(s["kind"] == "prefeval" for s in sources) else None,
+        "synthetic": any(s.get("synthetic") for s in sources),
+        "sources": list(sources),
+        "params": dict(settings),
+        "splits": {split: len(r) for split, r in rows.items()},
+        "items": {split: len({row["item_id"] for row in r}) for split, r in rows.items()},
+        "counts": _counts(rows),
+        "verdict_balance": _balance(rows),
+        "dropped": dict(dropped),
+        "split_rule": SPLIT_RULE,
+        "order_rule": ORDER_RULE,
+    }
+
+
+def _source_lines(sources: Sequence[dict]) -> list[str]:
+    lines = []
+    for s in sources:
+        if s["kind"] == "prefeval":
+            lines.append(
+                f"- PrefEval ({s['citation']}), folders {', '.join(f'`{p}`' for p in s['paths'])}. "
+                f"License: **{s['license']}** (attribution, non-commercial use only)."
+            )
+        else:
+            lines.append(
+                f"- {s['kind']}: `{s['path']}`"
+                + (" (**SYNTHETIC** data)" if s.get("synthetic") else "")
+                + f"; license {s['license']}."
+            )
+    return lines
+
+
+def readme(info: dict) -> str:
+    """The dataset card."""
+    splits = list(info["splits"])
+    keys = sorted({k for counts in info["counts"].values() for k in counts})
+    table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
+    table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
+    table.append("| **all rows** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
+    table.append("| **items (questions)** | " + " | ".join(str(info["items"][s]) for s in splits) + " |")
+    header = f'---\npretty_name: "{info["title"]}"\n' + (f"license: {info['license']}\n" if info["license"] else "")
+    header += "tags:\n- persetrain\n- judge\n- grpo\n- personalized-evaluation\n"
+    header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
+    synthetic = [s["path"] for s in info["sources"] if s.get("synthetic")]
+    parts = [
+        header,
+        f"# {info['title']}\n",
+        "Verdict prompts with their gold verdict, for a judge trained by GRPO on its own verdicts (the "
+        "`judge-verdict`, `judge-format` and `judge-consistent` rewards). Each row asks which option is best for a "
+        "person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
+        f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare judge` "
+        "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.judge`.\n",
+        f"Mode `{info['mode']}`: {MODES[info['mode']]}\n",
+        ORDER_RULE + "\n",
+    ]
+    if synthetic:
+        parts.append(
+            f"> **Synthetic data.** The sources {', '.join(f'`{p}`' for p in synthetic)} are SYNTHETIC (generated "
+            "samples with planted preferences or signatures), not real people.\n"
+        )
+    parts += [
+        "## Sources\n",
+        "\n".join(_source_lines(info["sources"])),
+        "",
+        "## Splits\n",
+        info["split_rule"] + "\n",
+        "\n".join(table),
+        "",
+        "## Verdict balance\n",
+        "Gold verdicts per split and row kind. A question in several orders shows its gold at several positions, so "
+        "a position-balanced set has each letter about equally often.\n",
+        "\n".join(f"- {split}: {value}" for split, value in info["verdict_balance"].items()),
+        "",
+        "## Columns\n",
+        COLUMNS,
+        "",
+        "## Settings\n",
+        "\n".join(f"- {key}: {value}" for key, value in info["params"].items()),
+        "",
+    ]
+    if info["dropped"]:
+        parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
+    return "\n".join(parts)

@@ -1,0 +1,318 @@
+"""``persetrain prepare judge``: verdict prompts with their gold verdict, for a judge trained by GRPO on its own
+verdicts (the ``judge-*`` rewards of ``persetrain.rewards.judge``).
+
+A judge rewarded for the right letter can earn much of that reward by favouring a position, so every multiple-choice
+question (an *item*) is written in several orders of its options (``orders``, its *order variants*): variant 0 is the
+group's own order (for PrefEval the order ``persetrain evaluate`` shows), variant 1 its reverse, further ones its
+rotations, seeded so that the gold lands on positions the first two leave out (:func:`orders_of`). The variants of
+an item share ``item_id`` and differ in ``order``, which is what ``judge-consistent`` groups by: it pays only a judge
+that is right in every order.
+
+Rows are shuffled by item (``random.Random(seed)``), the variants of an item kept ADJACENT and in variant order.
+GRPO trains on this data with ``shuffle_dataset: false``, so that one step holds every order of an item; a
+shuffled dataloader would scatter them and leave the consistency reward nothing to compare.
+
+Sources, read by ``data_prep.preference.sources`` so the splits are those of ``prepare preference`` (PrefEval topics
+held out whole, PerSE reviewers person-disjoint):
+
+- PrefEval (``--prefeval``): ``choice_request``, which in ``verdict`` mode is exactly ``mcq-letter``'s prompt, so the
+  trained judge is measured by ``mcq-letter`` as any model is;
+- PerSE (``--perse``): ``pair_request``, a reviewer shown by their past reviews and two plots;
+- verifier datasets (``--verifier``, ``persetrain prepare verifier`` output): yes / no checks in their own prompt
+  (``yes_no_request``), one variant each, their train / validation split kept.
+
+Every row has every column (one schema, :data:`FEATURES`); yes / no rows hold empty choice columns. Everything is
+checked before anything is written, and the dataset goes through a temporary folder renamed into place, so ``out``
+never holds a half-written dataset.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from itertools import chain, permutations
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
+
+from data_prep.judge.card import build_info, readme
+from data_prep.preference.sources import TRAIN, VALIDATION, Group, is_synthetic, perse_groups, prefeval_groups
+from persetrain.console import console, track
+from persetrain.io import InputError, atomic_dir, write_json
+from persetrain.prompts.judge import (
+    YES_NO,
+    check_mode,
+    choice_request,
+    pair_request,
+    prompt_messages,
+    yes_no_request,
+)
+from persetrain.prompts.perse import PROFILE_WORDS
+from persetrain.prompts.pref import LETTERS
+
+SPLITS = (TRAIN, VALIDATION)
+#: The ``source`` of the rows read from a verifier dataset.
+VERIFIER_SOURCE = "parl-verifier"
+
+_MESSAGES = List({"role": Value("string"), "content": Value("string")})
+#: The one schema of every row and split (an empty split or a split of yes / no rows only keeps every column).
+FEATURES = Features(
+    {
+        "id": Value("string"),
+        "item_id": Value("string"),
+        "order": List(Value("int64")),
+        "n_orders": Value("int64"),
+        "source": Value("string"),
+        "topic": Value("string"),
+        "kind": Value("string"),
+        "mode": Value("string"),
+        "verdicts": List(Value("string")),
+        "gold": Value("string"),
+        "prompt": _MESSAGES,
+        "prompt_blind": _MESSAGES,
+        "preference": Value("string"),
+        "question": Value("string"),
+        "options": List(Value("string")),
+        "gold_index": Value("int64"),
+    }
+)
+
+#: ``(where the item came from, its split, its variants' rows)``.
+Item = tuple[str, str, list[dict]]
+
+
+def orders_of(n: int, gold: int, orders: int, key: str) -> list[tuple[int, ...]]:
+    """``min(orders, n!)`` distinct orders of ``n`` options, ``order[p]`` the option shown at position ``p``.
+
+    The group's own order, its reverse, its rotations (shuffled by ``key``, those that show ``gold`` at a position
+    the first two do not before the others, so the gold letter spreads over positions), then any other
+    permutation: a set with more orders than an item has rotations still gets distinct ones.
+    """
+    own = tuple(range(n))
+    rotations = [own[r:] + own[:r] for r in range(1, n)]
+    random.Random(key).shuffle(rotations)
+    covered = {gold, n - 1 - gold}
+    rotations.sort(key=lambda order: order.index(gold) in covered)
+    found: list[tuple[int, ...]] = []
+    for order in chain([own, own[::-1]], rotations, permutations(own)):
+        if order not in found:
+            found.append(order)
+            if len(found) == orders:
+                break
+    return found
+
+
+def choice_rows(group: Group, mode: str, orders: int, seed: int) -> list[dict]:
+    """The order variants of one group, in variant order: PrefEval's with ``choice_request``, others'
+    (a person shown by a profile) with ``pair_request``."""
+    variants = orders_of(len(group.options), group.gold, orders, f"{seed}:{group.id}")
+    rows = []
+    for k, order in enumerate(variants):
+        options = [group.options[i] for i in order]
+        if group.source == "prefeval":
+            request = choice_request(group.person, group.request, options, mode)
+            blind = choice_request("", group.request, options, mode)
+        else:
+            request = pair_request(group.person_label, group.person, group.request, options, mode)
+            blind = pair_request(group.person_label, "", group.request, options, mode)
+        gold_index = order.index(group.gold)
+        rows.append(
+            {
+                "id": f"{group.id}:o{k}",
+                "item_id": group.id,
+                "order": list(order),
+                "n_orders": len(variants),
+                "source": group.source,
+                "topic": group.topic,
+                "kind": "choice",
+                "mode": mode,
+                "verdicts": list(LETTERS[: len(options)]),
+                "gold": LETTERS[gold_index],
+                "prompt": prompt_messages(request),
+                "prompt_blind": prompt_messages(blind),
+                "preference": group.person,
+                "question": group.request,
+                "options": options,
+                "gold_index": gold_index,
+            }
+        )
+    return rows
+
+
+def _messages(folder: Path, item_id: str, row: dict, field: str) -> list[dict]:
+    """A conversational prompt column's messages, refused in one line when it is something else."""
+    value = row[field]
+    if not (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+        )
+    ):
+        raise InputError(
+            folder, "expected conversational messages, a list of {role, content}", record=item_id, field=field
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def yes_no_row(folder: Path, item_id: str, row: dict, mode: str) -> dict:
+    """A verifier row as a one-variant yes / no item: its own prompt (``yes_no_request``), its completion the gold."""
+    completion = row["completion"]
+    gold = (
+        completion[-1].get("content")
+        if isinstance(completion, list) and completion and isinstance(completion[-1], dict)
+        else completion
+    )
+    if gold not in YES_NO:
+        raise InputError(
+            folder,
+            f"the completion is {gold!r}; a yes / no check's is 'yes' or 'no'",
+            record=item_id,
+            field="completion",
+        )
+    prompt = _messages(folder, item_id, row, "prompt")
+    blind = _messages(folder, item_id, row, "prompt_blind") if "prompt_blind" in row else prompt
+    return {
+        "id": f"{item_id}:o0",
+        "item_id": item_id,
+        "order": [],
+        "n_orders": 1,
+        "source": VERIFIER_SOURCE,
+        "topic": row.get("task") or "parl",
+        "kind": "yes-no",
+        "mode": mode,
+        "verdicts": list(YES_NO),
+        "gold": gold,
+        "prompt": prompt_messages(yes_no_request(prompt, mode)),
+        "prompt_blind": prompt_messages(yes_no_request(blind, mode)),
+        "preference": "",
+        "question": "",
+        "options": [],
+        "gold_index": -1,
+    }
+
+
+def verifier_items(folder: Path, mode: str) -> tuple[list[Item], dict]:
+    """Every row of a ``prepare verifier`` dataset as a yes / no item in the split it is in, and the source's card."""
+    try:
+        data = load_from_disk(str(folder))
+    except FileNotFoundError:
+        raise InputError(folder, "not a dataset `persetrain prepare verifier` wrote (no dataset_dict.json)") from None
+    if not isinstance(data, DatasetDict) or set(data) - set(SPLITS):
+        what = f"has the splits {list(data)}" if isinstance(data, DatasetDict) else "is one Dataset, without splits"
+        raise InputError(folder, f"{what}; expected train and/or validation", field="split")
+    items: list[Item] = []
+    for split in data:
+        dataset = data[split]
+        for field in ("prompt", "completion"):
+            if field not in dataset.column_names:
+                raise InputError(folder, f"no such column in the {split} split; is it a verifier dataset?", field=field)
+        for i, row in enumerate(track(dataset, description=f"yes / no rows {folder.name}/{split}")):
+            item_id = str(row["id"]) if "id" in row else f"{folder.name}:{split}:{i}"
+            items.append((str(folder), split, [yes_no_row(folder, item_id, row, mode)]))
+    source = {
+        "kind": VERIFIER_SOURCE,
+        "path": str(folder),
+        "synthetic": is_synthetic(folder),
+        "license": "as the source dataset's",
+    }
+    return items, source
+
+
+def _check_unique(items: Sequence[Item]) -> None:
+    """``judge-consistent`` groups rows by ``item_id``: two items with one id would be compared as one question."""
+    owner: dict[str, str] = {}
+    for where, _, rows in items:
+        item_id = rows[0]["item_id"]
+        if item_id in owner:
+            raise InputError(
+                where, f"item {item_id!r} also comes from {owner[item_id]}; give each source once", field="id"
+            )
+        owner[item_id] = where
+
+
+def shuffled(items: Sequence[Item], seed: int) -> dict[str, list[dict]]:
+    """Per split, the items in a seeded order, each item's variants adjacent and in variant order."""
+    rng = random.Random(seed)
+    rows = {}
+    for split in SPLITS:
+        mine = [variants for _, item_split, variants in items if item_split == split]
+        rng.shuffle(mine)
+        rows[split] = [row for variants in mine for row in variants]
+    return rows
+
+
+def prepare_judge(
+    out: str | Path,
+    prefeval: Sequence[str | Path] = (),
+    perse: Sequence[str | Path] = (),
+    verifier: Sequence[str | Path] = (),
+    holdout_topics: Sequence[str] = (),
+    seed: int = 0,
+    mode: str = "verdict",
+    orders: int = 2,
+    profile_items: int = 3,
+    profile_words: int = PROFILE_WORDS,
+    max_pairs_per_person: int | None = None,
+) -> dict[str, int]:
+    """Read every source, write the judge dataset (train / validation) with its card at ``out``; return the sizes.
+
+    ``mode``: ``verdict`` (the verdict alone) or ``think`` (a rationale, then ``Verdict: X``). ``orders``: order
+    variants per multiple-choice item (at most the options' permutations: a PerSE pair has 2). ``holdout_topics``,
+    ``profile_items``, ``profile_words``, ``max_pairs_per_person``: as ``prepare_preference`` takes them.
+    """
+    if not (prefeval or perse or verifier):
+        raise ValueError("no source: give --prefeval, --perse and/or --verifier")
+    check_mode(mode)
+    if orders < 1:
+        raise ValueError(f"--orders must be at least 1, not {orders}")
+    if holdout_topics and not prefeval:
+        raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
+    if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
+        raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
+    reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
+    reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
+    items: list[Item] = []
+    for read in reads:
+        where = read.source.get("path") or ", ".join(read.source["paths"])
+        for group in track(read.groups, description=f"judge rows {read.source['kind']}"):
+            if len(group.options) > len(LETTERS):
+                raise InputError(
+                    where,
+                    f"has {len(group.options)} options, more than {len(LETTERS)} letters",
+                    record=group.id,
+                    field="options",
+                )
+            items.append((where, group.split, choice_rows(group, mode, orders, seed)))
+    sources = [read.source for read in reads]
+    for folder in verifier:
+        yes_no, source = verifier_items(Path(folder), mode)
+        items += yes_no
+        sources.append(source)
+    _check_unique(items)
+    rows = shuffled(items, seed)
+    out = Path(out)
+    if not rows[TRAIN]:
+        raise InputError(out, "the train split would be empty: every item of the sources fell in validation")
+    settings = {
+        "mode": mode,
+        "orders": orders,
+        "seed": seed,
+        "holdout_topics": list(holdout_topics),
+        "profile_items": profile_items,
+        "profile_words": profile_words,
+        "max_pairs_per_person": max_pairs_per_person,
+    }
+    info = build_info(rows, sources, sum((read.dropped for read in reads), Counter()), settings)
+    with atomic_dir(out) as tmp:
+        # `from_list([])` would drop the columns of an empty split (no held-out topic), and `datasets` saves an
+        # empty split as zero shards, which it cannot load back: columns from FEATURES, one shard per split.
+        columns = {split: {k: [row[k] for row in r] for k in FEATURES} for split, r in rows.items()}
+        DatasetDict({split: Dataset.from_dict(c, features=FEATURES) for split, c in columns.items()}).save_to_disk(
+            str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
+        )
+        write_json(tmp / "build_info.json", info)
+        (tmp / "README.md").write_text(readme(info), encoding="utf-8")
+    console.print(f"[green]wrote[/green] judge data -> {out} {info['splits']}")
+    return info["splits"]

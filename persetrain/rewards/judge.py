@@ -1,0 +1,144 @@
+"""Rewards of a judge trained by GRPO on its own verdicts (data of ``persetrain prepare judge``).
+
+A judge is asked a verdict prompt (:mod:`persetrain.prompts.judge`: which lettered option is best for this person,
+or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL
+reward functions, named as the recipe's ``reward_funcs`` name them (:data:`JUDGE_REWARDS`):
+
+- ``judge-verdict`` (:func:`judge_verdict`): 1 when the parsed verdict is the gold one.
+- ``judge-format`` (:func:`judge_format`): 1 when a verdict can be parsed at all; a small weight of it keeps a
+  ``think`` judge ending on its ``Verdict: X`` line while the verdict reward is still mostly 0.
+- ``judge-consistent`` (:func:`judge_consistent`): J1's position-consistent reward, 1 only when the judge is right
+  in every order the candidates were shown in, which leaves nothing to gain from a favourite position.
+
+TRL 1.16 calls each as ``f(prompts=, completions=, completion_ids=, **dataset_columns, trainer_state=,
+log_extra=, log_metric=)``, every dataset column a list parallel to ``completions``; what a reward does not read it
+ignores. The columns read are ``verdicts`` (the row's allowed verdicts), ``mode`` (``verdict`` or ``think``),
+``gold`` and, for the consistent reward, ``item_id`` and ``order``; ``id``, when present, names a row in errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from persetrain.prompts.judge import MODES, VERDICT_MARK, check_mode
+from persetrain.rewards.parl_trl import completion_text
+
+#: Stripped from both ends of the verdict word: "(B)", "B)", "A.", "**yes**", "no," all read as their verdict.
+_PUNCTUATION = "()[]{}<>.,:;!?\"'*`_"
+#: Leads a ``verdict`` mode completion may open with before its verdict.
+_LEADS = (VERDICT_MARK.lower(), "answer:")
+
+
+def _verdict_word(text: str, verdicts: Sequence[str]) -> str | None:
+    """The first word of ``text``, unwrapped from punctuation, if it is one of ``verdicts`` (in their spelling)."""
+    words = text.split()
+    if not words:
+        return None
+    spelling = {v.lower(): v for v in verdicts}
+    return spelling.get(words[0].strip(_PUNCTUATION).lower())
+
+
+def parse_verdict(text: str, verdicts: Sequence[str], mode: str) -> str | None:
+    """The verdict a completion gives, spelled as in ``verdicts``; None when it gives none.
+
+    ``verdict`` mode: the completion is the verdict, so its first word decides ("A", "A.", "(B)", "B) because",
+    "Yes", "no."), also after a ``Verdict:`` or ``Answer:`` lead; what follows the word is ignored. ``think``
+    mode: only the last non-empty line counts, and it must be ``Verdict: X`` (either case): a verdict named in
+    the rationale is not an answer, or a judge could hedge by naming every option and be read as choosing one.
+    """
+    check_mode(mode)
+    text = text.strip()
+    if mode == "think":
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if not lines or not lines[-1].lower().startswith(VERDICT_MARK.lower()):
+            return None
+        return _verdict_word(lines[-1][len(VERDICT_MARK) :], verdicts)
+    lead = next((lead for lead in _LEADS if text.lower().startswith(lead)), "")
+    return _verdict_word(text[len(lead) :], verdicts)
+
+
+def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: Sequence[str]) -> list[str | None]:
+    """Every completion's verdict, after checking that the columns ``needs`` exist and each row's mode and gold."""
+    missing = [name for name in needs if name not in columns]
+    if missing:
+        raise KeyError(
+            f"the {reward} reward needs the dataset column(s) {', '.join(missing)}; write the dataset with "
+            "`persetrain prepare judge`"
+        )
+    ids = columns.get("id")
+    parsed = []
+    for i, completion in enumerate(completions):
+        row = f"row {ids[i]!r}" if ids is not None else f"row {i} of the batch"
+        mode, verdicts = columns["mode"][i], columns["verdicts"][i]
+        if mode not in MODES:
+            raise ValueError(f"{reward}: {row} has mode {mode!r}; the mode column holds one of {', '.join(MODES)}")
+        if "gold" in needs and columns["gold"][i] not in verdicts:
+            gold = columns["gold"][i]
+            raise ValueError(f"{reward}: {row} has gold {gold!r}, which is not one of its verdicts {list(verdicts)}")
+        parsed.append(parse_verdict(completion_text(completion), verdicts, mode))
+    return parsed
+
+
+def judge_verdict(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+    """1.0 where the parsed verdict is the row's ``gold``, else 0.0 (an unparsable completion is wrong).
+
+    Logs ``judge/accuracy``, the batch's share of right verdicts, through TRL's ``log_metric``.
+    """
+    parsed = _parsed("judge-verdict", completions, columns, ("gold", "verdicts", "mode"))
+    rewards = [float(p == gold) for p, gold in zip(parsed, columns["gold"], strict=True)]
+    if log_metric is not None and rewards:
+        log_metric("judge/accuracy", sum(rewards) / len(rewards))
+    return rewards
+
+
+def judge_format(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+    """1.0 where a verdict can be parsed (:func:`parse_verdict`), right or wrong, else 0.0.
+
+    Logs ``judge/parsed_share`` through TRL's ``log_metric``.
+    """
+    rewards = [float(p is not None) for p in _parsed("judge-format", completions, columns, ("verdicts", "mode"))]
+    if log_metric is not None and rewards:
+        log_metric("judge/parsed_share", sum(rewards) / len(rewards))
+    return rewards
+
+
+def judge_consistent(completions: Sequence, **columns: Any) -> list[float]:
+    """J1's position-consistent reward: right only counts when the judge is right in every order of the candidates.
+
+    ``persetrain prepare judge`` writes an item's order variants (one question, its candidates shown in different
+    orders; rows sharing ``item_id``, told apart by ``order``) next to each other, so TRL samples them in one
+    batch, where each prompt's ``num_generations`` rollouts are consecutive. For completion i of item g, shown in
+    variant v (its ``order``), let r be its rollout index: how many completions of the same item and variant come
+    before it in the batch (0..G-1 when each prompt is sampled G times). Completion i gets 1.0 when its verdict is
+    its own row's gold AND, for every other variant of g in the batch that has a completion with rollout index r,
+    that completion's verdict is right too; else 0.0. Pairing rollouts by index is arbitrary (a group's rollouts are
+    exchangeable) but fixed, so each rollout is coupled with exactly one rollout of every other order.
+
+    Why: a judge that favours a position is right on the order that puts the gold there and wrong on the others,
+    and earns nothing; only a verdict that follows the candidates wherever they stand is rewarded. An item with a
+    single variant in the batch (a split batch, or data written with one order) reduces to :func:`judge_verdict`.
+    The reward sees only the batch it is called with, so a recipe keeps every variant of an item in one process's
+    batch (per-device batch a multiple of ``n_orders`` x ``num_generations``).
+    """
+    parsed = _parsed("judge-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
+    right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
+    keys = [(item, tuple(order)) for item, order in zip(columns["item_id"], columns["order"], strict=True)]
+    seen: dict[tuple, int] = {}
+    rollout = []
+    for key in keys:
+        rollout.append(seen.get(key, 0))
+        seen[key] = rollout[-1] + 1
+    # Whether every completion of (item, rollout index) is right, over all the item's variants in the batch.
+    all_right: dict[tuple, bool] = {}
+    for (item, _), r, ok in zip(keys, rollout, right, strict=True):
+        all_right[item, r] = all_right.get((item, r), True) and ok
+    return [float(all_right[item, r]) for (item, _), r in zip(keys, rollout, strict=True)]
+
+
+#: The recipe's names (``reward_funcs: [judge-verdict]``) of the reward functions.
+JUDGE_REWARDS: dict[str, Callable[..., list[float]]] = {
+    "judge-verdict": judge_verdict,
+    "judge-format": judge_format,
+    "judge-consistent": judge_consistent,
+}

@@ -1,0 +1,221 @@
+"""The judge rewards (``persetrain.rewards.judge``) against plain restatements, on hand-made completions laid out as
+TRL lays a batch out, and the verl adapter against the TRL rewards."""
+
+from __future__ import annotations
+
+import pytest
+
+from persetrain.rewards.judge import (
+    JUDGE_REWARDS,
+    judge_consistent,
+    judge_format,
+    judge_verdict,
+    parse_verdict,
+)
+from persetrain.rewards.judge_verl import compute_score
+
+ABCD = ["A", "B", "C", "D"]
+YES_NO = ["yes", "no"]
+
+# (completion, verdicts, mode, what it reads as)
+PARSES = [
+    ("A", ABCD, "verdict", "A"),
+    ("a.", ABCD, "verdict", "A"),
+    ("(B)", ABCD, "verdict", "B"),
+    ("B) because it has no meat", ABCD, "verdict", "B"),
+    ("  **C**\n", ABCD, "verdict", "C"),
+    ("Answer: C", ABCD, "verdict", "C"),
+    ("verdict: d", ABCD, "verdict", "D"),
+    ("Yes", YES_NO, "verdict", "yes"),
+    ("no.", YES_NO, "verdict", "no"),
+    ("NO, it ignores the preference", YES_NO, "verdict", "no"),
+    ("", ABCD, "verdict", None),
+    ("maybe", YES_NO, "verdict", None),
+    ("The answer is", ABCD, "verdict", None),
+    ("E", ABCD, "verdict", None),
+    ("Option B keeps it vegan.\nVerdict: B", ABCD, "think", "B"),
+    ("A is close, but\n\nverdict: (c).\n\n", ABCD, "think", "C"),
+    ("It states the allergy.\nVERDICT: Yes", YES_NO, "think", "yes"),
+    ("B is the best answer for this person.", ABCD, "think", None),
+    ("Verdict: A\nOn reflection B is better.", ABCD, "think", None),
+    ("Clearly the answer is A.\nSo I pick it.", ABCD, "think", None),
+    ("A", ABCD, "think", None),
+    ("", ABCD, "think", None),
+    ("Verdict:", ABCD, "think", None),
+]
+
+
+@pytest.mark.parametrize(("text", "verdicts", "mode", "expected"), PARSES)
+def test_parse_verdict_reads_the_first_word_or_the_last_line(text, verdicts, mode, expected):
+    assert parse_verdict(text, verdicts, mode) == expected
+
+
+def test_parse_verdict_refuses_an_unknown_mode():
+    with pytest.raises(ValueError, match="'chat'"):
+        parse_verdict("A", ABCD, "chat")
+
+
+def _batch() -> dict:
+    """Rows for every case above, some completions conversational, with the gold of each row."""
+    golds = ["A", "B", "B", "B", "C", "D", "D", "yes", "yes", "no", "A", "no", "C", "A", "B", "C", "no", "B", "A"]
+    golds += ["A", "A", "B", "C"]
+    completions = [text if k % 3 else [{"role": "assistant", "content": text}] for k, (text, *_) in enumerate(PARSES)]
+    return {
+        "completions": completions,
+        "texts": [text for text, *_ in PARSES],
+        "gold": golds,
+        "verdicts": [v for _, v, _, _ in PARSES],
+        "mode": [m for _, _, m, _ in PARSES],
+        "id": [f"row{k}" for k in range(len(PARSES))],
+    }
+
+
+def _columns(batch: dict) -> dict:
+    """What TRL passes: the dataset's columns, its own arguments, and a column the rewards do not read."""
+    n = len(batch["completions"])
+    return {
+        "prompts": ["p"] * n,
+        "completions": batch["completions"],
+        "completion_ids": [[1]] * n,
+        "gold": batch["gold"],
+        "verdicts": batch["verdicts"],
+        "mode": batch["mode"],
+        "id": batch["id"],
+        "topic": ["food"] * n,
+        "trainer_state": None,
+        "log_extra": None,
+    }
+
+
+def test_verdict_and_format_rewards_restate_right_and_readable():
+    batch = _batch()
+    right, readable = [], []
+    for k, (_, _, _, expected) in enumerate(PARSES):
+        right.append(1.0 if expected == batch["gold"][k] else 0.0)
+        readable.append(0.0 if expected is None else 1.0)
+    logged = {}
+    columns = _columns(batch)
+    assert judge_verdict(**columns, log_metric=logged.__setitem__) == right
+    assert judge_format(**columns, log_metric=logged.__setitem__) == readable
+    assert 0 < sum(right) < len(right) and 0 < sum(readable) < len(readable)
+    assert logged == {
+        "judge/accuracy": pytest.approx(sum(right) / len(right)),
+        "judge/parsed_share": pytest.approx(sum(readable) / len(readable)),
+    }
+
+
+def test_the_rewards_are_named_as_trl_logs_them():
+    assert {name: f.__name__ for name, f in JUDGE_REWARDS.items()} == {
+        "judge-verdict": "judge_verdict",
+        "judge-format": "judge_format",
+        "judge-consistent": "judge_consistent",
+    }
+
+
+# --- the position-consistent reward --------------------------------------------------------------------------
+
+G = 3
+FORWARD, BACKWARD = [0, 1, 2, 3], [3, 2, 1, 0]
+
+
+def _consistent_batch() -> dict:
+    """Items q1 and q2 in two orders, q3 in one; each prompt's G rollouts consecutive, an item's orders adjacent.
+
+    The gold option is the first one shown forward, so the last one backward: a judge that always answers "A"
+    is right forward and wrong backward (q2's rollouts do that).
+    """
+    prompts = [
+        ("q1", FORWARD, "A", ["A", "A", "B"]),
+        ("q1", BACKWARD, "D", ["D", "C", "D"]),
+        ("q2", FORWARD, "A", ["A", "A", "A"]),
+        ("q2", BACKWARD, "D", ["A", "A", "A"]),
+        ("q3", FORWARD, "B", ["B", "maybe", "Verdict: B"]),
+    ]
+    batch = {"completions": [], "gold": [], "item_id": [], "order": []}
+    for item, order, gold, answers in prompts:
+        for answer in answers:
+            batch["completions"].append([{"role": "assistant", "content": answer}])
+            batch["gold"].append(gold)
+            batch["item_id"].append(item)
+            batch["order"].append(list(order))
+    n = len(batch["completions"])
+    return {**batch, "verdicts": [ABCD] * n, "mode": ["verdict"] * n, "prompts": ["p"] * n}
+
+
+def _consistent_restated(right: list[bool], items: list[str], orders: list[list[int]]) -> list[float]:
+    n = len(right)
+    rollout = [sum(1 for j in range(i) if items[j] == items[i] and orders[j] == orders[i]) for i in range(n)]
+    rewards = []
+    for i in range(n):
+        ok = right[i]
+        for j in range(n):
+            if items[j] == items[i] and orders[j] != orders[i] and rollout[j] == rollout[i]:
+                ok = ok and right[j]
+        rewards.append(1.0 if ok else 0.0)
+    return rewards
+
+
+def test_consistent_reward_pays_only_rollouts_right_in_every_order():
+    batch = _consistent_batch()
+    right = [r == 1.0 for r in judge_verdict(**batch)]
+    rewards = judge_consistent(**batch)
+    assert rewards == _consistent_restated(right, batch["item_id"], batch["order"])
+    # q1: rollout 0 right both ways, 1 wrong backward, 2 wrong forward; q2 always "A"; q3 alone is judge-verdict.
+    assert rewards == [1.0, 0.0, 0.0] * 2 + [0.0] * 6 + [1.0, 0.0, 1.0]
+
+
+def test_consistent_reward_of_an_item_in_one_order_is_the_verdict_reward():
+    batch = _consistent_batch()
+    alone = {key: values[12:] for key, values in batch.items()}
+    assert judge_consistent(**alone) == judge_verdict(**alone) == [1.0, 0.0, 1.0]
+    # Groups in another order of the batch: the same reward for each completion.
+    swapped = {key: values[3:6] + values[:3] for key, values in batch.items()}
+    assert judge_consistent(**swapped) == judge_consistent(**batch)[3:6] + judge_consistent(**batch)[:3]
+
+
+# --- errors --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reward", [judge_verdict, judge_format, judge_consistent])
+def test_a_missing_column_names_it_and_the_command_that_writes_it(reward):
+    batch = _consistent_batch()
+    del batch["verdicts"]
+    with pytest.raises(KeyError, match=r"verdicts.*persetrain prepare judge"):
+        reward(**batch)
+
+
+def test_a_bad_mode_or_gold_names_the_row_and_the_field():
+    batch = _consistent_batch()
+    batch["id"] = [f"row{k}" for k in range(len(batch["gold"]))]
+    batch["mode"][4] = "chat"
+    with pytest.raises(ValueError, match=r"'row4' has mode 'chat'"):
+        judge_format(**batch)
+    batch = _consistent_batch()
+    batch["gold"][2] = "E"
+    with pytest.raises(ValueError, match=r"row 2 of the batch has gold 'E'"):
+        judge_verdict(**batch)
+    with pytest.raises(ValueError, match=r"gold 'E'"):
+        judge_consistent(**batch)
+    assert judge_format(**batch)  # the format reward reads no gold
+
+
+# --- verl ----------------------------------------------------------------------------------------------------
+
+
+def test_verl_scores_each_sample_as_the_trl_rewards_do():
+    batch = _batch()
+    right, readable = judge_verdict(**_columns(batch)), judge_format(**_columns(batch))
+    for k, text in enumerate(batch["texts"]):
+        info = {"verdicts": batch["verdicts"][k], "mode": batch["mode"][k]}
+        scored = compute_score("judge/prefeval", text, batch["gold"][k], info)
+        assert scored == {"score": right[k], "verdict_correct": int(right[k]), "parsed": int(readable[k])}
+        formatted = compute_score("judge/prefeval", text, batch["gold"][k], info, reward="judge-format")
+        assert formatted["score"] == readable[k]
+
+
+def test_verl_refuses_the_consistent_reward_and_a_row_without_its_verdicts():
+    info = {"verdicts": ABCD, "mode": "verdict"}
+    with pytest.raises(ValueError, match="use judge-verdict with verl"):
+        compute_score("judge/prefeval", "A", "A", info, reward="judge-consistent")
+    with pytest.raises(KeyError, match=r"extra_info\['mode'\].*persetrain prepare judge"):
+        compute_score("judge/prefeval", "A", "A", {"verdicts": ABCD})

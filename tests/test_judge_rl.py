@@ -1,0 +1,179 @@
+"""GRPO of a judge on its own verdicts (``recipes/judge/``): the prompt the policy trains after is the prompt
+``mcq-letter`` reads after, the judge rewards reach TRL's logs, a killed run resumes with each step logged once, and
+the trained judge is read by ``persetrain evaluate`` as any model is (the embedded model end to end)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from datasets import load_from_disk
+
+from data_prep.judge.prepare import prepare_judge
+from persetrain.engine import load_engine
+from persetrain.evaluation import EvaluationConfig, evaluate
+from persetrain.evaluators.registry import SystemSpec
+from persetrain.models import DEFAULT_MODEL, load_tokenizer
+from persetrain.prompts.judge import prompt_messages
+from persetrain.prompts.pref import letter_request
+from persetrain.train.grpo import build_grpo_trainer, make_parser, render_prefixed_prompts, run_grpo
+from persetrain.train.recipe import RecipeError
+from persetrain.train.runner import METRICS_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
+
+
+@pytest.fixture(scope="module")
+def judge_data(tmp_path_factory) -> Path:
+    """PrefEval's dev topics as verdict prompts, one topic held out (``persetrain prepare judge``)."""
+    out = tmp_path_factory.mktemp("judge") / "prefeval"
+    prepare_judge(out, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
+    return out
+
+
+def _argv(model: Path | str, data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--config",
+        str(RECIPE),
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--disable_tqdm",
+        "true",
+        "--save_strategy",
+        "no",
+        "--max_steps",
+        "2",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--gradient_accumulation_steps",
+        "1",
+        *extra,
+    ]
+
+
+def _logged(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
+    return [r for r in rows if r.get("event") == "log" and "loss" in r]
+
+
+def test_a_prefixed_prompt_trains_on_the_tokens_mcq_letter_reads(judge_data):
+    """TRL renders a conversational prompt with a fresh generation prompt; the judge's verdict prompts end with
+    mcq-letter's assistant prefix, so they are rendered by the engine's function instead: TRL's tokens of the
+    rendered text equal the engine's tokens of the same question asked by mcq-letter."""
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    train = load_from_disk(str(judge_data))["train"].select(range(4))
+    rendered = render_prefixed_prompts(train, tokenizer)
+    engine = load_engine(DEFAULT_MODEL)
+    for row, text in zip(train, rendered["prompt"], strict=True):
+        assert isinstance(text, str) and text.endswith("Answer: ")
+        request = letter_request(row["preference"], row["question"], row["options"])
+        assert row["prompt"] == prompt_messages(request)
+        assert tokenizer(text=text)["input_ids"] == engine.backend.encode(engine.backend.render(request))
+    # prompts that end with the user's turn are left to TRL's own chat template
+    plain = train.map(lambda r: {"prompt": r["prompt"][:-1]})
+    assert render_prefixed_prompts(plain, tokenizer)["prompt"] == plain["prompt"]
+
+
+def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, tmp_path):
+    out = tmp_path / "run"
+    result = run_grpo(
+        _argv(
+            tiny_llama_dir,
+            judge_data,
+            out,
+            "--reward_funcs",
+            "judge-verdict",
+            "judge-consistent",
+            "judge-format",
+            "--reward_weights",
+            "1",
+            "1",
+            "0.1",
+        )
+    )
+    assert result.global_step == 2 and result.exit_code == 0
+    steps = _logged(out)
+    assert [r["step"] for r in steps] == [1, 2]
+    for record in steps:
+        for name in ("judge_verdict", "judge_consistent", "judge_format"):
+            assert 0.0 <= record[f"rewards/{name}/mean"] <= 1.0
+        # right in both orders is never more common than right
+        assert record["rewards/judge_consistent/mean"] <= record["rewards/judge_verdict/mean"]
+    resolved = json.loads((out / "resolved_config.json").read_text())
+    assert resolved["training"]["shuffle_dataset"] is False
+
+
+def test_a_step_holds_every_order_of_its_questions(tiny_llama_dir, judge_data, tmp_path):
+    """Unshuffled, a generation batch of 4 prompts is 2 questions x their 2 orders, what judge-consistent needs."""
+    argv = _argv(tiny_llama_dir, judge_data, tmp_path)
+    argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
+    script, training, model = make_parser().parse_args_and_config(argv)
+    trainer = build_grpo_trainer(script, training, model)
+    batch = next(iter(trainer.get_train_dataloader()))
+    items = [row["item_id"] for row in batch]
+    assert len(items) == 4 * 2  # 4 prompts a generation batch of 8 rollouts, each prompt twice
+    assert len(set(items)) == 2 and all(items.count(i) == 4 for i in set(items))
+
+
+def test_an_unknown_reward_is_refused_in_one_line(tiny_llama_dir, judge_data, tmp_path):
+    with pytest.raises(RecipeError, match="unknown reward 'judge-verdicts'; expected one of .*judge-verdict"):
+        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path, "--reward_funcs", "judge-verdicts"))
+
+
+def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, judge_data, tmp_path):
+    out = tmp_path / "killed"
+    argv = _argv(tiny_llama_dir, judge_data, out, "--save_strategy", "steps", "--save_steps", "2")
+    argv[argv.index("--max_steps") + 1] = "5"
+    command = [sys.executable, "-m", "persetrain.train.grpo", *argv]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and not (
+        (out / "checkpoint-2" / "trainer_state.json").is_file() and any(r["step"] >= 3 for r in _logged(out))
+    ):
+        assert time.monotonic() < deadline, "no step 3 in 300 s"
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert subprocess.run(command, env=env, capture_output=True).returncode == 0
+    steps = _logged(out)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
+    assert all("rewards/judge_verdict/mean" in r for r in steps)
+
+
+def test_the_embedded_judge_trains_and_mcq_letter_reads_it(judge_data, tmp_path):
+    """End to end on the embedded model: two GRPO steps of the CPU recipe, then ``persetrain evaluate`` with
+    ``mcq-letter`` on the merged judge, on the held-out topic's questions."""
+    out = tmp_path / "rl"
+    argv = _argv(DEFAULT_MODEL, judge_data, out)
+    argv[argv.index("--num_generations") + 1] = "4"
+    argv[argv.index("--per_device_train_batch_size") + 1] = "8"
+    result = run_grpo(argv)
+    assert result.global_step == 2 and (out / "merged" / "config.json").is_file()
+    holdout = load_from_disk(str(judge_data))["validation"]
+    assert set(holdout["topic"]) == {"travel_restaurant"} and set(holdout["mode"]) == {"verdict"}
+    metrics = evaluate(
+        EvaluationConfig(
+            data=str(PREFEVAL_DEV),
+            out=str(tmp_path / "eval"),
+            systems=[SystemSpec("rl", "mcq-letter", str(out / "merged"))],
+            max_examples=6,
+            seed=0,
+        )
+    )
+    assert 0.0 <= metrics["systems"]["rl"]["accuracy"] <= 1.0
