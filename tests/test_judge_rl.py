@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from data_prep.judge.prepare import prepare_judge
 from persetrain.engine import load_engine
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
+from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
 from persetrain.prompts.judge import prompt_messages
 from persetrain.prompts.pref import letter_request
@@ -129,9 +131,23 @@ def test_a_step_holds_every_order_of_its_questions(tiny_llama_dir, judge_data, t
     assert len(set(items)) == 2 and all(items.count(i) == 4 for i in set(items))
 
 
-def test_an_unknown_reward_is_refused_in_one_line(tiny_llama_dir, judge_data, tmp_path):
-    with pytest.raises(RecipeError, match="unknown reward 'judge-verdicts'; expected one of .*judge-verdict"):
-        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path, "--reward_funcs", "judge-verdicts"))
+def test_bad_input_is_refused_in_one_line_naming_the_file_and_the_field(tiny_llama_dir, judge_data, tmp_path):
+    """An unknown reward (the recipe and the key), a dataset without gold verdicts and a verdict format the parser
+    does not know (the dataset, the row and the field), each before anything trains."""
+    with pytest.raises(RecipeError, match=rf"{re.escape(str(RECIPE))} \+ command line: reward_funcs: unknown reward"):
+        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "a", "--reward_funcs", "judge-verdicts"))
+    splits = load_from_disk(str(judge_data))
+    no_gold = tmp_path / "no-gold"
+    splits.remove_columns("gold").save_to_disk(str(no_gold))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(no_gold))}: field 'gold': the judge-verdict reward"):
+        run_grpo(_argv(tiny_llama_dir, no_gold, tmp_path / "b", "--reward_funcs", "judge-verdict"))
+    odd = tmp_path / "odd-mode"
+    first = splits["train"][0]["id"]
+    splits.map(lambda r: {"mode": "essay" if r["id"] == first else r["mode"]}).save_to_disk(str(odd))
+    where = re.escape(f"{odd}:{first}: field 'mode': verdict format 'essay' is not one the parser knows")
+    with pytest.raises(InputError, match=rf"^{where}"):
+        run_grpo(_argv(tiny_llama_dir, odd, tmp_path / "c", "--reward_funcs", "judge-format"))
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 
 
 def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, judge_data, tmp_path):

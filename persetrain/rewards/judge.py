@@ -19,10 +19,15 @@ ignores. The columns read are ``verdicts`` (the row's allowed verdicts), ``mode`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from persetrain.io import InputError
 from persetrain.prompts.judge import MODES, VERDICT_MARK, check_mode
 from persetrain.rewards.parl_trl import completion_text
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 #: Stripped from both ends of the verdict word: "(B)", "B)", "A.", "**yes**", "no," all read as their verdict.
 _PUNCTUATION = "()[]{}<>.,:;!?\"'*`_"
@@ -134,6 +139,40 @@ def judge_consistent(completions: Sequence, **columns: Any) -> list[float]:
     for (item, _), r, ok in zip(keys, rollout, right, strict=True):
         all_right[item, r] = all_right.get((item, r), True) and ok
     return [float(all_right[item, r]) for (item, _), r in zip(keys, rollout, strict=True)]
+
+
+#: The dataset columns each reward reads.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "judge-verdict": ("gold", "verdicts", "mode"),
+    "judge-format": ("verdicts", "mode"),
+    "judge-consistent": ("gold", "verdicts", "mode", "item_id", "order"),
+}
+
+
+def check_judge_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) -> None:
+    """Before training: every column the ``rewards`` read is there, and every row's verdict format (``mode``) and
+    gold verdict are ones the parser knows; else one line naming the dataset, the row and the field. Found in a
+    reward, the same fault would end the run mid-step with no file named."""
+    needed = list(dict.fromkeys(column for name in rewards for column in COLUMNS[name]))
+    missing = [column for column in needed if column not in ds.column_names]
+    if missing:
+        raise InputError(
+            path,
+            f"the {', '.join(rewards)} reward(s) read the column(s) {', '.join(missing)}, which this dataset lacks "
+            "(gold verdicts and their format); write it with `persetrain prepare judge`",
+            field=missing[0],
+        )
+    ids = ds["id"] if "id" in ds.column_names else range(len(ds))
+    golds = ds["gold"] if "gold" in needed else [None] * len(ds)
+    for row_id, mode, verdicts, gold in zip(ids, ds["mode"], ds["verdicts"], golds, strict=True):
+        if mode not in MODES:
+            raise InputError(
+                path, f"verdict format {mode!r} is not one the parser knows ({', '.join(MODES)})", row_id, "mode"
+            )
+        if gold is not None and gold not in verdicts:
+            raise InputError(
+                path, f"gold verdict {gold!r} is not one of the row's verdicts {list(verdicts)}", row_id, "gold"
+            )
 
 
 #: The recipe's names (``reward_funcs: [judge-verdict]``) of the reward functions.

@@ -123,6 +123,12 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
                     "generation_batch_size"
                 ) from None
             raise
+        unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and "." not in name]
+        if unknown:
+            raise ValueError(
+                f"reward_funcs: unknown reward '{unknown[0]}'; expected one of {', '.join(NAMED_REWARDS)} or a dotted "
+                "import path"
+            )
         if self.vllm_structured_outputs_regex is not None:
             raise ValueError(
                 "vllm_structured_outputs_regex: rollouts must be sampled unconstrained, so that the loss sees the "
@@ -173,17 +179,12 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
 
             engine = engine or _judge_engine(config)
             funcs.append(PerSEReward(engine))
-        elif "." in name:
+        else:  # a dotted import path: GRPOConfig refuses any other name
             module, attr = name.rsplit(".", 1)
             try:
                 funcs.append(getattr(importlib.import_module(module), attr))
             except (ImportError, AttributeError) as err:
                 raise RecipeError(f"reward_funcs: cannot import '{name}' ({err})") from None
-        else:
-            raise RecipeError(
-                f"reward_funcs: unknown reward '{name}'; expected one of {', '.join(NAMED_REWARDS)} "
-                "or a dotted import path"
-            )
     if not funcs:
         raise RecipeError("reward_funcs is empty: GRPO needs at least one reward function")
     return funcs
@@ -251,6 +252,12 @@ def build_grpo_trainer(
         write_with="persetrain prepare parl or persetrain prepare judge",
         keep=None,
     )
+    judged = [name for name in training_args.reward_funcs if name in JUDGE_REWARD_NAMES]
+    if judged:
+        from persetrain.rewards.judge import check_judge_rows
+
+        for split in filter(None, (train_split, eval_split)):
+            check_judge_rows(split, script_args.dataset_path, judged)
     train_dataset = render_prefixed_prompts(
         _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
     )
