@@ -11,7 +11,8 @@ by supervision on the same rows.
    ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge and its starting point read by
    ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy person-blind and
    preference-swapped and its position flip rate (the options reversed).
-4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth.
+4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth, and the rewards' share of a
+   step's wall time.
 
 ``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merged model, so that
 ``persetrain evaluate --evaluator mcq-letter --model DIR/rl --data DIR/data/eval --max-examples N --seed S``
@@ -30,7 +31,6 @@ import shutil
 import time
 from pathlib import Path
 
-from data_prep.judge.prepare import prepare_judge
 from learned_judges import (
     GIVEN,
     RM_RECIPES,
@@ -40,6 +40,7 @@ from learned_judges import (
     train,
 )  # beside this script
 
+from data_prep.judge.prepare import prepare_judge
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import atomic_dir, write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
@@ -71,11 +72,16 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def reward_curve(run_dir: Path) -> list[float]:
-    """The mean verdict reward of each logged GRPO step, in step order, each step once (resume trims the log)."""
+def step_logs(run_dir: Path) -> list[dict]:
+    """Each logged GRPO step's record, in step order, each step once (resume trims the log)."""
     rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
-    by_step = {r["step"]: r[VERDICT_REWARD] for r in rows if r.get("event") == "log" and VERDICT_REWARD in r}
+    by_step = {r["step"]: r for r in rows if r.get("event") == "log" and VERDICT_REWARD in r}
     return [by_step[step] for step in sorted(by_step)]
+
+
+def reward_time_share(steps: list[dict]) -> float:
+    """The rewards' share of a GRPO step's wall time (TRL's ``step_time``, the trainer's ``time/reward_s``)."""
+    return sum(r["time/reward_s"] for r in steps) / sum(r["step_time"] for r in steps)
 
 
 def train_rl(args, data: Path) -> float:
@@ -153,7 +159,8 @@ def main() -> None:
             seed=args.seed,
         )
     )
-    curve = reward_curve(args.out / "rl-run")
+    steps = step_logs(args.out / "rl-run")
+    curve = [r[VERDICT_REWARD] for r in steps]
     first, last = first_last_fifth(curve)
     result = {
         **figures(judged, "rl", "rl"),
@@ -166,6 +173,7 @@ def main() -> None:
         "reward_first_fifth": first,
         "reward_last_fifth": last,
         "reward_curve": curve,
+        "reward_time_share": reward_time_share(steps),
         "n_eval": judged["n_examples"],
     }
     write_json(args.out / "result.json", result)

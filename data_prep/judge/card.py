@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from data_prep.preference.card import source_lines
 from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
 
 FORMAT = (
@@ -95,23 +96,6 @@ def build_info(
     }
 
 
-def _source_lines(sources: Sequence[dict]) -> list[str]:
-    lines = []
-    for s in sources:
-        if s["kind"] == "prefeval":
-            lines.append(
-                f"- PrefEval ({s['citation']}), folders {', '.join(f'`{p}`' for p in s['paths'])}. "
-                f"License: **{s['license']}** (attribution, non-commercial use only)."
-            )
-        else:
-            lines.append(
-                f"- {s['kind']}: `{s['path']}`"
-                + (" (**SYNTHETIC** data)" if s.get("synthetic") else "")
-                + f"; license {s['license']}."
-            )
-    return lines
-
-
 def readme(info: dict) -> str:
     """The dataset card."""
     splits = list(info["splits"])
@@ -142,7 +126,7 @@ def readme(info: dict) -> str:
         )
     parts += [
         "## Sources\n",
-        "\n".join(_source_lines(info["sources"])),
+        "\n".join(source_lines(info["sources"])),
         "",
         "## Splits\n",
         info["split_rule"] + "\n",

@@ -105,7 +105,8 @@ def build_info(
     }
 
 
-def _source_lines(sources: Sequence[dict]) -> list[str]:
+def source_lines(sources: Sequence[dict]) -> list[str]:
+    """One card line per source: what it is, where it came from, its license and whether it is SYNTHETIC."""
     lines = []
     for s in sources:
         if s["kind"] == "prefeval":
@@ -116,7 +117,7 @@ def _source_lines(sources: Sequence[dict]) -> list[str]:
         else:
             lines.append(
                 f"- {s['kind']}: `{s['path']}`"
-                + (" (**synthetic** data)" if s.get("synthetic") else "")
+                + (" (**SYNTHETIC** data)" if s.get("synthetic") else "")
                 + f"; license {s['license']}."
             )
     return lines
@@ -139,7 +140,7 @@ def readme(info: dict) -> str:
         f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
         "(`data_prep/preference/prepare.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
         "## Sources\n",
-        "\n".join(_source_lines(info["sources"])),
+        "\n".join(source_lines(info["sources"])),
         "",
         "## Splits\n",
         info["split_rule"] + "\n",

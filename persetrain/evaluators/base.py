@@ -112,6 +112,13 @@ def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
             )
 
 
+def refuse_unlettered(examples: Sequence[McqExample], method: str, letters: int) -> None:
+    """A method that names options by letter can show at most ``letters`` of them."""
+    too_many = [ex.id for ex in examples if len(ex.options) > letters]
+    if too_many:
+        raise ValueError(f"{method} labels at most {letters} options; examples {too_many[:5]} have more")
+
+
 #: Filled by :func:`register`; read through ``evaluators.registry``, which imports every built-in method first.
 REGISTRY: dict[str, type[Evaluator]] = {}
 

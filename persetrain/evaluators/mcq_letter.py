@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, refuse_unlettered, register
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.prompts.pref import LETTERS, SCORE_MAX, letter_request
 from persetrain.schema import Judgment, McqExample
@@ -27,9 +27,7 @@ class McqLetter(Evaluator):
         refuse_single_answer(examples, "mcq-letter")
         if engine is None:
             raise ValueError("mcq-letter needs a model")
-        too_many = [ex.id for ex in examples if len(ex.options) > len(LETTERS)]
-        if too_many:
-            raise ValueError(f"mcq-letter labels at most {len(LETTERS)} options; examples {too_many[:5]} have more")
+        refuse_unlettered(examples, "mcq-letter", len(LETTERS))
         judgments: list[Judgment | None] = [None] * len(examples)
         # One choice set per number of options (PrefEval always has four).
         for n in sorted({len(ex.options) for ex in examples}):

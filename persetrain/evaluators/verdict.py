@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 from persetrain.engine import Engine, GenerationParams
 from persetrain.engine.types import Generation
-from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.base import (
+    Evaluator,
+    EvaluatorConfig,
+    JudgeContext,
+    refuse_single_answer,
+    refuse_unlettered,
+    register,
+)
 from persetrain.prompts.judge import choice_request
 from persetrain.prompts.pref import LETTERS, SCORE_MAX
 from persetrain.rewards.judge import parse_verdict
@@ -47,9 +54,7 @@ class Verdict(Evaluator):
         refuse_single_answer(examples, "verdict")
         if engine is None:
             raise ValueError("verdict needs a model")
-        too_many = [ex.id for ex in examples if len(ex.options) > len(LETTERS)]
-        if too_many:
-            raise ValueError(f"verdict labels at most {len(LETTERS)} options; examples {too_many[:5]} have more")
+        refuse_unlettered(examples, "verdict", len(LETTERS))
         requests = [
             choice_request(ex.preference, ex.question, ex.options, "think").model_copy(update={"id": ex.id})
             for ex in examples
