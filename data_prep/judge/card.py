@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from data_prep.preference.card import source_lines
+from data_prep.preference.card import source_lines, source_topic_counts
 from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
 
 FORMAT = (
@@ -53,14 +53,6 @@ ORDER_RULE = (
 )
 
 
-def _counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
-    """Rows per ``source/topic`` per split."""
-    return {
-        split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
-        for split, split_rows in rows.items()
-    }
-
-
 def _balance(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, dict[str, int]]]:
     """Gold verdict counts per split and row kind."""
     balance: dict[str, dict[str, dict[str, int]]] = {}
@@ -88,7 +80,7 @@ def build_info(
         "params": dict(settings),
         "splits": {split: len(r) for split, r in rows.items()},
         "items": {split: len({row["item_id"] for row in r}) for split, r in rows.items()},
-        "counts": _counts(rows),
+        "counts": source_topic_counts(rows),
         "verdict_balance": _balance(rows),
         "dropped": dict(dropped),
         "split_rule": SPLIT_RULE,

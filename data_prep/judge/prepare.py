@@ -37,6 +37,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
 
 from data_prep.judge.card import build_info, readme
+from data_prep.preference.prepare import check_profile_sizes
 from data_prep.preference.sources import TRAIN, VALIDATION, Group, is_synthetic, perse_groups, prefeval_groups
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
@@ -269,8 +270,7 @@ def prepare_judge(
         raise ValueError(f"--orders must be at least 1, not {orders}")
     if holdout_topics and not prefeval:
         raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
-    if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
-        raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
+    check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
     reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
     reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     items: list[Item] = []

@@ -52,8 +52,8 @@ SPLIT_RULE = (
 )
 
 
-def _counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
-    """Rows per ``source/topic`` per split."""
+def source_topic_counts(rows: Mapping[str, Sequence[dict]]) -> dict[str, dict[str, int]]:
+    """Rows per ``source/topic`` per split: the table of a card."""
     return {
         split: dict(sorted(Counter(f"{r['source']}/{r['topic']}" for r in split_rows).items()))
         for split, split_rows in rows.items()
@@ -98,7 +98,7 @@ def build_info(
         "sources": list(sources),
         "params": dict(settings),
         "splits": {split: len(r) for split, r in rows.items()},
-        "counts": _counts(rows),
+        "counts": source_topic_counts(rows),
         "class_balance": _balance(view, rows),
         "dropped": dict(dropped),
         "split_rule": SPLIT_RULE,

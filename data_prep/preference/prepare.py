@@ -160,6 +160,12 @@ def write_views(
     return {view: out / view for view in rows}
 
 
+def check_profile_sizes(profile_items: int, profile_words: int, max_pairs_per_person: int | None) -> None:
+    """How a person is shown (PerSE profiles, reference users): every size at least 1."""
+    if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
+        raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
+
+
 def prepare_preference(
     out: str | Path,
     prefeval: Sequence[str | Path] = (),
@@ -182,8 +188,7 @@ def prepare_preference(
         raise ValueError("no source: give --prefeval, --perse and/or --reference")
     if holdout_topics and not prefeval:
         raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
-    if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
-        raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
+    check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
     reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
     reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     reads += [reference_groups(Path(p), seed, profile_items, profile_words) for p in reference]

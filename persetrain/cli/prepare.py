@@ -161,31 +161,32 @@ def prepare_verifier_cmd(
     )
 
 
+#: Options `prepare preference` and `prepare judge` share.
+PrefevalOpt = Annotated[list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")]
+HoldoutTopicsOpt = Annotated[
+    str,
+    typer.Option(help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."),
+]
+PerseOpt = Annotated[
+    list[Path] | None,
+    typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
+]
+MaxPairsOpt = Annotated[int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")]
+
+
 @prepare_app.command("preference")
 def prepare_preference_cmd(
     out: Annotated[Path, typer.Option(help="Folder for the datasets listwise/, pairs/ and verifier/.")],
-    prefeval: Annotated[
-        list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")
-    ] = None,
-    holdout_topics: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."
-        ),
-    ] = "",
-    perse: Annotated[
-        list[Path] | None,
-        typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
-    ] = None,
+    prefeval: PrefevalOpt = None,
+    holdout_topics: HoldoutTopicsOpt = "",
+    perse: PerseOpt = None,
     reference: Annotated[
         list[Path] | None, typer.Option(help="A dataset `prepare reference` or `prepare parl` wrote (repeatable).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seeds the option order and the PerSE profiles.")] = 0,
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer or a user.")] = 3,
     profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
-    max_pairs_per_person: Annotated[
-        int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
-    ] = None,
+    max_pairs_per_person: MaxPairsOpt = None,
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
@@ -208,19 +209,9 @@ def prepare_preference_cmd(
 @prepare_app.command("judge")
 def prepare_judge_cmd(
     out: Annotated[Path, typer.Option(help="Folder for the judge dataset (train / validation).")],
-    prefeval: Annotated[
-        list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")
-    ] = None,
-    holdout_topics: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated PrefEval topics for the validation split; default none (every topic in train)."
-        ),
-    ] = "",
-    perse: Annotated[
-        list[Path] | None,
-        typer.Option(help="A scalar dataset `prepare perse` wrote, e.g. OUT/per_mpst_k3 (repeatable)."),
-    ] = None,
+    prefeval: PrefevalOpt = None,
+    holdout_topics: HoldoutTopicsOpt = "",
+    perse: PerseOpt = None,
     verifier: Annotated[
         list[Path] | None,
         typer.Option(help="A yes / no dataset `prepare verifier` wrote, its train / validation kept (repeatable)."),
@@ -234,9 +225,7 @@ def prepare_judge_cmd(
     seed: Annotated[int, typer.Option(help="Seeds the option orders, the PerSE profiles and the row order.")] = 0,
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer.")] = 3,
     profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
-    max_pairs_per_person: Annotated[
-        int | None, typer.Option(help="At most N pairs per PerSE reviewer (seeded); default all.")
-    ] = None,
+    max_pairs_per_person: MaxPairsOpt = None,
 ) -> None:
     """Verdict prompts with their gold verdict for a judge trained by GRPO on its own verdicts (`persetrain grpo`
     with the judge-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
