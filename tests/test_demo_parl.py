@@ -39,6 +39,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         judge_curriculum=parse_curriculum("colon:1,all:1"),
         judge_seeds=2,
         judge_distractors=True,
+        judge_train_rows=64,
         warmstart_users=2,
         warmstart_samples=1,
         warmstart_copies=1,
@@ -65,6 +66,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         assert stages[1]["model"]["model_name_or_path"] == str(dirs[0] / "merged")
         assert [c["training"]["seed"] for c in stages] == [seed, seed + 1]
         assert [c["training"]["max_steps"] for c in stages] == [1, 1]
+        assert [c["script"]["max_train_samples"] for c in stages] == [64, 64]
     assert len(summary["judge_heldout_accuracy_members"]) == 2 and summary["judge_heldout_checks"] > 0
     assert 0 <= summary["judge_heldout_accuracy"] <= 1 and set(summary["judge_heldout_per_rule"])
     # distractor checks are measured apart from the signature checks, which stay the issue's measure
@@ -185,7 +187,7 @@ def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_d
     resumes the second from its checkpoint."""
     out = tmp_path / "demo"
     command = [sys.executable, "-m", "persetrain.cli", "demo", "parl", "--out", str(out)]
-    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "colon:1,all:150"]
+    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "colon:1,all:150", "--judge-train-rows", "64"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "verifier" / "metrics.jsonl"
@@ -210,6 +212,7 @@ def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_d
         out=out,
         model=str(tiny_llama_dir),
         judge_curriculum=parse_curriculum("colon:1,all:150"),
+        judge_train_rows=64,
         warmstart_users=2,
         warmstart_copies=1,
         grpo_steps=1,

@@ -229,7 +229,7 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
         f"accelerate launch --config_file {REPO}/accelerate_configs/deepspeed_zero3.yaml "
         f"--deepspeed_config_file {REPO}/accelerate_configs/deepspeed/zero3.json --num_machines $NNODES "
         "--num_processes $WORLD_SIZE --machine_rank \\$SLURM_PROCID --main_process_ip $MAIN_NODE "
-        "--main_process_port $MAIN_PORT --rdzv_backend c10d -m persetrain.train.sft"
+        "--main_process_port $MAIN_PORT --rdzv_backend static -m persetrain.train.sft"
     ) in srun
     executable = [ln for ln in script.splitlines() if not ln.lstrip().startswith("#")]
     assert not [ln for ln in executable if re.search(r"(?<!\\)\$SLURM_PROCID", ln)]  # never expanded by the batch shell

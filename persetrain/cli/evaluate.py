@@ -194,6 +194,9 @@ def demo_parl(
     judge_distractors: Annotated[
         bool | None, typer.Option(help="Also train the verifier on distractor rules (prepare verifier --distractors).")
     ] = None,
+    judge_train_rows: Annotated[
+        int | None, typer.Option(help="Rows each judge stage trains on, a seeded sample of its data (default: all).")
+    ] = None,
     warmstart: Annotated[
         str | None, typer.Option(help="Warm-start sets: truth (the users' true rules, the default) or induced.")
     ] = None,
@@ -241,6 +244,7 @@ def demo_parl(
         judge_curriculum=None if judge_curriculum is None else parse_curriculum(judge_curriculum),
         judge_seeds=judge_seeds,
         judge_distractors=judge_distractors,
+        judge_train_rows=judge_train_rows,
         warmstart=warmstart,
         warmstart_users=warmstart_users,
         warmstart_samples=warmstart_samples,

@@ -110,6 +110,10 @@ class ParlDemoConfig:
     #: verifier misreads changes from seed to seed, and their mean p(yes) can err less (0.934 from 0.884 and 0.827),
     #: but not when one member is far behind (0.769 from 0.852 and 0.669). Each costs a training run.
     judge_seeds: int = 1
+    #: Rows each judge stage trains on, a seeded sample of its data (``--max_train_samples``; ``None``: all, as both
+    #: forms train). TRL tokenizes a stage's whole dataset before its first step (12,752 rows for ``all``), which at
+    #: toy sizes costs more than the training.
+    judge_train_rows: int | None = None
     #: Where the warm start's rubric sets come from: ``truth`` (the synthetic users' true rules) or ``induced``.
     warmstart: str = "truth"
     #: Training users in the warm start (``None``: all of them).
@@ -219,6 +223,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                     ["--config", str(JUDGE_RECIPE), "--model_name_or_path", str(model)]
                     + ["--dataset_path", str(datasets[rules]), "--max_steps", str(steps), "--seed", str(seed + k)]
                     + ["--output_dir", str(out), "--disable_tqdm", _no_bars()]
+                    + ([] if cfg.judge_train_rows is None else ["--max_train_samples", str(cfg.judge_train_rows)])
                 ).trained_model()
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)

@@ -4,7 +4,7 @@ The scripts come from the Jinja templates in the repository's ``launch/`` folder
 the several-node one also holds the GRPO + vLLM layout). What they do, and why:
 
 - **One ``srun`` task per node runs the launcher** (``accelerate launch``, or ``torchrun`` on CPUs, see
-  :mod:`persetrain.launch.accelerate`). Several nodes meet at a c10d rendezvous on the first node of the
+  :mod:`persetrain.launch.accelerate`). Several nodes meet at a static rendezvous on the first node of the
   allocation (``scontrol show hostnames $SLURM_JOB_NODELIST | head -n1``); each node's rank is
   ``\\$SLURM_PROCID``, escaped so that each task's shell expands its own rank (the batch script runs on the
   first node only, where an unescaped ``$SLURM_PROCID`` is 0 for every node).
@@ -188,7 +188,10 @@ def _cpu_settings(plan: LaunchPlan, options: SlurmOptions, per_node: int) -> tup
 
 def _launcher(plan: LaunchPlan, nodes: int, per_node: int) -> list[str]:
     """The launcher words before ``-m MODULE``: ``torchrun`` for several CPU processes, else ``accelerate launch``;
-    on several nodes, each srun task's own rank and the rendezvous on the first node."""
+    on several nodes, each srun task's own rank and the rendezvous on the first node. The rendezvous is static, not
+    c10d: c10d lets whichever agent sees the endpoint as its own host serve the store (every node, when the nodes
+    share a host, as in the tests), so node 0's launcher can find its port taken, and ignores ``--node_rank``; static
+    serves it from node 0 and keeps node i's ranks after node i-1's."""
     multi = nodes > 1
     if plan.cpu and (multi or per_node > 1):
         launcher: list[str] = ["torchrun", "--nproc_per_node", str(per_node)]
@@ -201,7 +204,7 @@ def _launcher(plan: LaunchPlan, nodes: int, per_node: int) -> list[str]:
             "--node_rank",
             _Raw("\\$SLURM_PROCID"),
             "--rdzv_backend",
-            "c10d",
+            "static",
             "--rdzv_endpoint",
             _Raw("$MAIN_NODE:$MAIN_PORT"),
             "--rdzv_id",
@@ -222,7 +225,7 @@ def _launcher(plan: LaunchPlan, nodes: int, per_node: int) -> list[str]:
             "--main_process_port",
             _Raw("$MAIN_PORT"),
             "--rdzv_backend",
-            "c10d",
+            "static",
         ]
     if plan.num_processes != int(plan.accelerate_config.get("num_processes") or 1):
         launcher += ["--num_processes", str(plan.num_processes)]

@@ -94,7 +94,8 @@ class PrefixGroupedSampler(torch.utils.data.Sampler[int]):
     """
 
     def __init__(self, input_ids: Sequence[Sequence[int]], batch_size: int, seed: int):
-        order = sorted(range(len(input_ids)), key=lambda i: list(input_ids[i]))
+        rows = [list(ids) for ids in input_ids]  # one pass: a datasets Column read row by row costs ~0.4 ms a row
+        order = sorted(range(len(rows)), key=rows.__getitem__)
         self.batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         self.seed = seed
         self.epoch = 0
