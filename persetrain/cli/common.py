@@ -27,7 +27,7 @@ class _ErrorsAsOneLine(TyperGroup):
     def invoke(self, ctx):
         from persetrain.engine import EngineError
         from persetrain.launch.accelerate import LaunchStopped, RankFailed
-        from persetrain.train.runner import TrainingStopped
+        from persetrain.train.stopped import TrainingStopped
 
         try:
             return super().invoke(ctx)

@@ -38,8 +38,8 @@ Held-out users (the PARL dataset's test split) are never trained on, by the judg
 Every stage records its numbers in ``summary.json`` as it ends, and a re-run skips the stages recorded
 there (``fresh`` starts over); ``report.md`` is written from the summary at the end
 (``persetrain.demos.parl_report``). A training run stopped by SIGTERM / SIGUSR1 stops the demo too
-(``TrainingStopped``) with nothing of its stage recorded; a re-run resumes that run from its checkpoint and keeps
-any verifier stage whose merged model is there.
+(``persetrain.train.stopped.TrainingStopped``) with nothing of its stage recorded; a re-run resumes that run from its
+checkpoint and keeps any verifier stage whose merged model is there.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from persetrain.train.checkpoints import check_world_size, last_complete_checkpo
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
 from persetrain.train.signals import CheckpointOnSignal, die_with_parent, exit_code
+from persetrain.train.stopped import TrainingStopped
 from persetrain.train.watchdog import HangWatchdog
 
 METRICS_FILE = "metrics.jsonl"
@@ -145,24 +146,8 @@ class RunResult:
         """``model_dir`` of a finished run, for a pipeline that goes on from it; a stopped run raises
         :class:`TrainingStopped`."""
         if self.stopped_by_signal is not None:
-            raise TrainingStopped(self)
+            raise TrainingStopped(self.output_dir, self.stopped_by_signal, self.global_step, self.exit_code)
         return self.model_dir
-
-
-class TrainingStopped(RuntimeError):
-    """A run that a pipeline goes on from (a demo's judge, its GRPO) was stopped by a signal after its checkpoint.
-
-    Why an exception: the stopped run's directory holds a checkpoint, not a model, and a pipeline that went on
-    from it would train or judge with an unfinished model and record the stage as done. Stopping the pipeline
-    with the run's exit code (128 + signal, what a scheduler reads) lets the same command resume the run.
-    """
-
-    def __init__(self, result: RunResult):
-        super().__init__(
-            f"{result.output_dir}: training stopped by signal {result.stopped_by_signal} at step "
-            f"{result.global_step}, after saving a checkpoint; run the same command again to resume it"
-        )
-        self.exit_code = result.exit_code
 
 
 def run_as_script(run: Callable[[], RunResult]) -> None:
