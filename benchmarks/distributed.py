@@ -97,12 +97,16 @@ def run_config(name: str, data: Path, out: Path, steps: int) -> dict[str, float]
     }
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="Where the runs go (default: a temporary folder).")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     data = root / "data"
     if not (data / "perse" / "per_mpst_k3").is_dir():

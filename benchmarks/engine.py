@@ -128,12 +128,16 @@ def naive_choice_probs(backend, requests: list[ChatRequest], choices: list[str])
     return out
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--prefixes", type=int, default=8)
     parser.add_argument("--tails", type=int, default=10)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     set_quiet(True)
 
     shared = load_engine(args.model)

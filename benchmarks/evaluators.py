@@ -325,7 +325,7 @@ SECTIONS: dict[str, Callable] = {
 }
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/bench-evaluators"))
     parser.add_argument("--expert-examples", type=int, default=1)
@@ -337,7 +337,11 @@ def main() -> None:
     parser.add_argument("--scorer", help="rm:DIR or verifier:MODEL: the trained section's judge (skipped without)")
     parser.add_argument("--trained-examples", type=int, default=8, help="held-out users the trained section judges")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     figures: dict = {}
     for name, section in SECTIONS.items():
         if args.only and name not in args.only:

@@ -443,7 +443,7 @@ def print_table(rows: list[Row], ceiling: float | None) -> None:
         )
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--model", default=DEFAULT_MODEL, help="The small model (rows named after it); its tokenizer serves both."
@@ -451,7 +451,11 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=480.0, help="Rows that do not fit are skipped or stopped.")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-gpu"), help="Where result.json goes.")
     parser.add_argument("--smoke", action="store_true", help="Every row on a tiny random LLaMA, 2 timed steps.")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     device = best_device()
     dtype = best_dtype(device)
     sizes = SMOKE if args.smoke else GPU

@@ -31,10 +31,11 @@ from trl import GRPOTrainer
 from data_prep.parl.prepare import prepare_parl
 from data_prep.synthetic.parl import write_parl_sample
 from persetrain.models import DEFAULT_MODEL
-from persetrain.train.grpo import build_grpo_trainer, make_parser
+from persetrain.train.grpo import build_grpo_trainer
+from persetrain.train.grpo import make_parser as grpo_parser
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--users", type=int, default=8)
@@ -42,7 +43,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--prompt-tokens", type=int, default=400, help="Each prompt cut to this many tokens.")
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -53,7 +58,7 @@ def main() -> None:
         argv += ["--output_dir", str(root / "run"), "--report_to", "none", "--save_strategy", "no"]
         argv += ["--num_generations", str(args.rollouts), "--per_device_train_batch_size", str(args.rollouts)]
         argv += ["--max_completion_length", str(args.max_tokens), "--activation_checkpointing", "false"]
-        trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
+        trainer = build_grpo_trainer(*grpo_parser().parse_args_and_config(argv))
         trainer.generation_config.do_sample = False
         tokenizer = trainer.processing_class
         rows = load_from_disk(str(data))["train"].select(range(args.users))

@@ -20,7 +20,7 @@ reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems.
 object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--max-steps N] [--out runs/judge-rl]
+        [--recipe YAML] [--max-steps N] [--out runs/judge-rl]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-eval", type=int, default=300, help="Evaluation questions (seeded sample).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
+    parser.add_argument("--recipe", type=Path, default=RL_RECIPE, help="The RL judge's GRPO recipe.")
     parser.add_argument("--max-steps", type=int, default=None, help="GRPO steps (default: the recipe's).")
     parser.add_argument(
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
@@ -95,7 +96,7 @@ def train_rl(args, data: Path) -> float:
     start = time.perf_counter()
     model = grpo.main(
         *grpo.make_parser().parse_args_and_config(
-            ["--config", str(RL_RECIPE), "--model_name_or_path", args.start, "--dataset_path", str(data)]
+            ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data)]
             + ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
         )
     ).trained_model()

@@ -105,7 +105,7 @@ def figures_of(per_user: dict[str, int], baseline: dict[str, int] | None, sample
     return row | (compare(baseline, per_user) if baseline is not None else {})
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="A prepared PARL dataset (persetrain prepare parl).")
     parser.add_argument("--judge", required=True, help="The rule verifier that validates the sets.")
@@ -114,7 +114,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="Sets induced per user and policy.")
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--max-new-tokens", type=int, default=192)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     began = time.perf_counter()
     try:
         require_synthetic(Path(args.data), "this check's references are those users' true sets")

@@ -55,12 +55,16 @@ def sft_figures(steps: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=Path("runs/demo"))
     parser.add_argument("--rerun", action="store_true", help="run the demo even if its metrics exist")
     parser.add_argument("--sft-steps", type=int, default=4)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     figures = judge_figures(args.run, args.rerun)
     sft = sft_figures(args.sft_steps)
     figures.update(

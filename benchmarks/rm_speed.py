@@ -162,14 +162,18 @@ def _params(model: str):
     return AutoModelForSequenceClassification.from_pretrained(local_weights_dir(model), num_labels=1).parameters()
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="A listwise dataset (persetrain prepare preference).")
     parser.add_argument("--split", default="train")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--per-step", type=int, default=4, help="Questions per optimizer step (both paths).")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     listwise = load_from_disk(args.data)[args.split]
     print(json.dumps(measure(listwise, args.model, args.questions, args.per_step)))
 

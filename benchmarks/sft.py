@@ -50,7 +50,8 @@ from datasets import Dataset, DatasetDict
 from transformers import TrainerCallback
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
-from persetrain.train.sft import build_sft_trainer, make_parser
+from persetrain.train.sft import build_sft_trainer
+from persetrain.train.sft import make_parser as sft_parser
 
 WORDS = [
     "the",
@@ -252,7 +253,7 @@ def measure_sft_throughput(data_dir: str, model: str, flags: list[str], steps: i
             *flags,
         ]
         timer = _StepTimer()
-        trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
+        trainer = build_sft_trainer(*sft_parser().parse_args_and_config(argv), [timer])
         params = sum(p.numel() for p in trainer.model.parameters())
         trainer.train()
     rates = [t / s for t, s in zip(timer.tokens[warmup_steps:], timer.seconds[warmup_steps:], strict=True)]
@@ -281,7 +282,7 @@ def _run_config(name: str, data_dir: Path, args: argparse.Namespace) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "load": (load_before, os.getloadavg()[0])}
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (best one kept)")
@@ -293,7 +294,11 @@ def main() -> None:
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # flags of one configuration, run in this process
     parser.add_argument("--data", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     if args.worker:
         print(json.dumps(measure_sft_throughput(args.data, args.model, json.loads(args.worker), args.steps)))
         return

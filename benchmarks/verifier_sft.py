@@ -27,7 +27,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from persetrain.models import DEFAULT_MODEL
-from persetrain.train.sft import build_sft_trainer, make_parser
+from persetrain.train.sft import build_sft_trainer
+from persetrain.train.sft import make_parser as sft_parser
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
@@ -65,7 +66,7 @@ def measure(data: Path, model: str, shared: bool, rows: int, steps: int, warmup:
         argv += ["--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
         argv += ["--shared_prefix_packing", "true"]  # the same row order for both paths: token order
         timer = _StepTimer()
-        trainer = build_sft_trainer(*make_parser().parse_args_and_config(argv), [timer])
+        trainer = build_sft_trainer(*sft_parser().parse_args_and_config(argv), [timer])
         if not shared:
             from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
@@ -76,13 +77,17 @@ def measure(data: Path, model: str, shared: bool, rows: int, steps: int, warmup:
     return {"rows_per_s": rows / min(timer.seconds[warmup:]), "tokens_per_row": tokens / rows}
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--rows", type=int, default=28, help="rows per optimizer step")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per path (best one kept)")
     parser.add_argument("--rounds", type=int, default=2, help="repeat both paths, interleaved")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     with tempfile.TemporaryDirectory(prefix="verifier-data-") as root:
         data = verifier_data(Path(root))
         best: dict[str, dict] = {}

@@ -11,8 +11,7 @@ Each command is read the way its own program reads it:
 - ``python -m persetrain.train.X ...`` and ``accelerate launch ... -m persetrain.train.X ...``: accelerate's
   own launch parser, then the trainer's ``make_parser()``;
 - ``make X``: X is a target of the Makefile;
-- ``python benchmarks/X.py ...``: the script's ``make_parser()`` when it has one, else its own argparse run in
-  a child process that stops right after parsing.
+- ``python benchmarks/X.py ...``: the script's ``make_parser()`` (every benchmark script has one).
 
 A recipe or config file a command names must exist. Nothing is trained, loaded or submitted.
 """
@@ -24,7 +23,6 @@ import importlib
 import os
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,22 +48,10 @@ README_SECTIONS = [
     "Layout",
     "Development",
 ]
+
+
 # A child process runs a benchmark script's own argparse on the documented flags and exits before the script
 # does any work: 0 when they parse, argparse's usage error (2) when not.
-PARSE_ONLY = """
-import argparse, os, runpy, sys
-parse = argparse.ArgumentParser.parse_args
-def parse_then_stop(self, args=None, namespace=None):
-    parse(self, args, namespace)
-    raise SystemExit(0)
-argparse.ArgumentParser.parse_args = parse_then_stop
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))  # scripts import their neighbours
-runpy.run_path(sys.argv[0], run_name="__main__")
-raise SystemExit("the script never parsed its arguments")
-"""
-
-
 @dataclass(frozen=True)
 class Command:
     where: str  # file:line, for the failure message and the test id
@@ -239,31 +225,27 @@ def check_make(args: list[str]) -> None:
     assert not missing, f"no Makefile target {missing}"
 
 
-def _has_make_parser(script: Path) -> bool:
-    tree = ast.parse(script.read_text(encoding="utf-8"))
-    return any(isinstance(node, ast.FunctionDef) and node.name == "make_parser" for node in tree.body)
-
-
 def check_benchmark(args: list[str]) -> None:
+    """A benchmark script's flags through its ``make_parser()`` (every script has one, as the trainers do), in this
+    process: a subprocess per documented command cost ~6 s of imports each."""
     script_arg, *flags = args
     script = _existing_file(script_arg, "benchmark script")
-    if _has_make_parser(script):
-        sys.path.insert(0, str(script.parent))  # scripts import their neighbours
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "make_parser" for node in tree.body):
+        raise AssertionError(f"{script_arg} has no module-level make_parser()")
+    sys.path.insert(0, str(script.parent))  # scripts import their neighbours
+    spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass in the script looks its module up while it is built
+    try:
+        spec.loader.exec_module(module)
         try:
-            spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            try:
-                module.make_parser().parse_args(flags)
-            except SystemExit as err:
-                raise AssertionError(f"{script_arg} refuses {shlex.join(flags)} (exit {err.code})") from None
-        finally:
-            sys.path.remove(str(script.parent))
-        return
-    child = subprocess.run(
-        [sys.executable, "-c", PARSE_ONLY, str(script), *flags], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert child.returncode == 0, f"{script_arg} refuses {shlex.join(flags)}: {child.stderr.strip()[-2000:]}"
+            module.make_parser().parse_args(flags)
+        except SystemExit as err:
+            raise AssertionError(f"{script_arg} refuses {shlex.join(flags)} (exit {err.code})") from None
+    finally:
+        sys.path.remove(str(script.parent))
+        sys.modules.pop(spec.name, None)
 
 
 def check(command: Command) -> None:
