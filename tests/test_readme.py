@@ -50,8 +50,6 @@ README_SECTIONS = [
 ]
 
 
-# A child process runs a benchmark script's own argparse on the documented flags and exits before the script
-# does any work: 0 when they parse, argparse's usage error (2) when not.
 @dataclass(frozen=True)
 class Command:
     where: str  # file:line, for the failure message and the test id
