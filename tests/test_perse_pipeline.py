@@ -109,3 +109,11 @@ def test_the_demo_report_opens_with_a_summary_of_what_was_trained_and_measured()
     systems["trained"]["kendall"] = systems["trained-expected"]["kendall"] = 0.05
     text = " ".join(summary_section({"n_examples": 48, "systems": systems}, {"sft": 300.0}))
     assert "does not beat both" in text
+    # constant parsed scores give a NaN tau in memory (written as null): they rank nothing, the expected score counts
+    systems["trained"]["kendall"] = 0.43
+    systems["untrained"]["kendall"] = float("nan")
+    text = " ".join(summary_section({"n_examples": 48, "systems": systems}, {"sft": 300.0}))
+    assert "trained 0.430, untrained 0.020," in text and "it learned to read a reviewer's taste" in text
+    systems["untrained-expected"]["kendall"] = float("nan")
+    text = " ".join(summary_section({"n_examples": 48, "systems": systems}, {"sft": 300.0}))
+    assert "trained 0.430, untrained undefined," in text and "it learned to read a reviewer's taste" in text

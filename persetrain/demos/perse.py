@@ -45,8 +45,11 @@ DEMO_TEMPERATURE = 0.0
 
 
 def _kendall(systems: dict, name: str) -> float | None:
-    """A judge's Kendall tau, the better of its parsed and its expected score (as benchmarks/perse.py credits it)."""
-    found = [systems[n]["kendall"] for n in (name, f"{name}-expected") if systems.get(n, {}).get("kendall") is not None]
+    """A judge's Kendall tau, the better of its parsed and its expected score (as benchmarks/perse.py credits it);
+    None when neither is defined (missing, or NaN: constant scores rank nothing, so any defined tau beats them)."""
+    found = [
+        tau for n in (name, f"{name}-expected") if (tau := systems.get(n, {}).get("kendall")) is not None and tau == tau
+    ]
     return max(found) if found else None
 
 
@@ -57,7 +60,7 @@ def summary_section(metrics: dict, timings: dict[str, float]) -> list[str]:
     average, mf = _kendall(systems, "reviewer-avg"), _kendall(systems, "mf")
 
     def number(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
+        return "undefined" if value is None else f"{value:.3f}"
 
     learned = trained is not None and all(
         trained > (other if other is not None else -1) for other in (untrained, average)
