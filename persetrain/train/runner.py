@@ -154,21 +154,9 @@ def run_as_script(run: Callable[[], RunResult]) -> None:
     """What ``python -m persetrain.train.<trainer>`` (and each rank of a launch) exits with: the run's exit code
     (128 + signal when a signal stopped it), or one ``error:`` line for a bad recipe or input, never a traceback."""
     try:
-        code = run().exit_code
+        sys.exit(run().exit_code)
     except (RecipeError, InputError) as err:
         sys.exit(f"error: {err}")
-    _leave_process_group()
-    sys.exit(code)
-
-
-def _leave_process_group() -> None:
-    """Meet every rank, then destroy the process group while Python still runs. Left to the interpreter's teardown,
-    a rank of a finished ZeRO-3 run aborted once in some 50 multi-rank launches here (SIGABRT, "terminate called
-    without an active exception": a C++ thread of the group destroyed while still joinable), and torch elastic failed
-    the whole job after its model was saved. The barrier first: no rank closes connections a peer still reads."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
 
 
 def checkpoint_to_resume(training_args) -> str | None:
@@ -292,6 +280,10 @@ def _finish(
         if trainer.is_world_process_zero():
             with atomic_dir(model_dir) as tmp:  # a run killed while merging leaves no half-written model to load
                 merge_adapter(output_dir, model_args.model_name_or_path, tmp, dtype=getattr(torch, model_args.dtype))
+    # `end` destroys the process group. A rank that got there while rank 0 still logged, saved state or merged
+    # aborted now and then under ZeRO-3 (SIGABRT, "terminate called without an active exception", twice in some
+    # 60 multi-rank launches here), and torch elastic failed the finished job; so every rank arrives together.
+    trainer.accelerator.wait_for_everyone()
     trainer.end()
     return RunResult(
         output_dir=output_dir,
