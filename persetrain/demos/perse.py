@@ -14,6 +14,7 @@ and training restarts from its newest checkpoint, so a re-run after an interrupt
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -47,9 +48,8 @@ DEMO_TEMPERATURE = 0.0
 def _kendall(systems: dict, name: str) -> float | None:
     """A judge's Kendall tau, the better of its parsed and its expected score (as benchmarks/perse.py credits it);
     None when neither is defined (missing, or NaN: constant scores rank nothing, so any defined tau beats them)."""
-    found = [
-        tau for n in (name, f"{name}-expected") if (tau := systems.get(n, {}).get("kendall")) is not None and tau == tau
-    ]
+    taus = [systems.get(n, {}).get("kendall") for n in (name, f"{name}-expected")]
+    found = [tau for tau in taus if tau is not None and not math.isnan(tau)]
     return max(found) if found else None
 
 
