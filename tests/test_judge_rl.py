@@ -18,6 +18,7 @@ from datasets import load_from_disk
 
 from data_prep.judge.prepare import prepare_judge
 from persetrain.engine import load_engine
+from persetrain.engine.choices import split_choices
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError
@@ -74,17 +75,25 @@ def _logged(out: Path) -> list[dict]:
 
 def test_a_prefixed_prompt_trains_on_the_tokens_mcq_letter_reads(judge_data):
     """TRL renders a conversational prompt with a fresh generation prompt; the judge's verdict prompts end with
-    mcq-letter's assistant prefix, so they are rendered by the engine's function instead: TRL's tokens of the
-    rendered text equal the engine's tokens of the same question asked by mcq-letter."""
+    mcq-letter's assistant prefix, so they are rendered by the engine's function instead. TRL's tokens of the
+    rendered text equal the context mcq-letter reads its letters after (``split_choices``: ``Answer: A`` ends in
+    the token `` A``, so the prefix's space is not context), and each letter mcq-letter reads is one token the
+    policy can sample there."""
     tokenizer = load_tokenizer(DEFAULT_MODEL)
     train = load_from_disk(str(judge_data))["train"].select(range(4))
     rendered = render_prefixed_prompts(train, tokenizer)
-    engine = load_engine(DEFAULT_MODEL)
+    backend = load_engine(DEFAULT_MODEL).backend
     for row, text in zip(train, rendered["prompt"], strict=True):
-        assert isinstance(text, str) and text.endswith("Answer: ")
+        assert isinstance(text, str) and text.endswith("Answer:")
         request = letter_request(row["preference"], row["question"], row["options"])
         assert row["prompt"] == prompt_messages(request)
-        assert tokenizer(text=text)["input_ids"] == engine.backend.encode(engine.backend.render(request))
+        asked = backend.render(request)
+        letters = row["verdicts"]
+        common, per_letter = split_choices(
+            backend.encode(asked), [backend.encode(asked + letter) for letter in letters], letters
+        )
+        assert tokenizer(text=text)["input_ids"] == backend.encode(asked)[:common]
+        assert [len(tokens) for tokens in per_letter] == [1] * len(letters)
     # prompts that end with the user's turn are left to TRL's own chat template
     plain = train.map(lambda r: {"prompt": r["prompt"][:-1]})
     assert render_prefixed_prompts(plain, tokenizer)["prompt"] == plain["prompt"]

@@ -217,8 +217,11 @@ def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
     TRL renders every conversational prompt with a fresh generation prompt after its last message, so a prefix
     given as a last assistant message would be closed as a turn of its own, and the policy trained after tokens
     no evaluator shows it. Rendered here by the engine's own function (``render_prompt``), TRL takes the prompt
-    as text and tokenizes it as it is. A chat template that writes a BOS token the tokenizer adds again loses
-    its own.
+    as text and tokenizes it as it is. The prefix's trailing whitespace is left to the completion: a BPE tokenizer
+    joins it to the next word (``Answer: A`` is ``Answer``, ``:``, `` A``), so the engine reads a choice after the
+    prefix without it, and a policy trained after a lone space token would learn a verdict in a context no
+    evaluator reads (the parser strips the space again). A chat template that writes a BOS token the tokenizer
+    adds again loses its own.
     """
     from persetrain.engine.hf.backend import render_prompt
     from persetrain.prompts.judge import request_of
@@ -229,7 +232,10 @@ def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
     adds_bos = bos is not None and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
 
     def render(row: dict) -> dict:
-        text = render_prompt(tokenizer, request_of(row["prompt"]))
+        request = request_of(row["prompt"])
+        text = render_prompt(
+            tokenizer, request.model_copy(update={"assistant_prefix": request.assistant_prefix.rstrip()})
+        )
         return {"prompt": text[len(bos) :] if adds_bos and text.startswith(bos) else text}
 
     return ds.map(render, desc="render prefixed prompts")
