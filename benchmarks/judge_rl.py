@@ -6,11 +6,14 @@ by supervision on the same rows.
    questions; the validation pair (or ``--eval DIR``) held out whole, as ``benchmarks/learned_judges.py`` does.
 2. Training, each timed: the RL judge (``recipes/judge/cpu_smollm2_prefeval.yaml``, GRPO with judge-verdict and
    judge-consistent, from ``--start``), the reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
-   verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows.
+   verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
+   supervised ceiling, the same model SFT-trained on the same verdict prompts with their gold verdict
+   (``persetrain prepare judge-sft``, the verifier's recipe) for as many prompts as the RL run samples from
+   (``--sft-steps``): told the answer where GRPO learns only whether its own was right.
 3. Judging, through ``persetrain meta-eval`` on the held-out questions (``--max-eval N --seed S`` picks the questions
-   ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge and its starting point read by
-   ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy person-blind and
-   preference-swapped and its position flip rate (the options reversed).
+   ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge, its starting point and the SFT letter
+   judge read by ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy
+   person-blind and preference-swapped and its position flip rate (the options reversed).
 4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth, and the rewards' share of a
    step's wall time.
 
@@ -20,7 +23,7 @@ reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems.
 object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--recipe YAML] [--max-steps N] [--out runs/judge-rl]
+        [--recipe YAML] [--max-steps N] [--sft-steps N] [--out runs/judge-rl]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import shutil
 import time
 from pathlib import Path
 
+import yaml
 from learned_judges import (
     GIVEN,
     RM_RECIPES,
@@ -41,6 +45,7 @@ from learned_judges import (
 )  # beside this script
 
 from data_prep.judge.prepare import prepare_judge
+from data_prep.judge.sft_view import judge_sft
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import atomic_dir, write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
@@ -53,6 +58,8 @@ RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
 #: What TRL logs per step for the judge-verdict reward (its function's name).
 VERDICT_REWARD = "rewards/judge_verdict/mean"
+#: Prompts a step of the SFT letter judge (the verifier recipe's batch).
+SFT_BATCH = 8
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -66,6 +73,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
     parser.add_argument("--recipe", type=Path, default=RL_RECIPE, help="The RL judge's GRPO recipe.")
     parser.add_argument("--max-steps", type=int, default=None, help="GRPO steps (default: the recipe's).")
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=None,
+        help="Steps of the SFT letter judge (8 prompts each; default: as many prompts as the RL run samples from).",
+    )
     parser.add_argument(
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
     )
@@ -106,6 +119,13 @@ def train_rl(args, data: Path) -> float:
     return seconds
 
 
+def rl_prompts(recipe: Path, max_steps: int | None) -> int:
+    """The prompts an RL run samples from (one process): steps x rollouts a step / rollouts a prompt."""
+    config = yaml.safe_load(recipe.read_text())
+    batch = config["per_device_train_batch_size"] * config.get("gradient_accumulation_steps", 1)
+    return (max_steps or config["max_steps"]) * batch // config["num_generations"]
+
+
 def figures(judged: dict, system: str, key: str) -> dict[str, float]:
     found = judged["systems"][system]
     return {
@@ -143,6 +163,16 @@ def main() -> None:
         + ["--max_train_samples", str(args.verifier_rows), *common],
         args.out / "verifier" / "merged",
     )
+    sft_steps = args.sft_steps or -(-rl_prompts(args.recipe, args.max_steps) // SFT_BATCH)
+    if not (data / "judge-sft").is_dir():
+        judge_sft(judge_data, data / "judge-sft")
+    times["sft"] = times.get("sft") or train(
+        sft,
+        VERIFIER_RECIPE,
+        ["--dataset_path", str(data / "judge-sft"), "--output_dir", str(args.out / "sft")]
+        + ["--max_steps", str(sft_steps), "--per_device_train_batch_size", str(SFT_BATCH), *common],
+        args.out / "sft" / "merged",
+    )
     write_json(times_file, times)
 
     judged = meta_evaluate(
@@ -152,6 +182,7 @@ def main() -> None:
             systems=[
                 SystemSpec("rl", "mcq-letter", str(args.out / "rl")),
                 SystemSpec("start", "mcq-letter", args.start),
+                SystemSpec("sft", "mcq-letter", str(args.out / "sft" / "merged")),
                 SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
                 SystemSpec("rm", "rm", str(args.out / "rm")),
             ],
@@ -166,11 +197,14 @@ def main() -> None:
     result = {
         **figures(judged, "rl", "rl"),
         **{k: v for k, v in figures(judged, "start", "start").items() if k in ("start_accuracy", "start_flip_rate")},
+        **figures(judged, "sft", "sft"),
         **figures(judged, "verifier", "verifier"),
         **figures(judged, "rm", "rm"),
         "rl_train_seconds": times["rl"],
         "rm_train_seconds": times["rm"],
         "verifier_train_seconds": times["verifier"],
+        "sft_train_seconds": times["sft"],
+        "sft_steps": sft_steps,
         "reward_first_fifth": first,
         "reward_last_fifth": last,
         "reward_curve": curve,

@@ -247,6 +247,18 @@ def prepare_judge_cmd(
     )
 
 
+@prepare_app.command("judge-sft")
+def prepare_judge_sft_cmd(
+    judge: Annotated[Path, typer.Option(help="A verdict-mode dataset `prepare judge` wrote.")],
+    out: Annotated[Path, typer.Option(help="Folder for the SFT dataset (its splits kept).")],
+) -> None:
+    """The judge rows as SFT prompt-completion rows, the gold verdict as the completion (`persetrain sft`): the
+    GRPO judge's supervised starting point and the ceiling to read it against."""
+    from data_prep.judge.sft_view import judge_sft
+
+    judge_sft(judge, out)
+
+
 @app.command("generate-baselines")
 def generate_baselines_cmd(
     raw: Annotated[Path, typer.Option(help="A task folder in its PARL layout (e.g. RAW/parl/amazon).")],
