@@ -25,7 +25,8 @@ Truncation = Literal["left", "error"]
 def render_prompt(tokenizer, request: ChatRequest) -> str:
     """The text a model is asked: the chat template with the assistant's generation prompt, then the request's
     assistant prefix. GRPO renders a prompt that ends with an assistant prefix by this same function
-    (``persetrain.train.grpo``), so a policy is trained after exactly the tokens the engine later reads after."""
+    (``persetrain.train.grpo``), less the prefix's trailing space (which the tokenizer joins to the next word), so a
+    policy is trained after exactly the tokens the engine later reads a choice after."""
     text = tokenizer.apply_chat_template(request.chat_messages(), tokenize=False, add_generation_prompt=True)
     return text + request.assistant_prefix
 
