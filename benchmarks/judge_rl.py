@@ -34,7 +34,6 @@ import shutil
 import time
 from pathlib import Path
 
-import yaml
 from learned_judges import (
     GIVEN,
     RM_RECIPES,
@@ -120,10 +119,13 @@ def train_rl(args, data: Path) -> float:
 
 
 def rl_prompts(recipe: Path, max_steps: int | None) -> int:
-    """The prompts an RL run samples from (one process): steps x rollouts a step / rollouts a prompt."""
-    config = yaml.safe_load(recipe.read_text())
-    batch = config["per_device_train_batch_size"] * config.get("gradient_accumulation_steps", 1)
-    return (max_steps or config["max_steps"]) * batch // config["num_generations"]
+    """The prompts an RL run samples from (one process): steps x rollouts a step / rollouts a prompt, from the
+    recipe as the GRPO trainer's parser reads it (TRL's defaults filled in)."""
+    from persetrain.train import grpo
+
+    training = grpo.make_parser().parse_args_and_config(["--config", str(recipe)])[1]
+    batch = training.per_device_train_batch_size * training.gradient_accumulation_steps
+    return (max_steps or training.max_steps) * batch // training.num_generations
 
 
 def figures(judged: dict, system: str, key: str) -> dict[str, float]:

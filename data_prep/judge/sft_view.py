@@ -16,6 +16,7 @@ from datasets import DatasetDict, load_from_disk
 
 from persetrain.io import InputError, atomic_dir
 from persetrain.prompts.judge import request_of
+from persetrain.rewards.judge import check_judge_rows
 
 #: The judge columns an SFT row keeps, besides the completion it gains: where it came from, and its gold.
 KEPT = ("id", "item_id", "source", "topic", "gold", "prompt")
@@ -36,10 +37,8 @@ def judge_sft(judge: Path, out: Path) -> DatasetDict:
         raise InputError(judge, "not a dataset `persetrain prepare judge` wrote (no dataset_dict.json)")
     found = load_from_disk(str(judge))
     for split, rows in found.items():
-        for name in ("mode", "gold", "prompt"):
-            if name not in rows.column_names:
-                raise InputError(judge / split, "missing: every judge row has it", field=name)
-        for row in rows.select_columns(["id", "mode", "gold"]):
+        check_judge_rows(rows, judge / split, ["judge-verdict"])  # the columns, a known mode, a gold among verdicts
+        for row in rows.select_columns(["id", "mode"]):
             if row["mode"] != "verdict":
                 raise InputError(
                     judge / split,
@@ -47,8 +46,6 @@ def judge_sft(judge: Path, out: Path) -> DatasetDict:
                     record=row["id"],
                     field="mode",
                 )
-            if not row["gold"]:
-                raise InputError(judge / split, "no gold verdict to train on", record=row["id"], field="gold")
     view = DatasetDict(
         {
             split: rows.select_columns(list(KEPT)).map(sft_row, desc=f"SFT view: {split}")
