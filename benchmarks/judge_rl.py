@@ -13,17 +13,21 @@ by supervision on the same rows.
 3. Judging, through ``persetrain meta-eval`` on the held-out questions (``--max-eval N --seed S`` picks the questions
    ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge, its starting point and the SFT letter
    judge read by ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy
-   person-blind and preference-swapped and its position flip rate (the options reversed).
+   person-blind and preference-swapped and its position flip rate (the options reversed); and the three letter
+   judges' accuracy on the training questions themselves (``*_train_accuracy``), which tells a judge that did not
+   learn the format (chance there too) from one that learned its training topics and does not carry.
 4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth, and the rewards' share of a
    step's wall time.
 
-``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merged model, so that
+Arguments after ``--`` override the SFT letter judge's recipe (``-- --use_peft false --learning_rate 1e-4``: full
+fine-tuning). ``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merged model (``DIR/sft`` the SFT
+letter judge's), so that
 ``persetrain evaluate --evaluator mcq-letter --model DIR/rl --data DIR/data/eval --max-examples N --seed S``
 reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems. The last line printed is one JSON
 object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--recipe YAML] [--max-steps N] [--sft-steps N] [--out runs/judge-rl]
+        [--recipe YAML] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] [-- SFT-OVERRIDES]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from learned_judges import (
 
 from data_prep.judge.prepare import prepare_judge
 from data_prep.judge.sft_view import judge_sft
+from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import atomic_dir, write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
@@ -82,6 +87,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
     )
     parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
+    parser.add_argument("sft_overrides", nargs="*", help="The SFT letter judge's recipe overrides, after '--'.")
     return parser
 
 
@@ -116,6 +122,37 @@ def train_rl(args, data: Path) -> float:
     with atomic_dir(rl) as tmp:
         shutil.copytree(model, tmp, dirs_exist_ok=True)
     return seconds
+
+
+def train_sft(args, data: Path, steps: int) -> float:
+    """The SFT letter judge (the verifier's recipe, ``args.sft_overrides`` on top) on the verdict prompts with their
+    gold verdict; its trained model (merged when LoRA) copied whole to ``out/sft``; seconds taken (0 when there)."""
+    from persetrain.train import sft
+
+    judge = args.out / "sft"
+    if (judge / "config.json").is_file():
+        return 0.0
+    overrides = ["--dataset_path", str(data), "--output_dir", str(args.out / "sft-run"), "--seed", str(args.seed)]
+    overrides += ["--max_steps", str(steps), "--per_device_train_batch_size", str(SFT_BATCH)]
+    overrides += ["--report_to", "none", "--save_strategy", "no", *args.sft_overrides]
+    start = time.perf_counter()
+    model = sft.main(
+        *sft.make_parser().parse_args_and_config(["--config", str(VERIFIER_RECIPE), *overrides])
+    ).trained_model()
+    seconds = time.perf_counter() - start
+    with atomic_dir(judge) as tmp:
+        shutil.copytree(model, tmp, dirs_exist_ok=True)
+    return seconds
+
+
+def training_questions(args, data: Path) -> Path:
+    """A PrefEval folder of the training topics' questions, for the letter judges' in-sample accuracy."""
+    folder = data / "train-eval"
+    holdout = set() if args.eval is not None else set(VALIDATION_TOPICS)
+    (folder / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
+    for f in (f for d in args.train for f in topic_files(d) if f.stem not in holdout):
+        shutil.copy2(f, folder / OPTIONS_DIR / f.name)
+    return folder
 
 
 def rl_prompts(recipe: Path, max_steps: int | None) -> int:
@@ -168,27 +205,34 @@ def main() -> None:
     sft_steps = args.sft_steps or -(-rl_prompts(args.recipe, args.max_steps) // SFT_BATCH)
     if not (data / "judge-sft").is_dir():
         judge_sft(judge_data, data / "judge-sft")
-    times["sft"] = times.get("sft") or train(
-        sft,
-        VERIFIER_RECIPE,
-        ["--dataset_path", str(data / "judge-sft"), "--output_dir", str(args.out / "sft")]
-        + ["--max_steps", str(sft_steps), "--per_device_train_batch_size", str(SFT_BATCH), *common],
-        args.out / "sft" / "merged",
-    )
+    times["sft"] = times.get("sft") or train_sft(args, data / "judge-sft", sft_steps)
     write_json(times_file, times)
+    letter_judges = [
+        SystemSpec("rl", "mcq-letter", str(args.out / "rl")),
+        SystemSpec("start", "mcq-letter", args.start),
+        SystemSpec("sft", "mcq-letter", str(args.out / "sft")),
+    ]
 
     judged = meta_evaluate(
         MetaEvalConfig(
             data=str(eval_dir),
             out=str(args.out / "meta-eval"),
             systems=[
-                SystemSpec("rl", "mcq-letter", str(args.out / "rl")),
-                SystemSpec("start", "mcq-letter", args.start),
-                SystemSpec("sft", "mcq-letter", str(args.out / "sft" / "merged")),
+                *letter_judges,
                 SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
                 SystemSpec("rm", "rm", str(args.out / "rm")),
             ],
             probes=["flip", "blind", "swap"],
+            max_examples=args.max_eval,
+            seed=args.seed,
+        )
+    )
+    in_sample = meta_evaluate(
+        MetaEvalConfig(
+            data=str(training_questions(args, data)),
+            out=str(args.out / "meta-eval-train"),
+            systems=letter_judges,
+            probes=[],
             max_examples=args.max_eval,
             seed=args.seed,
         )
@@ -202,6 +246,8 @@ def main() -> None:
         **figures(judged, "sft", "sft"),
         **figures(judged, "verifier", "verifier"),
         **figures(judged, "rm", "rm"),
+        **{f"{key}_train_accuracy": in_sample["systems"][key]["metrics"]["accuracy"] for key in ("rl", "start", "sft")},
+        "n_train_eval": in_sample["n_examples"],
         "rl_train_seconds": times["rl"],
         "rm_train_seconds": times["rm"],
         "verifier_train_seconds": times["verifier"],
