@@ -103,52 +103,43 @@ def reward_time_share(steps: list[dict]) -> float:
     return sum(r["time/reward_s"] for r in steps) / sum(r["step_time"] for r in steps)
 
 
-def train_rl(args, data: Path) -> float:
-    """GRPO from ``--start``; its merged model copied whole to ``out/rl``; seconds taken (0 when already there)."""
-    from persetrain.train import grpo
-
-    rl = args.out / "rl"
-    if (rl / "config.json").is_file():
-        return 0.0
-    steps = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
-    start = time.perf_counter()
-    model = grpo.main(
-        *grpo.make_parser().parse_args_and_config(
-            ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data)]
-            + ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
-        )
-    ).trained_model()
-    seconds = time.perf_counter() - start
-    with atomic_dir(rl) as tmp:
-        shutil.copytree(model, tmp, dirs_exist_ok=True)
-    return seconds
-
-
-def train_sft(args, data: Path, steps: int) -> float:
-    """The SFT letter judge (the verifier's recipe, ``args.sft_overrides`` on top) on the verdict prompts with their
-    gold verdict; its trained model (merged when LoRA) copied whole to ``out/sft``; seconds taken (0 when there)."""
-    from persetrain.train import sft
-
-    judge = args.out / "sft"
+def train_judge(module, argv: list[str], judge: Path) -> float:
+    """Run a trainer (``module``'s parser and ``main``) and copy its trained model (merged when LoRA) whole to
+    ``judge``; seconds taken (0 when ``judge`` is already there)."""
     if (judge / "config.json").is_file():
         return 0.0
-    overrides = ["--dataset_path", str(data), "--output_dir", str(args.out / "sft-run"), "--seed", str(args.seed)]
-    overrides += ["--max_steps", str(steps), "--per_device_train_batch_size", str(SFT_BATCH)]
-    overrides += ["--report_to", "none", "--save_strategy", "no", *args.sft_overrides]
     start = time.perf_counter()
-    model = sft.main(
-        *sft.make_parser().parse_args_and_config(["--config", str(VERIFIER_RECIPE), *overrides])
-    ).trained_model()
+    model = module.main(*module.make_parser().parse_args_and_config(argv)).trained_model()
     seconds = time.perf_counter() - start
     with atomic_dir(judge) as tmp:
         shutil.copytree(model, tmp, dirs_exist_ok=True)
     return seconds
 
 
-def training_questions(args, data: Path) -> Path:
+def train_rl(args, data: Path) -> float:
+    """GRPO from ``--start``, the judge in ``out/rl``."""
+    from persetrain.train import grpo
+
+    steps = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
+    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data)]
+    argv += ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
+    return train_judge(grpo, argv, args.out / "rl")
+
+
+def train_sft(args, data: Path, steps: int) -> float:
+    """The SFT letter judge (the verifier's recipe, ``args.sft_overrides`` on top) on the verdict prompts with their
+    gold verdict, the judge in ``out/sft``."""
+    from persetrain.train import sft
+
+    argv = ["--config", str(VERIFIER_RECIPE), "--dataset_path", str(data), "--output_dir", str(args.out / "sft-run")]
+    argv += ["--seed", str(args.seed), "--max_steps", str(steps), "--per_device_train_batch_size", str(SFT_BATCH)]
+    argv += ["--report_to", "none", "--save_strategy", "no", *args.sft_overrides]
+    return train_judge(sft, argv, args.out / "sft")
+
+
+def training_questions(args, data: Path, holdout: list[str]) -> Path:
     """A PrefEval folder of the training topics' questions, for the letter judges' in-sample accuracy."""
     folder = data / "train-eval"
-    holdout = set() if args.eval is not None else set(VALIDATION_TOPICS)
     (folder / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
     for f in (f for d in args.train for f in topic_files(d) if f.stem not in holdout):
         shutil.copy2(f, folder / OPTIONS_DIR / f.name)
@@ -181,8 +172,8 @@ def main() -> None:
     args = make_parser().parse_args()
     data, eval_dir = prepare_data(args)
     judge_data = data / "judge"
+    holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
     if not judge_data.is_dir():
-        holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
         prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
@@ -229,7 +220,7 @@ def main() -> None:
     )
     in_sample = meta_evaluate(
         MetaEvalConfig(
-            data=str(training_questions(args, data)),
+            data=str(training_questions(args, data, holdout)),
             out=str(args.out / "meta-eval-train"),
             systems=letter_judges,
             probes=[],
