@@ -2,8 +2,9 @@
 by supervision on the same rows.
 
 1. Data: the training topics as verdict prompts (``persetrain prepare judge``: mcq-letter's prompt, every question
-   in 2 orders) and as the reward model's and verifier's views (``persetrain prepare preference``), the same
-   questions; the validation pair (or ``--eval DIR``) held out whole, as ``benchmarks/learned_judges.py`` does.
+   in ``--orders`` orders, 2 by default; the recipe's step must hold all of a question's) and as the reward model's
+   and verifier's views (``persetrain prepare preference``), the same questions; the validation pair (or
+   ``--eval DIR``) held out whole, as ``benchmarks/learned_judges.py`` does.
 2. Training, each timed: the RL judge (``recipes/judge/cpu_smollm2_prefeval.yaml``, GRPO with judge-verdict and
    judge-consistent, from ``--start``), the reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
    verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
@@ -15,7 +16,9 @@ by supervision on the same rows.
    judge read by ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy
    person-blind and preference-swapped and its position flip rate (the options reversed); and the three letter
    judges' accuracy on the training questions themselves (``*_train_accuracy``), which tells a judge that did not
-   learn the format (chance there too) from one that learned its training topics and does not carry.
+   learn the format (chance there too) from one that learned its training topics and does not carry; next to them
+   each letter's accuracy as a judge that always answers it (``constant_letter_*accuracy``), the floor a judge
+   that answers one position (flip rate 1) scores without reading anything.
 4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth, and the rewards' share of a
    step's wall time.
 
@@ -27,7 +30,7 @@ reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems.
 object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--recipe YAML] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] [-- SFT-OVERRIDES]
+        [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] [-- SFT-OVERRIDES]
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ import argparse
 import json
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
+from string import ascii_uppercase
 
 from learned_judges import (
     GIVEN,
@@ -50,6 +55,7 @@ from learned_judges import (
 from data_prep.judge.prepare import prepare_judge
 from data_prep.judge.sft_view import judge_sft
 from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
+from persetrain.evaluation import load_examples
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import atomic_dir, write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
@@ -62,6 +68,8 @@ RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
 #: What TRL logs per step for the judge-verdict reward (its function's name).
 VERDICT_REWARD = "rewards/judge_verdict/mean"
+#: The letter judges, as their result keys' prefix.
+LETTER_KEYS = ("rl", "start", "sft")
 #: Prompts a step of the SFT letter judge (the verifier recipe's batch).
 SFT_BATCH = 8
 
@@ -76,6 +84,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
     parser.add_argument("--recipe", type=Path, default=RL_RECIPE, help="The RL judge's GRPO recipe.")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=2,
+        help="Orders of each training question's options (a GRPO step must hold all of a question's: the recipe's).",
+    )
     parser.add_argument("--max-steps", type=int, default=None, help="GRPO steps (default: the recipe's).")
     parser.add_argument(
         "--sft-steps",
@@ -166,6 +180,17 @@ def figures(judged: dict, system: str, key: str) -> dict[str, float]:
     }
 
 
+def constant_letter_accuracy(config: MetaEvalConfig) -> dict[str, float]:
+    """Each letter's accuracy as a judge that always answers it, on the questions ``config`` judges.
+
+    A letter judge whose flip rate is 1 answers one position whatever the options, and scores that letter's share
+    of the gold: the floor it has to clear to have read anything, which is not its untrained start's accuracy."""
+    examples = load_examples(config)[1]
+    counts = Counter(ex.gold for ex in examples)
+    letters = ascii_uppercase[: max(len(ex.options) for ex in examples)]
+    return {letter: counts[i] / len(examples) for i, letter in enumerate(letters)}
+
+
 def main() -> None:
     from persetrain.train import rm, sft
 
@@ -174,7 +199,7 @@ def main() -> None:
     judge_data = data / "judge"
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
     if not judge_data.is_dir():
-        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed)
+        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     common = ["--report_to", "none", "--save_strategy", "no"]
@@ -204,30 +229,27 @@ def main() -> None:
         SystemSpec("sft", "mcq-letter", str(args.out / "sft")),
     ]
 
-    judged = meta_evaluate(
-        MetaEvalConfig(
-            data=str(eval_dir),
-            out=str(args.out / "meta-eval"),
-            systems=[
-                *letter_judges,
-                SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
-                SystemSpec("rm", "rm", str(args.out / "rm")),
-            ],
-            probes=["flip", "blind", "swap"],
-            max_examples=args.max_eval,
-            seed=args.seed,
-        )
+    held_out = MetaEvalConfig(
+        data=str(eval_dir),
+        out=str(args.out / "meta-eval"),
+        systems=[
+            *letter_judges,
+            SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
+            SystemSpec("rm", "rm", str(args.out / "rm")),
+        ],
+        probes=["flip", "blind", "swap"],
+        max_examples=args.max_eval,
+        seed=args.seed,
     )
-    in_sample = meta_evaluate(
-        MetaEvalConfig(
-            data=str(training_questions(args, data, holdout)),
-            out=str(args.out / "meta-eval-train"),
-            systems=letter_judges,
-            probes=[],
-            max_examples=args.max_eval,
-            seed=args.seed,
-        )
+    in_sample = MetaEvalConfig(
+        data=str(training_questions(args, data, holdout)),
+        out=str(args.out / "meta-eval-train"),
+        systems=letter_judges,
+        probes=[],
+        max_examples=args.max_eval,
+        seed=args.seed,
     )
+    judged, judged_in_sample = meta_evaluate(held_out), meta_evaluate(in_sample)
     steps = step_logs(args.out / "rl-run")
     curve = [r[VERDICT_REWARD] for r in steps]
     first, last = first_last_fifth(curve)
@@ -237,8 +259,10 @@ def main() -> None:
         **figures(judged, "sft", "sft"),
         **figures(judged, "verifier", "verifier"),
         **figures(judged, "rm", "rm"),
-        **{f"{key}_train_accuracy": in_sample["systems"][key]["metrics"]["accuracy"] for key in ("rl", "start", "sft")},
-        "n_train_eval": in_sample["n_examples"],
+        **{f"{key}_train_accuracy": judged_in_sample["systems"][key]["metrics"]["accuracy"] for key in LETTER_KEYS},
+        "n_train_eval": judged_in_sample["n_examples"],
+        "constant_letter_accuracy": constant_letter_accuracy(held_out),
+        "constant_letter_train_accuracy": constant_letter_accuracy(in_sample),
         "rl_train_seconds": times["rl"],
         "rm_train_seconds": times["rm"],
         "verifier_train_seconds": times["verifier"],
