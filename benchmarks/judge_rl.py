@@ -68,8 +68,6 @@ RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
 #: What TRL logs per step for the judge-verdict reward (its function's name).
 VERDICT_REWARD = "rewards/judge_verdict/mean"
-#: The letter judges, as their result keys' prefix.
-LETTER_KEYS = ("rl", "start", "sft")
 #: Prompts a step of the SFT letter judge (the verifier recipe's batch).
 SFT_BATCH = 8
 
@@ -249,7 +247,7 @@ def main() -> None:
         max_examples=args.max_eval,
         seed=args.seed,
     )
-    judged, judged_in_sample = meta_evaluate(held_out), meta_evaluate(in_sample)
+    judged, judged_train = meta_evaluate(held_out), meta_evaluate(in_sample)
     steps = step_logs(args.out / "rl-run")
     curve = [r[VERDICT_REWARD] for r in steps]
     first, last = first_last_fifth(curve)
@@ -259,8 +257,8 @@ def main() -> None:
         **figures(judged, "sft", "sft"),
         **figures(judged, "verifier", "verifier"),
         **figures(judged, "rm", "rm"),
-        **{f"{key}_train_accuracy": judged_in_sample["systems"][key]["metrics"]["accuracy"] for key in LETTER_KEYS},
-        "n_train_eval": judged_in_sample["n_examples"],
+        **{f"{j.name}_train_accuracy": judged_train["systems"][j.name]["metrics"]["accuracy"] for j in letter_judges},
+        "n_train_eval": judged_train["n_examples"],
         "constant_letter_accuracy": constant_letter_accuracy(held_out),
         "constant_letter_train_accuracy": constant_letter_accuracy(in_sample),
         "rl_train_seconds": times["rl"],
