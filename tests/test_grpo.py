@@ -101,9 +101,10 @@ def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
 
 def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llama_dir, parl_news, tmp_path):
     """The shared-prompt log-prob pass against TRL's own pass over whole rows: two prompts of different lengths,
-    left-padded to one width, three rollouts each (right-padded, interleaved, of 6, 4 and 2 tokens, so that each
-    runs in its own length chunk from the same prompt states), log-probs, entropies and the gradient of every
-    weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
+    left-padded to one width, five rollouts each (right-padded, interleaved, of 6, 4 and 2 tokens, so that each
+    runs in its own length chunk from the same prompt states, then a copy of the 2-token one with other tokens in its
+    padding and a copy of the 6-token one, which run once with their originals), log-probs, entropies and the
+    gradient of every weight; the embedding's gradient reaches the prompt tokens only through the expanded states."""
     trainer = build_grpo_trainer(
         *make_parser().parse_args_and_config(
             _argv(tiny_llama_dir, parl_news, tmp_path / "run", "--reward_funcs", "parl-a")
@@ -113,11 +114,16 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 200, (n,), generator=generator) for n in (9, 14)]
     width, n_completion = 14, 6
-    ids, masks = [], []
-    for rollout in range(3):
-        for prompt in prompts:
-            length = (6, 4, 2)[rollout]
+    ids, masks, completions = [], [], {}
+    for rollout in range(5):
+        for p, prompt in enumerate(prompts):
+            length = (6, 4, 2, 2, 6)[rollout]
             completion = torch.randint(5, 200, (n_completion,), generator=generator)
+            if rollout == 3:  # rollout 2's tokens, other padding
+                completion[:length] = completions[p, 2][:length]
+            if rollout == 4:
+                completion = completions[p, 0]
+            completions[p, rollout] = completion
             ids.append(torch.cat([torch.full((width - len(prompt),), pad), prompt, completion]))
             masks.append(
                 torch.cat(
@@ -138,8 +144,12 @@ def test_each_prompt_computed_once_matches_trl_in_values_and_gradients(tiny_llam
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         return logps.detach(), entropies.detach(), grads
 
+    rows_run = []
+    shared_prompt_logps = trainer._shared_prompt_logps
+    trainer._shared_prompt_logps = lambda *a: rows_run.append(a[3].size(0)) or shared_prompt_logps(*a)
     ours = run(trainer._get_per_token_logps_and_entropies)
     theirs = run(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
+    assert rows_run == [1, 1, 1, 1, 1, 1]  # 3 distinct completions a prompt, each in its own length chunk
     assert torch.allclose(ours[0][scored], theirs[0][scored], **tensor_tolerance(1e-5))
     assert torch.allclose(ours[1][scored], theirs[1][scored], **tensor_tolerance(1e-5))
     assert ours[2].keys() == theirs[2].keys() and len(ours[2]) > 0
