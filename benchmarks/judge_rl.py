@@ -1,20 +1,24 @@
 """A judge trained by reinforcement on its own verdicts, on PrefEval topics it never saw, next to the judges trained
 by supervision on the same rows.
 
-1. Data: the training topics as verdict prompts (``persetrain prepare judge``: mcq-letter's prompt, every question
-   in ``--orders`` orders, 2 by default; the recipe's step must hold all of a question's) and as the reward model's
-   and verifier's views (``persetrain prepare preference``), the same questions; the validation pair (or
-   ``--eval DIR``) held out whole, as ``benchmarks/learned_judges.py`` does.
-2. Training, each timed: the RL judge (``recipes/judge/cpu_smollm2_prefeval.yaml``, GRPO with judge-verdict and
-   judge-consistent, from ``--start``), the reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
+1. Data: the training topics as verdict prompts (``persetrain prepare judge``) and as the reward model's and
+   verifier's views (``persetrain prepare preference``), the same questions; the validation pair (or ``--eval DIR``)
+   held out whole, as ``benchmarks/learned_judges.py`` does. The verdict prompts by ``--view``: ``letter``
+   (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
+   question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
+   its "yes" one and one drawn "no" one, ``--balance-yes-no``).
+2. Training, each timed: the RL judge (by the view ``recipes/judge/cpu_smollm2_prefeval.yaml`` or
+   ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with judge-verdict and judge-consistent, from ``--start``), the
+   reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
    verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
    supervised ceiling, the same model SFT-trained on the same verdict prompts with their gold verdict
    (``persetrain prepare judge-sft``, the verifier's recipe) for as many prompts as the RL run samples from
    (``--sft-steps``): told the answer where GRPO learns only whether its own was right.
 3. Judging, through ``persetrain meta-eval`` on the held-out questions (``--max-eval N --seed S`` picks the questions
-   ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge, its starting point and the SFT letter
-   judge read by ``mcq-letter``, the verifier by ``verifier``, the reward model by ``rm``; each with its accuracy
-   person-blind and preference-swapped and its position flip rate (the options reversed); and the three letter
+   ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge, its starting point and the SFT judge of
+   the same view read by ``mcq-letter`` (``letter``) or ``verifier`` (``yes-no``), the verifier by ``verifier``,
+   the reward model by ``rm``; each with its accuracy
+   person-blind and preference-swapped and its position flip rate (the options reversed); and the three RL-view
    judges' accuracy on the training questions themselves (``*_train_accuracy``), which tells a judge that did not
    learn the format (chance there too) from one that learned its training topics and does not carry; next to them
    each letter's accuracy as a judge that always answers it (``constant_letter_*accuracy``), the floor a judge
@@ -22,15 +26,16 @@ by supervision on the same rows.
 4. The reward curve: the mean verdict reward per GRPO step, its first and last fifth, and the rewards' share of a
    step's wall time.
 
-Arguments after ``--`` override the SFT letter judge's recipe (``-- --use_peft false --learning_rate 1e-4``: full
+Arguments after ``--`` override the SFT judge's recipe (``-- --use_peft false --learning_rate 1e-4``: full
 fine-tuning). ``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merged model (``DIR/sft`` the SFT
-letter judge's), so that
+judge's), so that
 ``persetrain evaluate --evaluator mcq-letter --model DIR/rl --data DIR/data/eval --max-examples N --seed S``
-reproduces ``rl_accuracy``. A rerun skips finished trainings and judged systems. The last line printed is one JSON
-object.
+(``--evaluator verifier`` for ``--view yes-no``) reproduces ``rl_accuracy``. A rerun skips finished trainings and
+judged systems. The last line printed is one JSON object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] [-- SFT-OVERRIDES]
+        [--view letter|yes-no] [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] \\
+        [-- SFT-OVERRIDES]
 """
 
 from __future__ import annotations
@@ -63,12 +68,16 @@ from persetrain.metrics.parl import first_last_fifth
 from persetrain.train.runner import METRICS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
-RL_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+#: By view: the RL judge's recipe, and the evaluator that reads the RL judge, its start and the SFT judge.
+VIEWS = {
+    "letter": (REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml", "mcq-letter"),
+    "yes-no": (REPO / "recipes" / "judge" / "cpu_smollm2_prefeval_yes_no.yaml", "verifier"),
+}
 RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
 #: What TRL logs per step for the judge-verdict reward (its function's name).
 VERDICT_REWARD = "rewards/judge_verdict/mean"
-#: Prompts a step of the SFT letter judge (the verifier recipe's batch).
+#: Prompts a step of the SFT judge (the verifier recipe's batch).
 SFT_BATCH = 8
 
 
@@ -81,7 +90,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-eval", type=int, default=300, help="Evaluation questions (seeded sample).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
-    parser.add_argument("--recipe", type=Path, default=RL_RECIPE, help="The RL judge's GRPO recipe.")
+    parser.add_argument(
+        "--view",
+        choices=list(VIEWS),
+        default="letter",
+        help="letter: choose among the options; yes-no: judge one candidate (p(yes) ranks a question's).",
+    )
+    parser.add_argument("--recipe", type=Path, default=None, help="The RL judge's GRPO recipe (default: the view's).")
     parser.add_argument(
         "--orders",
         type=int,
@@ -93,13 +108,13 @@ def make_parser() -> argparse.ArgumentParser:
         "--sft-steps",
         type=int,
         default=None,
-        help="Steps of the SFT letter judge (8 prompts each; default: as many prompts as the RL run samples from).",
+        help="Steps of the SFT judge (8 prompts each; default: as many prompts as the RL run samples from).",
     )
     parser.add_argument(
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
     )
     parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
-    parser.add_argument("sft_overrides", nargs="*", help="The SFT letter judge's recipe overrides, after '--'.")
+    parser.add_argument("sft_overrides", nargs="*", help="The SFT judge's recipe overrides, after '--'.")
     return parser
 
 
@@ -128,19 +143,23 @@ def train_judge(module, argv: list[str], judge: Path) -> float:
     return seconds
 
 
+def recipe(args) -> Path:
+    return args.recipe or VIEWS[args.view][0]
+
+
 def train_rl(args, data: Path) -> float:
     """GRPO from ``--start``, the judge in ``out/rl``."""
     from persetrain.train import grpo
 
     steps = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
-    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data)]
+    argv = ["--config", str(recipe(args)), "--model_name_or_path", args.start, "--dataset_path", str(data)]
     argv += ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
     return train_judge(grpo, argv, args.out / "rl")
 
 
 def train_sft(args, data: Path, steps: int) -> float:
-    """The SFT letter judge (the verifier's recipe, ``args.sft_overrides`` on top) on the verdict prompts with their
-    gold verdict, the judge in ``out/sft``."""
+    """The SFT judge of the RL judge's view (the verifier's recipe, ``args.sft_overrides`` on top) on the verdict
+    prompts with their gold verdict, the judge in ``out/sft``."""
     from persetrain.train import sft
 
     argv = ["--config", str(VERIFIER_RECIPE), "--dataset_path", str(data), "--output_dir", str(args.out / "sft-run")]
@@ -150,7 +169,7 @@ def train_sft(args, data: Path, steps: int) -> float:
 
 
 def training_questions(args, data: Path, holdout: list[str]) -> Path:
-    """A PrefEval folder of the training topics' questions, for the letter judges' in-sample accuracy."""
+    """A PrefEval folder of the training topics' questions, for the RL-view judges' in-sample accuracy."""
     folder = data / "train-eval"
     (folder / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
     for f in (f for d in args.train for f in topic_files(d) if f.stem not in holdout):
@@ -196,8 +215,10 @@ def main() -> None:
     data, eval_dir = prepare_data(args)
     judge_data = data / "judge"
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
-    if not judge_data.is_dir():
+    if not judge_data.is_dir() and args.view == "letter":
         prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
+    elif not judge_data.is_dir():  # the verifier view is split as the reward model's
+        prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     common = ["--report_to", "none", "--save_strategy", "no"]
@@ -216,22 +237,23 @@ def main() -> None:
         + ["--max_train_samples", str(args.verifier_rows), *common],
         args.out / "verifier" / "merged",
     )
-    sft_steps = args.sft_steps or -(-rl_prompts(args.recipe, args.max_steps) // SFT_BATCH)
+    sft_steps = args.sft_steps or -(-rl_prompts(recipe(args), args.max_steps) // SFT_BATCH)
     if not (data / "judge-sft").is_dir():
         judge_sft(judge_data, data / "judge-sft")
     times["sft"] = times.get("sft") or train_sft(args, data / "judge-sft", sft_steps)
     write_json(times_file, times)
-    letter_judges = [
-        SystemSpec("rl", "mcq-letter", str(args.out / "rl")),
-        SystemSpec("start", "mcq-letter", args.start),
-        SystemSpec("sft", "mcq-letter", str(args.out / "sft")),
+    evaluator = VIEWS[args.view][1]
+    judges = [
+        SystemSpec("rl", evaluator, str(args.out / "rl")),
+        SystemSpec("start", evaluator, args.start),
+        SystemSpec("sft", evaluator, str(args.out / "sft")),
     ]
 
     held_out = MetaEvalConfig(
         data=str(eval_dir),
         out=str(args.out / "meta-eval"),
         systems=[
-            *letter_judges,
+            *judges,
             SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
             SystemSpec("rm", "rm", str(args.out / "rm")),
         ],
@@ -242,7 +264,7 @@ def main() -> None:
     in_sample = MetaEvalConfig(
         data=str(training_questions(args, data, holdout)),
         out=str(args.out / "meta-eval-train"),
-        systems=letter_judges,
+        systems=judges,
         probes=[],
         max_examples=args.max_eval,
         seed=args.seed,
@@ -252,12 +274,13 @@ def main() -> None:
     curve = [r[VERDICT_REWARD] for r in steps]
     first, last = first_last_fifth(curve)
     result = {
+        "view": args.view,
         **figures(judged, "rl", "rl"),
         **{k: v for k, v in figures(judged, "start", "start").items() if k in ("start_accuracy", "start_flip_rate")},
         **figures(judged, "sft", "sft"),
         **figures(judged, "verifier", "verifier"),
         **figures(judged, "rm", "rm"),
-        **{f"{j.name}_train_accuracy": judged_train["systems"][j.name]["metrics"]["accuracy"] for j in letter_judges},
+        **{f"{j.name}_train_accuracy": judged_train["systems"][j.name]["metrics"]["accuracy"] for j in judges},
         "n_train_eval": judged_train["n_examples"],
         "constant_letter_accuracy": constant_letter_accuracy(held_out),
         "constant_letter_train_accuracy": constant_letter_accuracy(in_sample),

@@ -15,6 +15,7 @@ from data_prep.judge.prepare import orders_of, prepare_judge
 from data_prep.parl.prepare import prepare_parl
 from data_prep.parl.rule_verifier import prepare_verifier
 from data_prep.perse.prepare import prepare_perse
+from data_prep.preference.prepare import prepare_preference
 from data_prep.preference.sources import prefeval_groups
 from data_prep.synthetic.parl import write_parl_sample
 from data_prep.synthetic.perse import write_sample_data
@@ -215,6 +216,40 @@ def test_a_verifier_row_is_kept_as_it_is_in_verdict_mode(tmp_path):
     assert row["prompt_blind"] == _check("blind a", "yes")["prompt"]
     assert (row["id"], row["gold"], row["verdicts"], row["mode"]) == ("a:o0", "yes", ["yes", "no"], "verdict")
     assert data["validation"]["topic"] == ["news"]
+
+
+def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_keeps_one_no(tmp_path):
+    """The verifier view of `prepare preference`: its rows of one question (group_id) are one item whose variants
+    are the candidates, so judge-consistent compares them; --balance-yes-no keeps the "yes" and one drawn "no"."""
+    views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
+    source = load_from_disk(str(views["verifier"]))
+    prepare_judge(tmp_path / "all", verifier=[views["verifier"]])
+    prepare_judge(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, seed=3)
+    full, bal = load_from_disk(str(tmp_path / "all")), load_from_disk(str(tmp_path / "bal"))
+    for split in ("train", "validation"):
+        by_group: dict[str, list[dict]] = {}
+        for row in source[split]:
+            by_group.setdefault(row["group_id"], []).append(row)
+        items = _items(full[split])
+        assert sorted(v[0]["item_id"] for v in items) == sorted(by_group)  # each question one item, adjacent
+        for variants in items:
+            rows = by_group[variants[0]["item_id"]]
+            assert [v["order"] for v in variants] == [[k] for k in range(len(rows))]
+            assert [v["gold"] for v in variants] == [r["completion"][0]["content"] for r in rows]
+            assert [v["prompt"] for v in variants] == [r["prompt"] for r in rows]  # verdict mode: unchanged
+            assert {(v["n_orders"], v["source"], v["kind"], v["topic"]) for v in variants} == {
+                (len(rows), "prefeval-verifier", "yes-no", rows[0]["topic"])
+            }
+        kept = _items(bal[split])
+        assert len(kept) == len(items)
+        for variants in kept:
+            assert sorted(v["gold"] for v in variants) == ["no", "yes"] and {v["n_orders"] for v in variants} == {2}
+            assert variants[0]["order"] < variants[1]["order"]  # in candidate order
+            n = len(by_group[variants[0]["item_id"]])
+            assert all({**v, "n_orders": n} in full[split].to_list() for v in variants)
+    drawn = {v["id"] for v in bal["train"] if v["gold"] == "no"}
+    prepare_judge(tmp_path / "bal0", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
+    assert drawn != {v["id"] for v in load_from_disk(str(tmp_path / "bal0"))["train"] if v["gold"] == "no"}
 
 
 # ------------------------------------------------------------------------------------------- errors

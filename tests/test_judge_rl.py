@@ -17,13 +17,14 @@ import pytest
 from datasets import load_from_disk
 
 from data_prep.judge.prepare import prepare_judge
+from data_prep.preference.prepare import prepare_preference
 from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
-from persetrain.prompts.judge import prompt_messages
+from persetrain.prompts.judge import prompt_messages, request_of
 from persetrain.prompts.pref import letter_request
 from persetrain.train.grpo import build_grpo_trainer, make_parser, render_prefixed_prompts, run_grpo
 from persetrain.train.recipe import RecipeError
@@ -31,6 +32,7 @@ from persetrain.train.runner import METRICS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+YES_NO_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval_yes_no.yaml"
 PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
 
 
@@ -42,10 +44,19 @@ def judge_data(tmp_path_factory) -> Path:
     return out
 
 
-def _argv(model: Path | str, data: Path, out: Path, *extra: str) -> list[str]:
+@pytest.fixture(scope="module")
+def yes_no_data(tmp_path_factory) -> Path:
+    """The same questions as yes / no checks of one candidate (the verifier view), balanced."""
+    root = tmp_path_factory.mktemp("judge-yes-no")
+    views = prepare_preference(root / "pref", prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"])
+    prepare_judge(root / "judge", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
+    return root / "judge"
+
+
+def _argv(model: Path | str, data: Path, out: Path, *extra: str, recipe: Path = RECIPE) -> list[str]:
     return [
         "--config",
-        str(RECIPE),
+        str(recipe),
         "--model_name_or_path",
         str(model),
         "--dataset_path",
@@ -97,6 +108,41 @@ def test_a_prefixed_prompt_trains_on_the_tokens_mcq_letter_reads(judge_data):
     # prompts that end with the user's turn are left to TRL's own chat template
     plain = train.map(lambda r: {"prompt": r["prompt"][:-1]})
     assert render_prefixed_prompts(plain, tokenizer)["prompt"] == plain["prompt"]
+
+
+def test_a_yes_no_prompt_trains_on_the_tokens_the_verifier_reads(yes_no_data):
+    """A yes / no row ends with the user's turn, so TRL renders it with the chat template's generation prompt: the
+    same text the ``verifier`` evaluator asks its ``choice_probs`` after, and every spelling it reads as yes or no is
+    one token the policy can sample there (the verdict reward reads any case, the evaluator "yes", "Yes", "no",
+    "No")."""
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    train = load_from_disk(str(yes_no_data))["train"].select(range(4))
+    rendered = render_prefixed_prompts(train, tokenizer)
+    backend = load_engine(DEFAULT_MODEL).backend
+    for row, messages in zip(train, rendered["prompt"], strict=True):
+        assert messages == row["prompt"] and row["prompt"][-1]["role"] == "user"
+        trl_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        asked = backend.render(request_of(row["prompt"]))
+        assert trl_text == asked
+        spellings = ["yes", "Yes", "no", "No"]
+        common, per_spelling = split_choices(
+            backend.encode(asked), [backend.encode(asked + s) for s in spellings], spellings
+        )
+        assert common == len(backend.encode(asked)) and [len(t) for t in per_spelling] == [1] * 4
+
+
+def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, yes_no_data, tmp_path):
+    """Unshuffled, the yes / no recipe's generation batch of 4 prompts is 2 questions x their "yes" and "no"
+    candidate, what judge-consistent compares."""
+    argv = _argv(tiny_llama_dir, yes_no_data, tmp_path, recipe=YES_NO_RECIPE)
+    argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
+    script, training, model = make_parser().parse_args_and_config(argv)
+    trainer = build_grpo_trainer(script, training, model)
+    batch = next(iter(trainer.get_train_dataloader()))
+    prompts = {row["id"]: row for row in batch}
+    assert len(batch) == 4 * 2 and len(prompts) == 4 and len({row["item_id"] for row in batch}) == 2
+    for item in {row["item_id"] for row in batch}:
+        assert sorted(r["gold"] for r in prompts.values() if r["item_id"] == item) == ["no", "yes"]
 
 
 def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, tmp_path):

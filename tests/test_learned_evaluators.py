@@ -28,7 +28,7 @@ from persetrain.io import InputError
 from persetrain.metrics.odd_one_out import oddness
 from persetrain.person import NOT_STATED, blind_examples, derangement, has_person, swapped_examples
 from persetrain.prompts.pref import letter_request
-from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, rm_context
+from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, rm_context
 from persetrain.reward_model.scorer import RewardModelScorer, check_reward_model
 from persetrain.schema import McqExample, ProfileReview, ScalarExample
 
@@ -384,13 +384,14 @@ def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
                     )
                     for o in ex.options
                 ],
-                list(VERIFIER_CHOICES),
+                ["yes", "Yes", "no", "No"],
             )
             for ex in examples
         ]
         direct_blind = [
             engine.choice_probs(
-                [VERIFIER_BLIND.render(request=ex.question, candidate=o) for o in ex.options], list(VERIFIER_CHOICES)
+                [VERIFIER_BLIND.render(request=ex.question, candidate=o) for o in ex.options],
+                ["yes", "Yes", "no", "No"],
             )
             for ex in examples
         ]
@@ -398,8 +399,8 @@ def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
     finally:
         engine.close()
     for j, b, d, db in zip(judgments, blind, direct, direct_blind, strict=True):
-        assert j.details["raw_scores"] == [p.probs["yes"] for p in d]
-        assert b.details["raw_scores"] == [p.probs["yes"] for p in db] != j.details["raw_scores"]
+        assert j.details["raw_scores"] == [p.probs["yes"] + p.probs["Yes"] for p in d]
+        assert b.details["raw_scores"] == [p.probs["yes"] + p.probs["Yes"] for p in db] != j.details["raw_scores"]
         assert j.details["scores"] == pytest.approx([10 * p for p in j.details["raw_scores"]])
         assert min(j.details["raw_scores"]) > 0 and max(j.details["raw_scores"]) < 1 and j.cost.calls == 4
 

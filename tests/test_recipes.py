@@ -61,7 +61,8 @@ def _prepare(*args: str) -> None:
 def prepared(prepared_root):
     """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
     (``data/verifier/parl_news``), the preference datasets (``data/preference``) and the judge's verdict prompts
-    in both modes (``data/judge/prefeval``, ``data/judge/prefeval_think``), both from the given PrefEval dev topics,
+    in both modes (``data/judge/prefeval``, ``data/judge/prefeval_think``) and one candidate at a time
+    (``data/judge/prefeval-yes-no``), all from the given PrefEval dev topics,
     and the sample users' reference preference data (``data/preference-reference``) when a recipe trains on them."""
     data = prepared_root / "data"
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (data / "parl").exists():
@@ -93,6 +94,8 @@ def prepared(prepared_root):
                 "--out",
                 str(data / "judge" / name),
             )
+        out = data / "judge" / "prefeval-yes-no"  # the preference data's verifier view, prepared above
+        _prepare("judge", "--verifier", str(data / "preference" / "verifier"), "--balance-yes-no", "--out", str(out))
     reference = data / "preference-reference"
     if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
         sources = []

@@ -29,8 +29,10 @@ MODES = {
 
 COLUMNS = (
     "`id` (`<item_id>:o<k>`, k the order variant), `item_id` (the question: its order variants share it), `order` "
-    "(list[int]: `order[p]` is the index, in the question's own options, of the option shown at position p; [] for "
-    "yes / no rows), `n_orders` (the item's number of variants), `source` (prefeval, perse or parl-verifier), "
+    "(list[int]: `order[p]` is the index, in the question's own options, of the option shown at position p; for a "
+    "yes / no row [k], the k-th candidate of its group, or [] for a check alone), `n_orders` (the item's number of "
+    "variants: of a yes / no group, its candidates), `source` (prefeval, perse, parl-verifier or <source>-verifier "
+    "for a verifier view with a source column, e.g. prefeval-verifier), "
     "`topic`, `kind` (`choice` or `yes-no`), `mode`, `verdicts` (the allowed verdicts: `A`..`D` for four options, "
     "`yes`, `no`), `gold` (the gold verdict: the letter the preferred option is shown at, or yes / no), `prompt` "
     "(conversational messages; an assistant prefix is the last message), `prompt_blind` (the same without the "

@@ -18,8 +18,11 @@ held out whole, PerSE reviewers person-disjoint):
 - PrefEval (``--prefeval``): ``choice_request``, which in ``verdict`` mode is exactly ``mcq-letter``'s prompt, so the
   trained judge is measured by ``mcq-letter`` as any model is;
 - PerSE (``--perse``): ``pair_request``, a reviewer shown by their past reviews and two plots;
-- verifier datasets (``--verifier``, ``persetrain prepare verifier`` output): yes / no checks in their own prompt
-  (``yes_no_request``), one variant each, their train / validation split kept.
+- verifier datasets (``--verifier``, ``persetrain prepare verifier`` output, or the ``verifier`` view of ``persetrain
+  prepare preference``): yes / no checks in their own prompt (``yes_no_request``), their train / validation split
+  kept. A check alone is an item of one variant; rows that share a ``group_id`` (the preference view: one question,
+  one row per candidate) are one item whose variants are its candidates, so ``judge-consistent`` pays only a judge
+  right on every candidate of the question: "no" to everything, right on three rows of four, earns nothing there.
 
 Every row has every column (one schema, :data:`FEATURES`); yes / no rows hold empty choice columns. Everything is
 checked before anything is written, and the dataset goes through a temporary folder renamed into place, so ``out``
@@ -157,30 +160,34 @@ def _messages(folder: Path, item_id: str, row: dict, field: str) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
-def yes_no_row(folder: Path, item_id: str, row: dict, mode: str) -> dict:
-    """A verifier row as a one-variant yes / no item: its own prompt (``yes_no_request``), its completion the gold."""
+def yes_no_row(folder: Path, item_id: str, row: dict, mode: str, variant: int | None = None, n: int = 1) -> dict:
+    """A verifier row as a yes / no variant: its own prompt (``yes_no_request``), its completion the gold.
+
+    ``variant``: the row's candidate index within its group (``order`` ``[variant]``), of ``n``; None for a check
+    alone (``order`` ``[]``)."""
     completion = row["completion"]
     gold = (
         completion[-1].get("content")
         if isinstance(completion, list) and completion and isinstance(completion[-1], dict)
         else completion
     )
+    record = str(row["id"]) if "id" in row else item_id
     if gold not in YES_NO:
         raise InputError(
             folder,
             f"the completion is {gold!r}; a yes / no check's is 'yes' or 'no'",
-            record=item_id,
+            record=record,
             field="completion",
         )
-    prompt = _messages(folder, item_id, row, "prompt")
-    blind = _messages(folder, item_id, row, "prompt_blind") if "prompt_blind" in row else prompt
+    prompt = _messages(folder, record, row, "prompt")
+    blind = _messages(folder, record, row, "prompt_blind") if "prompt_blind" in row else prompt
     return {
-        "id": f"{item_id}:o0",
+        "id": f"{item_id}:o{variant or 0}",
         "item_id": item_id,
-        "order": [],
-        "n_orders": 1,
-        "source": VERIFIER_SOURCE,
-        "topic": row.get("task") or "parl",
+        "order": [] if variant is None else [variant],
+        "n_orders": n,
+        "source": f"{row['source']}-verifier" if row.get("source") else VERIFIER_SOURCE,
+        "topic": row.get("topic") or row.get("task") or "parl",
         "kind": "yes-no",
         "mode": mode,
         "verdicts": list(YES_NO),
@@ -194,8 +201,22 @@ def yes_no_row(folder: Path, item_id: str, row: dict, mode: str) -> dict:
     }
 
 
-def verifier_items(folder: Path, mode: str) -> tuple[list[Item], dict]:
-    """Every row of a ``prepare verifier`` dataset as a yes / no item in the split it is in, and the source's card."""
+def balanced(variants: list[dict], key: str) -> list[dict]:
+    """A yes / no group's "yes" candidates and as many of its "no" ones, drawn by ``key``, in candidate order.
+
+    Why: in GRPO every prompt's group pulls on the same weights, so PrefEval's three "no" candidates a question pull
+    three times as hard towards "no" as its one "yes" pulls back; the judge measured answering "no" everywhere
+    within 20 steps, and then every group is all-wrong or all-right, without gradient."""
+    yes = [v for v in variants if v["gold"] == YES_NO[0]]
+    no = [v for v in variants if v["gold"] != YES_NO[0]]
+    kept = {v["id"] for v in yes + random.Random(key).sample(no, min(len(yes), len(no)))}
+    return [{**v, "n_orders": len(kept)} for v in variants if v["id"] in kept]
+
+
+def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0) -> tuple[list[Item], dict]:
+    """Every row of a verifier dataset as a yes / no variant, grouped into items by ``group_id`` when the dataset has
+    one (else each row an item), in the split it is in; and the source's card. ``balance``: each group keeps as
+    many "no" candidates as "yes" ones (:func:`balanced`, seeded by ``seed``)."""
     try:
         data = load_from_disk(str(folder))
     except FileNotFoundError:
@@ -209,9 +230,18 @@ def verifier_items(folder: Path, mode: str) -> tuple[list[Item], dict]:
         for field in ("prompt", "completion"):
             if field not in dataset.column_names:
                 raise InputError(folder, f"no such column in the {split} split; is it a verifier dataset?", field=field)
+        groups: dict[str, list[dict]] = {}
         for i, row in enumerate(track(dataset, description=f"yes / no rows {folder.name}/{split}")):
             item_id = str(row["id"]) if "id" in row else f"{folder.name}:{split}:{i}"
-            items.append((str(folder), split, [yes_no_row(folder, item_id, row, mode)]))
+            groups.setdefault(str(row["group_id"]) if "group_id" in row else item_id, []).append(row)
+        for item_id, rows in groups.items():
+            if "group_id" in dataset.column_names:
+                variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
+                if balance:
+                    variants = balanced(variants, f"{seed}:{item_id}")
+            else:
+                variants = [yes_no_row(folder, item_id, rows[0], mode)]
+            items.append((str(folder), split, variants))
     source = {
         "kind": VERIFIER_SOURCE,
         "path": str(folder),
@@ -256,12 +286,14 @@ def prepare_judge(
     profile_items: int = 3,
     profile_words: int = PROFILE_WORDS,
     max_pairs_per_person: int | None = None,
+    balance_yes_no: bool = False,
 ) -> dict[str, int]:
     """Read every source, write the judge dataset (train / validation) with its card at ``out``; return the sizes.
 
     ``mode``: ``verdict`` (the verdict alone) or ``think`` (a rationale, then ``Verdict: X``). ``orders``: order
     variants per multiple-choice item (at most the options' permutations: a PerSE pair has 2). ``holdout_topics``,
     ``profile_items``, ``profile_words``, ``max_pairs_per_person``: as ``prepare_preference`` takes them.
+    ``balance_yes_no``: a verifier group keeps as many "no" candidates as "yes" ones (:func:`balanced`).
     """
     if not (prefeval or perse or verifier):
         raise ValueError("no source: give --prefeval, --perse and/or --verifier")
@@ -287,7 +319,7 @@ def prepare_judge(
             items.append((where, group.split, choice_rows(group, mode, orders, seed)))
     sources = [read.source for read in reads]
     for folder in verifier:
-        yes_no, source = verifier_items(Path(folder), mode)
+        yes_no, source = verifier_items(Path(folder), mode, balance_yes_no, seed)
         items += yes_no
         sources.append(source)
     _check_unique(items)
@@ -303,6 +335,7 @@ def prepare_judge(
         "profile_items": profile_items,
         "profile_words": profile_words,
         "max_pairs_per_person": max_pairs_per_person,
+        "balance_yes_no": balance_yes_no,
     }
     info = build_info(rows, sources, sum((read.dropped for read in reads), Counter()), settings)
     with atomic_dir(out) as tmp:

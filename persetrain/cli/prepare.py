@@ -214,8 +214,14 @@ def prepare_judge_cmd(
     perse: PerseOpt = None,
     verifier: Annotated[
         list[Path] | None,
-        typer.Option(help="A yes / no dataset `prepare verifier` wrote, its train / validation kept (repeatable)."),
+        typer.Option(
+            help="A yes / no dataset `prepare verifier` wrote, or the verifier/ view of `prepare preference` (one "
+            "question's candidates one item), its train / validation kept (repeatable)."
+        ),
     ] = None,
+    balance_yes_no: Annotated[
+        bool, typer.Option(help="Keep as many 'no' candidates of a verifier question as 'yes' ones (seeded).")
+    ] = False,
     mode: Annotated[
         str, typer.Option(help="verdict (the verdict alone: mcq-letter's prompt) or think (a rationale, then it).")
     ] = "verdict",
@@ -244,6 +250,7 @@ def prepare_judge_cmd(
         profile_items=profile_items,
         profile_words=profile_words,
         max_pairs_per_person=max_pairs_per_person,
+        balance_yes_no=balance_yes_no,
     )
 
 
