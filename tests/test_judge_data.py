@@ -230,7 +230,8 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
         by_group: dict[str, list[dict]] = {}
         for row in source[split]:
             by_group.setdefault(row["group_id"], []).append(row)
-        items = _items(full[split])
+        full_rows = {row["id"]: row for row in full[split]}
+        items = _items(full_rows.values())
         assert sorted(v[0]["item_id"] for v in items) == sorted(by_group)  # each question one item, adjacent
         for variants in items:
             rows = by_group[variants[0]["item_id"]]
@@ -246,7 +247,7 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
             assert sorted(v["gold"] for v in variants) == ["no", "yes"] and {v["n_orders"] for v in variants} == {2}
             assert variants[0]["order"] < variants[1]["order"]  # in candidate order
             n = len(by_group[variants[0]["item_id"]])
-            assert all({**v, "n_orders": n} in full[split].to_list() for v in variants)
+            assert all({**v, "n_orders": n} == full_rows[v["id"]] for v in variants)
     drawn = {v["id"] for v in bal["train"] if v["gold"] == "no"}
     prepare_judge(tmp_path / "bal0", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
     assert drawn != {v["id"] for v in load_from_disk(str(tmp_path / "bal0"))["train"] if v["gold"] == "no"}

@@ -27,9 +27,9 @@ from persetrain.schema import ProfileReview
 #: The verifier's closed answer set (its SFT data's completions); p(yes) is the score.
 VERIFIER_CHOICES: tuple[str, str] = ("yes", "no")
 #: Every spelling the verifier reads as each answer. An untrained instruct model answers "No" / "Yes" far more often
-#: than "no" / "yes" (SmolLM2-135M: p("No") 0.33-0.60, p("no") under 0.01 on PrefEval's questions), and so does a
-#: judge trained by GRPO from one, whose verdict reward reads any case: reading the lower case alone would score a
-#: verdict the model seldom gives.
+#: than "no" / "yes" (SmolLM2-135M on PrefEval's questions: p("No") 0.33-0.60, "no" not among its six likeliest first
+#: tokens), and so does a judge trained by GRPO from one, whose verdict reward reads any case: reading the lower case
+#: alone would score a verdict the model seldom gives.
 VERIFIER_SPELLINGS: dict[str, tuple[str, str]] = {"yes": ("yes", "Yes"), "no": ("no", "No")}
 
 #: What the context calls the person's side, by what is known of them.
