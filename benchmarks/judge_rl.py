@@ -143,16 +143,12 @@ def train_judge(module, argv: list[str], judge: Path) -> float:
     return seconds
 
 
-def recipe(args) -> Path:
-    return args.recipe or VIEWS[args.view][0]
-
-
 def train_rl(args, data: Path) -> float:
     """GRPO from ``--start``, the judge in ``out/rl``."""
     from persetrain.train import grpo
 
     steps = [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
-    argv = ["--config", str(recipe(args)), "--model_name_or_path", args.start, "--dataset_path", str(data)]
+    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data)]
     argv += ["--output_dir", str(args.out / "rl-run"), "--seed", str(args.seed), *steps]
     return train_judge(grpo, argv, args.out / "rl")
 
@@ -212,12 +208,13 @@ def main() -> None:
     from persetrain.train import rm, sft
 
     args = make_parser().parse_args()
+    args.recipe = args.recipe or VIEWS[args.view][0]
     data, eval_dir = prepare_data(args)
     judge_data = data / "judge"
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
     if not judge_data.is_dir() and args.view == "letter":
         prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
-    elif not judge_data.is_dir():  # the verifier view is split as the reward model's
+    elif not judge_data.is_dir():  # the reward model's verifier view: split as the reward model's data
         prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
@@ -237,7 +234,7 @@ def main() -> None:
         + ["--max_train_samples", str(args.verifier_rows), *common],
         args.out / "verifier" / "merged",
     )
-    sft_steps = args.sft_steps or -(-rl_prompts(recipe(args), args.max_steps) // SFT_BATCH)
+    sft_steps = args.sft_steps or -(-rl_prompts(args.recipe, args.max_steps) // SFT_BATCH)
     if not (data / "judge-sft").is_dir():
         judge_sft(judge_data, data / "judge-sft")
     times["sft"] = times.get("sft") or train_sft(args, data / "judge-sft", sft_steps)

@@ -233,15 +233,13 @@ def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0
         groups: dict[str, list[dict]] = {}
         for i, row in enumerate(track(dataset, description=f"yes / no rows {folder.name}/{split}")):
             item_id = str(row["id"]) if "id" in row else f"{folder.name}:{split}:{i}"
-            groups.setdefault(str(row["group_id"]) if "group_id" in row else item_id, []).append(row)
-        for item_id, rows in groups.items():
-            if "group_id" in dataset.column_names:
-                variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
-                if balance:
-                    variants = balanced(variants, f"{seed}:{item_id}")
+            if "group_id" in row:
+                groups.setdefault(str(row["group_id"]), []).append(row)
             else:
-                variants = [yes_no_row(folder, item_id, rows[0], mode)]
-            items.append((str(folder), split, variants))
+                items.append((str(folder), split, [yes_no_row(folder, item_id, row, mode)]))
+        for item_id, rows in groups.items():
+            variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
+            items.append((str(folder), split, balanced(variants, f"{seed}:{item_id}") if balance else variants))
     source = {
         "kind": VERIFIER_SOURCE,
         "path": str(folder),
