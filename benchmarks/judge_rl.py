@@ -31,11 +31,12 @@ fine-tuning). ``--out DIR`` keeps everything; ``DIR/rl`` is the RL judge's merge
 judge's), so that
 ``persetrain evaluate --evaluator mcq-letter --model DIR/rl --data DIR/data/eval --max-examples N --seed S``
 (``--evaluator verifier`` for ``--view yes-no``) reproduces ``rl_accuracy``. A rerun skips finished trainings and
-judged systems. The last line printed is one JSON object.
+judged systems. ``--rl-only`` trains and judges the RL judge alone (and reads its start): another seed of it costs
+the RL run and its judging, without the three comparisons. The last line printed is one JSON object.
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
-        [--view letter|yes-no] [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--out runs/judge-rl] \\
-        [-- SFT-OVERRIDES]
+        [--view letter|yes-no] [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--rl-only] \\
+        [--out runs/judge-rl] [-- SFT-OVERRIDES]
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
+    )
+    parser.add_argument(
+        "--rl-only",
+        action="store_true",
+        help="Train and judge only the RL judge (and read its start): another seed of it, without the comparisons.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
     parser.add_argument("sft_overrides", nargs="*", help="The SFT judge's recipe overrides, after '--'.")
@@ -204,23 +210,12 @@ def constant_letter_accuracy(config: MetaEvalConfig) -> dict[str, float]:
     return {letter: counts[i] / len(examples) for i, letter in enumerate(letters)}
 
 
-def main() -> None:
+def train_comparisons(args, data: Path, judge_data: Path, times: dict) -> int:
+    """The reward model, the SFT verifier and the RL judge's SFT ceiling on the same rows, each timed into
+    ``times``; the SFT judge's steps."""
     from persetrain.train import rm, sft
 
-    args = make_parser().parse_args()
-    args.recipe = args.recipe or VIEWS[args.view][0]
-    data, eval_dir = prepare_data(args)
-    judge_data = data / "judge"
-    holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
-    if not judge_data.is_dir() and args.view == "letter":
-        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
-    elif not judge_data.is_dir():  # the reward model's verifier view: split as the reward model's data
-        prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
-    times_file = args.out / "train_seconds.json"
-    times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     common = ["--report_to", "none", "--save_strategy", "no"]
-    times["rl"] = times.get("rl") or train_rl(args, judge_data)
-    write_json(times_file, times)
     times["rm"] = times.get("rm") or train(
         rm,
         RM_RECIPE,
@@ -238,22 +233,39 @@ def main() -> None:
     if not (data / "judge-sft").is_dir():
         judge_sft(judge_data, data / "judge-sft")
     times["sft"] = times.get("sft") or train_sft(args, data / "judge-sft", sft_steps)
+    return sft_steps
+
+
+def main() -> None:
+    args = make_parser().parse_args()
+    args.recipe = args.recipe or VIEWS[args.view][0]
+    data, eval_dir = prepare_data(args)
+    judge_data = data / "judge"
+    holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
+    if not judge_data.is_dir() and args.view == "letter":
+        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
+    elif not judge_data.is_dir():  # the reward model's verifier view: split as the reward model's data
+        prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
+    times_file = args.out / "train_seconds.json"
+    times = json.loads(times_file.read_text()) if times_file.is_file() else {}
+    times["rl"] = times.get("rl") or train_rl(args, judge_data)
     write_json(times_file, times)
     evaluator = VIEWS[args.view][1]
-    judges = [
-        SystemSpec("rl", evaluator, str(args.out / "rl")),
-        SystemSpec("start", evaluator, args.start),
-        SystemSpec("sft", evaluator, str(args.out / "sft")),
-    ]
+    judges = [SystemSpec("rl", evaluator, str(args.out / "rl")), SystemSpec("start", evaluator, args.start)]
+    others: list[SystemSpec] = []
+    if not args.rl_only:
+        sft_steps = train_comparisons(args, data, judge_data, times)
+        write_json(times_file, times)
+        judges.append(SystemSpec("sft", evaluator, str(args.out / "sft")))
+        others = [
+            SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
+            SystemSpec("rm", "rm", str(args.out / "rm")),
+        ]
 
     held_out = MetaEvalConfig(
         data=str(eval_dir),
         out=str(args.out / "meta-eval"),
-        systems=[
-            *judges,
-            SystemSpec("verifier", "verifier", str(args.out / "verifier" / "merged")),
-            SystemSpec("rm", "rm", str(args.out / "rm")),
-        ],
+        systems=[*judges, *others],
         probes=["flip", "blind", "swap"],
         max_examples=args.max_eval,
         seed=args.seed,
@@ -274,18 +286,13 @@ def main() -> None:
         "view": args.view,
         **figures(judged, "rl", "rl"),
         **{k: v for k, v in figures(judged, "start", "start").items() if k in ("start_accuracy", "start_flip_rate")},
-        **figures(judged, "sft", "sft"),
-        **figures(judged, "verifier", "verifier"),
-        **figures(judged, "rm", "rm"),
+        **{k: v for j in judges[2:] + others for k, v in figures(judged, j.name, j.name).items()},
         **{f"{j.name}_train_accuracy": judged_train["systems"][j.name]["metrics"]["accuracy"] for j in judges},
         "n_train_eval": judged_train["n_examples"],
         "constant_letter_accuracy": constant_letter_accuracy(held_out),
         "constant_letter_train_accuracy": constant_letter_accuracy(in_sample),
-        "rl_train_seconds": times["rl"],
-        "rm_train_seconds": times["rm"],
-        "verifier_train_seconds": times["verifier"],
-        "sft_train_seconds": times["sft"],
-        "sft_steps": sft_steps,
+        **{f"{name}_train_seconds": seconds for name, seconds in times.items()},
+        **({} if args.rl_only else {"sft_steps": sft_steps}),
         "reward_first_fifth": first,
         "reward_last_fifth": last,
         "reward_curve": curve,
