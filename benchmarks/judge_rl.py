@@ -242,10 +242,11 @@ def main() -> None:
     data, eval_dir = prepare_data(args)
     judge_data = data / "judge"
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
-    if not judge_data.is_dir() and args.view == "letter":
-        prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
-    elif not judge_data.is_dir():  # the reward model's verifier view: split as the reward model's data
-        prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
+    if not judge_data.is_dir():
+        if args.view == "letter":
+            prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
+        else:  # the reward model's verifier view: split as the reward model's data
+            prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     times["rl"] = times.get("rl") or train_rl(args, judge_data)
@@ -253,6 +254,7 @@ def main() -> None:
     evaluator = VIEWS[args.view][1]
     judges = [SystemSpec("rl", evaluator, str(args.out / "rl")), SystemSpec("start", evaluator, args.start)]
     others: list[SystemSpec] = []
+    sft_steps = None
     if not args.rl_only:
         sft_steps = train_comparisons(args, data, judge_data, times)
         write_json(times_file, times)
@@ -286,13 +288,18 @@ def main() -> None:
         "view": args.view,
         **figures(judged, "rl", "rl"),
         **{k: v for k, v in figures(judged, "start", "start").items() if k in ("start_accuracy", "start_flip_rate")},
-        **{k: v for j in judges[2:] + others for k, v in figures(judged, j.name, j.name).items()},
+        **{
+            k: v
+            for j in held_out.systems
+            if j.name not in ("rl", "start")
+            for k, v in figures(judged, j.name, j.name).items()
+        },
         **{f"{j.name}_train_accuracy": judged_train["systems"][j.name]["metrics"]["accuracy"] for j in judges},
         "n_train_eval": judged_train["n_examples"],
         "constant_letter_accuracy": constant_letter_accuracy(held_out),
         "constant_letter_train_accuracy": constant_letter_accuracy(in_sample),
         **{f"{name}_train_seconds": seconds for name, seconds in times.items()},
-        **({} if args.rl_only else {"sft_steps": sft_steps}),
+        **({} if sft_steps is None else {"sft_steps": sft_steps}),
         "reward_first_fifth": first,
         "reward_last_fifth": last,
         "reward_curve": curve,
