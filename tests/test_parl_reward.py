@@ -174,7 +174,8 @@ def test_user_negatives_join_the_margin_judged_with_their_own_inputs(tiny_engine
     batched, sequential = score_batch(judge, samples, config), score_sequential(judge, samples, config)
     assert [p.reward for p in batched] == close([p.reward for p in sequential], abs=1e-5)
     alone = score_batch(judge, [own], config)[0]
-    assert len(batched[0].s_negatives) == 3 and batched[0].s_negatives[:2] == alone.s_negatives
+    # batched with other checks, a check's padding differs: equal up to float rounding
+    assert len(batched[0].s_negatives) == 3 and batched[0].s_negatives[:2] == close(alone.s_negatives, abs=1e-6)
     other_p = [judge.p_yes_many([(own.task, rule, *other)])[0] for rule in batched[0].rules]
     assert batched[0].s_negatives[2] == close(sum(other_p) / len(other_p), abs=1e-6)  # judged with its own input
     assert batched[1].s_negatives[3] == close(batched[1].s_gt, abs=1e-6)
@@ -269,3 +270,26 @@ def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
         rendered = backend.render(judge_request("amazon", "Item: mug. Rating: 5", text, "x"))
         head = backend.encode(rendered[: rendered.index("<Personalized Evaluation Rubric>")])
         assert group.prefix_len >= len(head) - 2  # the whole head: system prompt, task input and text
+
+
+def test_rubric_judge_reads_both_spellings_as_the_verifier(tmp_path):
+    """On the real embedded model, the rubric judge's p(yes) is P(yes) + P(Yes) over the four spellings (asked again
+    by hand, every request is a cache hit): the untrained model answers mostly "Yes" / "No", so the lower case
+    alone would read a yes that the model seldom says, near-constant and high on every check."""
+    from persetrain.prompts.parl import judge_request
+
+    checks = [
+        ("news", RULES[0], "A city opens a new park.", "city opens a new park by the river"),
+        ("news", RULES[0], "A city opens a new park.", "CITY OPENS A NEW PARK BY THE RIVER"),
+        ("news", RULES[2], "A storm reaches the coast.", "Storm hits. Roads close. Schools shut today."),
+    ]
+    engine = load_engine("embedded:smollm2-135m-instruct", cache_path=tmp_path / "cache.sqlite")
+    try:
+        p_yes = RubricJudge(engine).p_yes_many(checks)
+        hits = engine.cache_hits
+        direct = engine.choice_probs([judge_request(t, i, x, r) for t, r, i, x in checks], ["yes", "Yes", "no", "No"])
+        assert engine.cache_hits - hits == len(checks)
+    finally:
+        engine.close()
+    assert p_yes == [d.probs["yes"] + d.probs["Yes"] for d in direct]
+    assert all(d.probs["Yes"] + d.probs["No"] > d.probs["yes"] + d.probs["no"] for d in direct)

@@ -45,7 +45,6 @@ from data_prep.preference.sources import TRAIN, VALIDATION, Group, is_synthetic,
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.judge import (
-    YES_NO,
     check_mode,
     choice_request,
     pair_request,
@@ -54,6 +53,7 @@ from persetrain.prompts.judge import (
 )
 from persetrain.prompts.perse import PROFILE_WORDS
 from persetrain.prompts.pref import LETTERS
+from persetrain.prompts.yes_no import YES_NO
 
 SPLITS = (TRAIN, VALIDATION)
 #: The ``source`` of the rows read from a verifier dataset.

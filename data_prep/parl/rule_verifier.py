@@ -54,7 +54,8 @@ from data_prep.parl.distractors import RULE_PREFIX, distractor_checks, words
 from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
-from persetrain.prompts.parl import JUDGE_CHOICES, TASKS, judge_request
+from persetrain.prompts.parl import TASKS, judge_request
+from persetrain.prompts.yes_no import YES_NO
 
 SPLITS = ("train", "validation")
 #: The PARL dataset's split names, mapped to this dataset's.
@@ -63,7 +64,7 @@ _LABEL_FIELDS = {"task": str, "input": str, "text": str, "rule": str, "satisfied
 
 
 def _row(id: str, task: str, input: str, text: str, rule: str, satisfied: bool, **extra) -> dict:
-    answer = JUDGE_CHOICES[0] if satisfied else JUDGE_CHOICES[1]
+    answer = YES_NO[0] if satisfied else YES_NO[1]
     prompt = [m.model_dump() for m in judge_request(task, input, text, rule).messages]
     return {
         "id": id,
@@ -227,7 +228,7 @@ def balance(rows: Sequence[dict], seed: int) -> list[dict]:
     kept = []
     # distractor rules last: the signature rules' draws are the same with and without them
     for rule in sorted(by_rule, key=lambda rule: (rule.startswith(RULE_PREFIX), rule)):
-        yes, no = by_rule[rule][JUDGE_CHOICES[0]], by_rule[rule][JUDGE_CHOICES[1]]
+        yes, no = by_rule[rule][YES_NO[0]], by_rule[rule][YES_NO[1]]
         n = min(len(yes), len(no))
         kept += rng.sample(yes, n) + rng.sample(no, n)
     order = {row["id"]: k for k, row in enumerate(rows)}
@@ -325,7 +326,7 @@ def prepare_verifier(
         "counterfactuals": counterfactuals,
         "distractors": distractors,
         "rules": sorted(rules),
-        "before": {split: {a: before[split].get(a, 0) for a in JUDGE_CHOICES} for split in SPLITS},
+        "before": {split: {a: before[split].get(a, 0) for a in YES_NO} for split in SPLITS},
         "splits": {split: len(r) for split, r in rows.items()},
         "split_rule": "PARL datasets: the PARL dataset's train users -> train, its test users -> validation; train "
         f"rows use a rule's first {TRAIN_WORDINGS} hand-written wordings or its composed ones (its phrases in rubric "

@@ -40,7 +40,8 @@ from data_prep.preference.sources import (
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.perse import PROFILE_WORDS
-from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, rm_context
+from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, rm_context
+from persetrain.prompts.yes_no import YES_NO
 
 SPLITS = (TRAIN, VALIDATION)
 
@@ -83,7 +84,7 @@ def verifier_rows(group: Group) -> list[dict]:
     """One row per option: the VERIFIER question about it, answered ``yes`` for the preferred one, else ``no``."""
     rows = []
     for k, option in enumerate(group.options):
-        label = VERIFIER_CHOICES[0] if k == group.gold else VERIFIER_CHOICES[1]
+        label = YES_NO[0] if k == group.gold else YES_NO[1]
         prompt = VERIFIER.render(
             person_label=group.person_label, person=group.person, request=group.request, candidate=option
         )

@@ -2,8 +2,8 @@
 
 The question is the ``VERIFIER`` chat prompt that ``persetrain prepare preference`` writes as SFT
 data for ``persetrain sft`` (``VERIFIER_BLIND`` when the blind probe removed the person), read back
-through the engine's ``choice_probs`` over ``("yes", "Yes", "no", "No")`` (``VERIFIER_SPELLINGS``; p(yes) sums
-its two spellings): one call for every candidate of every
+through the engine's ``choice_probs`` over both spellings of yes and no (``persetrain.prompts.yes_no``: p(yes)
+sums its two spellings): one call for every candidate of every
 example, batched and cached by the engine, exact and never unparsable. Any engine model works (an
 untrained instruct model is the zero-shot verifier); a reward-model checkpoint is refused before it
 loads. p(yes) is a pointwise score: x 10 for the multiple-choice metrics, the higher of two for a
@@ -18,12 +18,9 @@ from dataclasses import dataclass
 from persetrain.engine import ChatRequest, Cost, Engine
 from persetrain.evaluators.base import JudgeContext, register
 from persetrain.evaluators.learned import Calibration, Item, LearnedJudge, LearnedJudgeConfig
-from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, VERIFIER_CHOICES, VERIFIER_SPELLINGS
+from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND
+from persetrain.prompts.yes_no import CHOICES, p_yes
 from persetrain.reward_model.scorer import check_language_model
-
-YES = VERIFIER_CHOICES[0]
-#: What ``choice_probs`` is asked for: every spelling of every answer.
-SPELLINGS = [spelling for answer in VERIFIER_CHOICES for spelling in VERIFIER_SPELLINGS[answer]]
 
 
 @dataclass
@@ -60,10 +57,9 @@ class Verifier(LearnedJudge):
         if engine is None:
             raise ValueError("verifier needs a model")
         probs = engine.choice_probs(
-            [verifier_request(it) for it in items], SPELLINGS, description=f"{context.system}: p(yes)"
+            [verifier_request(it) for it in items], list(CHOICES), description=f"{context.system}: p(yes)"
         )
-        p_yes = [sum(p.probs[s] for s in VERIFIER_SPELLINGS[YES]) for p in probs]
-        return p_yes, [p.cost for p in probs], [""] * len(items)
+        return [p_yes(p.probs) for p in probs], [p.cost for p in probs], [""] * len(items)
 
     def unit(self, scores: Sequence[float]) -> list[float]:
         return list(scores)

@@ -32,8 +32,6 @@ MODES = ("verdict", "think")
 VERDICT_MARK = "Verdict:"
 #: The rationale's bound, stated in the prompt (the recipe's max_completion_length enforces it in tokens).
 THINK_WORDS = 120
-#: What a yes / no check's verdicts are.
-YES_NO: tuple[str, str] = ("yes", "no")
 
 _THINK_TAIL = (
     "Think it through in at most {words} words, then end with a last line '" + VERDICT_MARK + " X', X being {what}."

@@ -24,9 +24,6 @@ from persetrain.prompts.template import PromptTemplate, register
 
 TASKS: tuple[str, ...] = ("amazon", "reddit", "news")
 
-#: The judge's closed answer set (``engine.choice_probs``); p(yes) is the rule's score on a text.
-JUDGE_CHOICES: tuple[str, str] = ("yes", "no")
-
 #: Rules requested from the generator, and the paper's limits on a usable set and a kept rule.
 RULES_REQUESTED = 10
 MIN_RULES, MAX_RULES = 2, 10
@@ -226,7 +223,7 @@ def induction_request(task: str, inputs: Sequence[str], outputs: Sequence[str], 
 
 
 def judge_request(task: str, input: str, response: str, rule: str) -> ChatRequest:
-    """Does ``response`` (written for ``input``) satisfy ``rule``? Answered by p(yes) over yes/no."""
+    """Does ``response`` (written for ``input``) satisfy ``rule``? Answered by p(yes) (``prompts.yes_no``)."""
     return JUDGE[check_task(task)].render(input=input, response=response, rule=rule)
 
 

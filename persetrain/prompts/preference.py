@@ -24,14 +24,6 @@ from persetrain.prompts.perse import PROFILE_WORDS, scalar_profile, truncate_wor
 from persetrain.prompts.template import PromptTemplate, register
 from persetrain.schema import ProfileReview
 
-#: The verifier's closed answer set (its SFT data's completions); p(yes) is the score.
-VERIFIER_CHOICES: tuple[str, str] = ("yes", "no")
-#: Every spelling the verifier reads as each answer. An untrained instruct model answers "No" / "Yes" far more often
-#: than "no" / "yes" (SmolLM2-135M on PrefEval's questions: p("No") 0.33-0.60, "no" not among its six likeliest first
-#: tokens), and so does a judge trained by GRPO from one, whose verdict reward reads any case: reading the lower case
-#: alone would score a verdict the model seldom gives.
-VERIFIER_SPELLINGS: dict[str, tuple[str, str]] = {"yes": ("yes", "Yes"), "no": ("no", "No")}
-
 #: What the context calls the person's side, by what is known of them.
 PERSON_LABELS = {"preference": "User preference", "profile": "User profile", "rule": "Rule"}
 

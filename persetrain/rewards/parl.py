@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from persetrain.prompts.parl import (
-    JUDGE_CHOICES,
     MAX_RULE_CHARS,
     MAX_RULES,
     MIN_RULE_CHARS,
     MIN_RULES,
     judge_request,
 )
+from persetrain.prompts.yes_no import CHOICES, p_yes
 
 if TYPE_CHECKING:
     from persetrain.engine import Engine
@@ -223,7 +223,7 @@ class RubricSample:
 
 
 class RubricJudge:
-    """p(yes) of a rule on a text from ``engine.choice_probs`` over yes/no (module docstring)."""
+    """p(yes) of a rule on a text from ``engine.choice_probs`` over both spellings of yes / no (``prompts.yes_no``)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -238,13 +238,13 @@ class RubricJudge:
             return []
         requests = [judge_request(task, input, text, rule) for task, rule, input, text in checks]
         try:  # the engine computes identical checks once
-            results = self.engine.choice_probs(requests, list(JUDGE_CHOICES), description="rubric checks")
+            results = self.engine.choice_probs(requests, list(CHOICES), description="rubric checks")
         except Exception as err:
             raise RewardError(
                 f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(checks)} "
                 f"checks: {type(err).__name__}: {err}"
             ) from err
-        return [r.probs[JUDGE_CHOICES[0]] for r in results]
+        return [p_yes(r.probs) for r in results]
 
 
 def score_batch(

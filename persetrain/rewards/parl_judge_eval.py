@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from persetrain.prompts.parl import JUDGE_CHOICES
+from persetrain.prompts.yes_no import YES
 from persetrain.rewards.parl import RubricJudge
 
 
@@ -35,7 +35,7 @@ def judge_accuracy(judge: RubricJudge, rows: Sequence[dict], tau: float = 0.5) -
         raise ValueError("no labelled checks to measure the judge on")
     p_yes = judge.p_yes_many([(r["task"], r["rule"], r["input"], r["text"]) for r in rows])
     said_yes = [p > tau for p in p_yes]
-    right = [said == (r["label"] == JUDGE_CHOICES[0]) for said, r in zip(said_yes, rows, strict=True)]
+    right = [said == (r["label"] == YES) for said, r in zip(said_yes, rows, strict=True)]
     by_rule: dict[str, list[bool]] = defaultdict(list)
     for ok, r in zip(right, rows, strict=True):
         by_rule[r.get("rule_name") or r["rule"]].append(ok)
