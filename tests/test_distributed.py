@@ -40,6 +40,7 @@ RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
 PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
+JUDGE_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
 #: Each rank takes one row a step; the one-process reference takes both rows in one batch.
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
 ONE_PROCESS = ("--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
@@ -341,6 +342,29 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
     assert (out / MERGED_DIR / "model.safetensors").is_file()
+
+
+def test_a_judge_under_zero3_is_paid_for_whole_questions_on_every_rank(tiny_llama_dir, tmp_path):
+    """judge-consistent compares a question's two orders within the batch one rank scores: each generation, a rank
+    scores the next per_device_train_batch_size x steps_per_generation completions of the stream (2 x 2 here, one
+    question in both orders with 2 rollouts each). No completion on either rank was scored without its question's
+    other order (``judge/split_item_share``, averaged over the ranks, 0 at every step; 1.0 at 2 x 1)."""
+    from data_prep.judge.prepare import prepare_judge
+
+    data = tmp_path / "judge"
+    prepare_judge(data, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
+    out = tmp_path / "grpo"
+    _launch(
+        JUDGE_RECIPE,
+        "deepspeed_zero3",
+        *("--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(data), "--output_dir", str(out)),
+        *("--max_steps", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
+        *("--gradient_accumulation_steps", "2", "--max_completion_length", "4", "--save_strategy", "no"),
+    )
+    logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3]
+    assert [r["judge/split_item_share"] for r in logged] == [0.0, 0.0, 0.0]
+    assert all(r["rewards/judge_consistent/mean"] <= r["rewards/judge_verdict/mean"] for r in logged)
 
 
 def test_two_machines_meet_at_one_rendezvous_and_equal_one_process(tiny_llama_dir, perse_dir, sft_reference, tmp_path):

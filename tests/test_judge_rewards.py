@@ -173,6 +173,16 @@ def test_consistent_reward_of_an_item_in_one_order_is_the_verdict_reward():
     assert judge_consistent(**swapped) == judge_consistent(**batch)[3:6] + judge_consistent(**batch)[:3]
 
 
+def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_split():
+    """q3 written in two orders but shown in one: its 3 completions of 15 are rewarded by their verdict alone."""
+    batch = _consistent_batch()
+    for q3_orders, expected in ((1, 0.0), (2, 3 / 15)):
+        logged: dict[str, float] = {}
+        n_orders = [2] * 12 + [q3_orders] * 3
+        rewards = judge_consistent(**batch, n_orders=n_orders, log_metric=logged.__setitem__)
+        assert rewards == judge_consistent(**batch) and logged == {"judge/split_item_share": expected}
+
+
 # --- errors --------------------------------------------------------------------------------------------------
 
 

@@ -205,6 +205,48 @@ def test_bad_input_is_refused_in_one_line_naming_the_file_and_the_field(tiny_lla
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 
 
+def test_a_layout_that_splits_an_items_orders_is_refused_before_training(tiny_llama_dir, judge_data, tmp_path):
+    """judge-consistent compares an item's orders within one process's batch: a batch of 2 completions (one order of
+    one question, 2 rollouts), a shuffled sampler and rows sampled apart are each refused before the model loads."""
+    consistent = ("--reward_funcs", "judge-verdict", "judge-consistent")
+    argv = _argv(tiny_llama_dir, judge_data, tmp_path / "a", *consistent)
+    argv[argv.index("--per_device_train_batch_size") + 1] = "2"
+    whole = (
+        "each process scores per_device_train_batch_size 2 x steps_per_generation 1 = 2 completions at a time, which "
+        "must be a multiple of an item's 2 variants x num_generations 2 = 4"
+    )
+    with pytest.raises(RecipeError, match=re.escape(whole)):
+        run_grpo(argv)
+    with pytest.raises(RecipeError, match="set shuffle_dataset: false"):
+        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "b", *consistent, "--shuffle_dataset", "true"))
+    sampled = rf"^{re.escape(str(judge_data))}:.*field '(item_id|n_orders)'.*max_train_samples samples rows"
+    with pytest.raises(InputError, match=sampled):
+        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "c", *consistent, "--max_train_samples", "9"))
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
+
+
+def test_an_overlong_candidate_takes_its_whole_question_with_it(tiny_llama_dir, yes_no_data, tmp_path):
+    """The yes / no candidates of a question differ in length: cut between them, max_prompt_length drops the
+    question, not one candidate, so every item left is whole and the next items stay on the batch edges."""
+    train = load_from_disk(str(yes_no_data))["train"]
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    lengths = [
+        len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+        for p in train["prompt"]
+    ]
+    by_item: dict[str, list[int]] = {}
+    for item, n in zip(train["item_id"], lengths, strict=True):
+        by_item.setdefault(item, []).append(n)
+    limit = sorted(lengths)[len(lengths) // 2]
+    straddling = {item for item, ns in by_item.items() if min(ns) <= limit < max(ns)}
+    assert straddling  # some question has one candidate under the limit and one over it
+    argv = _argv(tiny_llama_dir, yes_no_data, tmp_path, "--max_prompt_length", str(limit), recipe=YES_NO_RECIPE)
+    kept = build_grpo_trainer(*make_parser().parse_args_and_config(argv)).train_dataset
+    kept_items = set(kept["item_id"])
+    assert kept_items == {item for item, ns in by_item.items() if max(ns) <= limit}
+    assert all(kept["item_id"].count(item) == 2 for item in kept_items)
+
+
 def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, judge_data, tmp_path):
     out = tmp_path / "killed"
     argv = _argv(tiny_llama_dir, judge_data, out, "--save_strategy", "steps", "--save_steps", "2")

@@ -108,7 +108,7 @@ def judge_format(completions: Sequence, log_metric: Callable | None = None, **co
     return rewards
 
 
-def judge_consistent(completions: Sequence, **columns: Any) -> list[float]:
+def judge_consistent(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """J1's position-consistent reward: right only counts when the judge is right in every order of the candidates.
 
     ``persetrain prepare judge`` writes an item's order variants (one question, its candidates shown in different
@@ -124,7 +124,10 @@ def judge_consistent(completions: Sequence, **columns: Any) -> list[float]:
     and earns nothing; only a verdict that follows the candidates wherever they stand is rewarded. An item with a
     single variant in the batch (a split batch, or data written with one order) reduces to :func:`judge_verdict`.
     The reward sees only the batch it is called with, so a recipe keeps every variant of an item in one process's
-    batch (per-device batch a multiple of ``n_orders`` x ``num_generations``).
+    generation batch (a multiple of ``n_orders`` x ``num_generations``; ``persetrain grpo`` refuses a layout that
+    splits them before training). Logs ``judge/split_item_share`` through TRL's ``log_metric`` (averaged over
+    the processes): the share of the batch's completions whose item has fewer of its ``n_orders`` variants in the
+    batch, rewarded by their verdict alone. It stays 0 when the layout is right.
     """
     parsed = _parsed("judge-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
     right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
@@ -138,6 +141,12 @@ def judge_consistent(completions: Sequence, **columns: Any) -> list[float]:
     all_right: dict[tuple, bool] = {}
     for (item, _), r, ok in zip(keys, rollout, right, strict=True):
         all_right[item, r] = all_right.get((item, r), True) and ok
+    if log_metric is not None and keys and "n_orders" in columns:
+        shown: dict[str, set] = {}
+        for item, order in keys:
+            shown.setdefault(item, set()).add(order)
+        split = [len(shown[item]) < n for (item, _), n in zip(keys, columns["n_orders"], strict=True)]
+        log_metric("judge/split_item_share", sum(split) / len(split))
     return [float(all_right[item, r]) for (item, _), r in zip(keys, rollout, strict=True)]
 
 

@@ -43,6 +43,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
+from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
@@ -192,7 +193,11 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
 
 # ------------------------------------------------------------------------------------------- trainer
 def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None) -> Dataset:
-    """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped."""
+    """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped.
+
+    A judge item's variants (``item_id``: a question's orders, or its yes / no candidates, which differ in length)
+    go together: a variant dropped alone would leave its item split and every later item shifted against the
+    batch edges that ``judge-consistent`` relies on (:func:`check_item_layout`)."""
     if max_prompt_length is None:
         return ds
     encoded = [
@@ -200,15 +205,74 @@ def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None
         for p in ds["prompt"]
     ]
     lengths = [len(e["input_ids"]) for e in encoded]
-    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
+    items = ds["item_id"] if "item_id" in ds.column_names else list(range(len(ds)))
+    overlong = {items[i] for i, n in enumerate(lengths) if n > max_prompt_length}
+    keep = [i for i, item in enumerate(items) if item not in overlong]
     if len(keep) < len(ds):
+        with_items = " (with the other variants of their items)" if "item_id" in ds.column_names else ""
         console.print(
             f"dropped {len(ds) - len(keep)} of {len(ds)} prompts longer than max_prompt_length "
-            f"{max_prompt_length} tokens (longest: {max(lengths)})"
+            f"{max_prompt_length} tokens{with_items} (longest: {max(lengths)})"
         )
     if not keep:
         raise RecipeError(f"max_prompt_length: every prompt is longer than {max_prompt_length} tokens")
     return ds.select(keep)
+
+
+def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
+    """Refuse, before any step, a ``judge-consistent`` run whose batches would split an item's variants.
+
+    The reward compares an item's variants within the batch one process scores (``persetrain.rewards.judge``), and
+    TRL hands each process, each generation, the next ``per_device_train_batch_size`` x ``steps_per_generation``
+    completions of the unshuffled prompt stream, each prompt ``num_generations`` times in a row (measured on two
+    ranks, ``tests/test_distributed.py``). So the variants of every item must be adjacent and complete, the data
+    unshuffled, and that batch a multiple of an item's variants x ``num_generations``. A split item would be paid by
+    its verdict alone, silently (``judge/split_item_share`` shows it during training); with items of several sizes
+    no batch keeps every item whole, which is said.
+    """
+    if args.shuffle_dataset:
+        raise RecipeError(
+            "judge-consistent compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
+            "sampler scatters them)"
+        )
+    ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
+    items = ds["item_id"]
+    sizes: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if item in sizes and items[i - 1] != item:
+            raise InputError(
+                path,
+                f"the rows of item {item!r} are not adjacent; judge-consistent needs an item's variants next to each "
+                "other, as `persetrain prepare judge` writes them (max_train_samples samples rows, not items)",
+                ids[i],
+                "item_id",
+            )
+        sizes[item] = sizes.get(item, 0) + 1
+    if "n_orders" in ds.column_names:
+        for row_id, item, n in zip(ids, items, ds["n_orders"], strict=True):
+            if sizes[item] != n:
+                raise InputError(
+                    path,
+                    f"item {item!r} has {sizes[item]} of its {n} variants here (max_train_samples samples rows, not "
+                    "items)",
+                    row_id,
+                    "n_orders",
+                )
+    distinct = sorted(set(sizes.values()))
+    if len(distinct) > 1:
+        console.print(
+            f"[yellow]judge-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "
+            "at batch edges and paid by their verdict alone (judge/split_item_share)[/yellow]"
+        )
+        return
+    whole = distinct[0] * args.num_generations
+    per_process = args.generation_batch_size // args.world_size
+    if per_process % whole:
+        raise RecipeError(
+            f"judge-consistent: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"steps_per_generation {args.steps_per_generation} = {per_process} completions at a time, which must be a "
+            f"multiple of an item's {distinct[0]} variants x num_generations {args.num_generations} = {whole}"
+        )
 
 
 def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
@@ -267,6 +331,8 @@ def build_grpo_trainer(
     train_dataset = render_prefixed_prompts(
         _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
     )
+    if "judge-consistent" in training_args.reward_funcs:
+        check_item_layout(train_dataset, script_args.dataset_path, training_args)
     eval_dataset = (
         None
         if eval_split is None
