@@ -147,7 +147,9 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
         # model; two short rollouts per prompt keep 2 steps cheap. Without Triton, TRL's fused head scores
         # every prompt position against the whole vocabulary (on Triton devices, the rollout tokens only),
         # most of a step for the tiny model; the recipes' activation checkpointing sends the log-probs down
-        # that path, so it is off here and each prompt runs once (persetrain.train.grpo_trainer).
+        # that path, so it is off here and each prompt runs once (persetrain.train.grpo_trainer). A judge's
+        # batch holds one question's 2 orders (or 2 candidates) x 2 rollouts, what judge-consistent compares.
+        whole_items = "4" if "judge" in recipe.relative_to(REPO).parts else "2"
         overrides += [
             "--activation_checkpointing",
             "false",
@@ -160,7 +162,7 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
             "--num_generations",
             "2",
             "--per_device_train_batch_size",
-            "2",
+            whole_items,
             "--max_completion_length",
             "8",
         ]
