@@ -207,7 +207,7 @@ def test_bad_input_is_refused_in_one_line_naming_the_file_and_the_field(tiny_lla
 
 def test_a_layout_that_splits_an_items_orders_is_refused_before_training(tiny_llama_dir, judge_data, tmp_path):
     """judge-consistent compares an item's orders within one process's batch: a batch of 2 completions (one order of
-    one question, 2 rollouts), a shuffled sampler and rows sampled apart are each refused before the model loads."""
+    one question, 2 rollouts), a shuffled sampler and rows stored apart are each refused before the model loads."""
     consistent = ("--reward_funcs", "judge-verdict", "judge-consistent")
     argv = _argv(tiny_llama_dir, judge_data, tmp_path / "a", *consistent)
     argv[argv.index("--per_device_train_batch_size") + 1] = "2"
@@ -219,10 +219,21 @@ def test_a_layout_that_splits_an_items_orders_is_refused_before_training(tiny_ll
         run_grpo(argv)
     with pytest.raises(RecipeError, match="set shuffle_dataset: false"):
         run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "b", *consistent, "--shuffle_dataset", "true"))
-    sampled = rf"^{re.escape(str(judge_data))}:.*field '(item_id|n_orders)'.*max_train_samples samples rows"
-    with pytest.raises(InputError, match=sampled):
-        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "c", *consistent, "--max_train_samples", "9"))
+    scattered = tmp_path / "scattered"
+    load_from_disk(str(judge_data)).shuffle(seed=0).save_to_disk(str(scattered))
+    apart = rf"^{re.escape(str(scattered))}:.*field 'item_id': the rows of item .* are not adjacent"
+    with pytest.raises(InputError, match=apart):
+        run_grpo(_argv(tiny_llama_dir, scattered, tmp_path / "c", *consistent))
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
+
+
+def test_a_row_limit_takes_whole_questions(tiny_llama_dir, judge_data, tmp_path):
+    """max_train_samples 9 of questions in 2 orders: the 8 rows of 4 whole questions, each one's orders adjacent."""
+    argv = _argv(tiny_llama_dir, judge_data, tmp_path, "--max_train_samples", "9")
+    rows = build_grpo_trainer(*make_parser().parse_args_and_config(argv)).train_dataset
+    items = rows["item_id"]
+    assert len(items) == 8 and len(set(items)) == 4
+    assert all(items[k] == items[k + 1] and rows["order"][k] != rows["order"][k + 1] for k in range(0, 8, 2))
 
 
 def test_an_overlong_candidate_takes_its_whole_question_with_it(tiny_llama_dir, yes_no_data, tmp_path):

@@ -243,7 +243,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
             raise InputError(
                 path,
                 f"the rows of item {item!r} are not adjacent; judge-consistent needs an item's variants next to each "
-                "other, as `persetrain prepare judge` writes them (max_train_samples samples rows, not items)",
+                "other, as `persetrain prepare judge` writes them",
                 ids[i],
                 "item_id",
             )
@@ -253,8 +253,8 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
             if sizes[item] != n:
                 raise InputError(
                     path,
-                    f"item {item!r} has {sizes[item]} of its {n} variants here (max_train_samples samples rows, not "
-                    "items)",
+                    f"item {item!r} has {sizes[item]} of its {n} variants here; judge-consistent needs them all, as "
+                    "`persetrain prepare judge` writes them",
                     row_id,
                     "n_orders",
                 )

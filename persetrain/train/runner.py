@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 import warnings
@@ -54,7 +55,7 @@ def load_splits(
     columns and the ``keep`` columns stay (``keep=None`` keeps every column: GRPO hands them all to the
     reward). ``write_with`` is the command that writes the dataset, for the message when it is missing. A
     row limit takes a seeded random subset, not the first rows: prepared splits are grouped by person,
-    and the first N rows would hold only a few persons.
+    and the first N rows would hold only a few persons; of a judge dataset, whole items (:func:`whole_items`).
     """
     if script_args.dataset_path is None:
         raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
@@ -80,11 +81,35 @@ def load_splits(
             ds = ds.select_columns([c for c in dict.fromkeys((*columns, *keep)) if c in ds.column_names])
         if limit is None or limit >= len(ds):
             return ds
+        if "item_id" in ds.column_names:
+            return whole_items(ds, limit, seed, path / split)
         return ds.shuffle(seed=seed).select(range(limit))
 
     train = pick(script_args.dataset_train_split, script_args.max_train_samples)
     evaluation = pick(script_args.dataset_test_split, script_args.max_eval_samples) if want_eval else None
     return train, evaluation
+
+
+def whole_items(ds: Dataset, limit: int, seed: int, where: Path) -> Dataset:
+    """At most ``limit`` rows of ``ds`` made of whole items (``item_id``), items in a seeded order, each item's rows
+    adjacent and in their own order.
+
+    Why: a judge item's variants (a question's orders, or its yes / no candidates) are compared within one batch by
+    ``judge-consistent``, which needs them all and next to each other; rows sampled one by one would scatter them.
+    """
+    rows: dict[str, list[int]] = {}
+    for i, item in enumerate(ds["item_id"]):
+        rows.setdefault(item, []).append(i)
+    items = list(rows)
+    random.Random(seed).shuffle(items)
+    picked: list[int] = []
+    for item in items:
+        if len(picked) + len(rows[item]) > limit:
+            break
+        picked += rows[item]
+    if not picked:
+        raise InputError(where, f"a row limit of {limit} is smaller than one item ({len(rows[items[0]])} rows)")
+    return ds.select(picked)
 
 
 class JsonlMetricsCallback(TrainerCallback):
