@@ -344,11 +344,13 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     assert (out / MERGED_DIR / "model.safetensors").is_file()
 
 
-def test_a_judge_under_zero3_is_paid_for_whole_questions_on_every_rank(tiny_llama_dir, tmp_path):
+@pytest.mark.parametrize("config", ["deepspeed_zero3", "fsdp"])
+def test_a_judge_is_paid_for_whole_questions_on_every_rank(config, tiny_llama_dir, tmp_path):
     """judge-consistent compares a question's two orders within the batch one rank scores: each generation, a rank
     scores the next per_device_train_batch_size x steps_per_generation completions of the stream (2 x 2 here, one
-    question in both orders with 2 rollouts each). No completion on either rank was scored without its question's
-    other order (``judge/split_item_share``, averaged over the ranks, 0 at every step; 1.0 at 2 x 1)."""
+    question in both orders with 2 rollouts each). Under ZeRO-3 and under FSDP, no completion on either rank was
+    scored without its question's other order (``judge/split_item_share``, averaged over the ranks, 0 at every
+    step; 1.0 at 2 x 1)."""
     from data_prep.judge.prepare import prepare_judge
 
     data = tmp_path / "judge"
@@ -356,7 +358,7 @@ def test_a_judge_under_zero3_is_paid_for_whole_questions_on_every_rank(tiny_llam
     out = tmp_path / "grpo"
     _launch(
         JUDGE_RECIPE,
-        "deepspeed_zero3",
+        config,
         *("--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(data), "--output_dir", str(out)),
         *("--max_steps", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
         *("--gradient_accumulation_steps", "2", "--max_completion_length", "4", "--save_strategy", "no"),
