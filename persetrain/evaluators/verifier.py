@@ -57,7 +57,7 @@ class Verifier(LearnedJudge):
         if engine is None:
             raise ValueError("verifier needs a model")
         probs = engine.choice_probs(
-            [verifier_request(it) for it in items], list(CHOICES), description=f"{context.system}: p(yes)"
+            [verifier_request(it) for it in items], CHOICES, description=f"{context.system}: p(yes)"
         )
         return [p_yes(p.probs) for p in probs], [p.cost for p in probs], [""] * len(items)
 

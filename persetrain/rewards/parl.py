@@ -238,7 +238,7 @@ class RubricJudge:
             return []
         requests = [judge_request(task, input, text, rule) for task, rule, input, text in checks]
         try:  # the engine computes identical checks once
-            results = self.engine.choice_probs(requests, list(CHOICES), description="rubric checks")
+            results = self.engine.choice_probs(requests, CHOICES, description="rubric checks")
         except Exception as err:
             raise RewardError(
                 f"the PARL judge ({self.engine.backend.fingerprint}) failed on {len(checks)} "

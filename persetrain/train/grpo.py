@@ -35,6 +35,7 @@ import importlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import trl
@@ -48,7 +49,15 @@ from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
+from persetrain.train.runner import (
+    METRICS_FILE,
+    RunResult,
+    item_rows,
+    load_splits,
+    prepare_model_init,
+    run_as_script,
+    run_trainer,
+)
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -237,28 +246,28 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
         )
     ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
     items = ds["item_id"]
-    sizes: dict[str, int] = {}
-    for i, item in enumerate(items):
-        if item in sizes and items[i - 1] != item:
-            raise InputError(
-                path,
-                f"the rows of item {item!r} are not adjacent; judge-consistent needs an item's variants next to each "
-                "other, as `persetrain prepare judge` writes them",
-                ids[i],
-                "item_id",
-            )
-        sizes[item] = sizes.get(item, 0) + 1
+    rows = item_rows(items)
+    apart = [b for indices in rows.values() for a, b in pairwise(indices) if b != a + 1]
+    if apart:
+        first = min(apart)
+        raise InputError(
+            path,
+            f"the rows of item {items[first]!r} are not adjacent; judge-consistent needs an item's variants next to "
+            "each other, as `persetrain prepare judge` writes them",
+            ids[first],
+            "item_id",
+        )
     if "n_orders" in ds.column_names:
         for row_id, item, n in zip(ids, items, ds["n_orders"], strict=True):
-            if sizes[item] != n:
+            if len(rows[item]) != n:
                 raise InputError(
                     path,
-                    f"item {item!r} has {sizes[item]} of its {n} variants here; judge-consistent needs them all, as "
-                    "`persetrain prepare judge` writes them",
+                    f"item {item!r} has {len(rows[item])} of its {n} variants here; judge-consistent needs them all, "
+                    "as `persetrain prepare judge` writes them",
                     row_id,
                     "n_orders",
                 )
-    distinct = sorted(set(sizes.values()))
+    distinct = sorted({len(indices) for indices in rows.values()})
     if len(distinct) > 1:
         console.print(
             f"[yellow]judge-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "

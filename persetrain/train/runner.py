@@ -90,6 +90,14 @@ def load_splits(
     return train, evaluation
 
 
+def item_rows(items: Sequence[str]) -> dict[str, list[int]]:
+    """Each item's row indices (``items``: a dataset's ``item_id`` column), items in the order they first appear."""
+    rows: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        rows.setdefault(item, []).append(i)
+    return rows
+
+
 def whole_items(ds: Dataset, limit: int, seed: int, where: Path) -> Dataset:
     """At most ``limit`` rows of ``ds`` made of whole items (``item_id``), items in a seeded order, each item's rows
     adjacent and in their own order.
@@ -97,9 +105,7 @@ def whole_items(ds: Dataset, limit: int, seed: int, where: Path) -> Dataset:
     Why: a judge item's variants (a question's orders, or its yes / no candidates) are compared within one batch by
     ``judge-consistent``, which needs them all and next to each other; rows sampled one by one would scatter them.
     """
-    rows: dict[str, list[int]] = {}
-    for i, item in enumerate(ds["item_id"]):
-        rows.setdefault(item, []).append(i)
+    rows = item_rows(ds["item_id"])
     items = list(rows)
     random.Random(seed).shuffle(items)
     picked: list[int] = []
