@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from persetrain.cli import app
 from persetrain.io import InputError
 from persetrain.train.checkpoints import last_complete_checkpoint
+from persetrain.train.grpo import REWARD_PARTS_FILE
 from persetrain.train.rm import run_rm
 from persetrain.train.runner import MERGED_DIR, METRICS_FILE
 from persetrain.train.sft import run_sft
@@ -324,7 +325,7 @@ def test_reward_model_and_verifier_under_zero3_equal_one_process(
 
 def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path):
     """GRPO's rollouts and log-prob passes under ZeRO-3 (each rank's prompts differ, and so would the number of
-    forwards of the one-prompt-once path, which hung here): two steps, every rank, the reward logged."""
+    forwards of the one-prompt-once path, which hung here): two steps, every rank, the reward and its parts logged."""
     from data_prep.parl.prepare import prepare_parl
     from data_prep.synthetic.parl import write_parl_sample
 
@@ -342,6 +343,13 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2] and all("parl/parsed_share" in r for r in logged)
     assert (out / MERGED_DIR / "model.safetensors").is_file()
+    # Both ranks' reward parts, written by rank 0 alone: a step's 2 x 2 rollouts numbered once across the ranks,
+    # each rank's prompt (2 rollouts) adjacent, and the two ranks' prompts different.
+    parts = [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines()]
+    assert [(r["step"], r["rollout"]) for r in parts] == [(step, k) for step in (1, 2) for k in range(4)]
+    for step in (1, 2):
+        ids = [r["id"] for r in parts if r["step"] == step]
+        assert ids[0] == ids[1] != ids[2] == ids[3], ids
 
 
 @pytest.mark.parametrize("config", ["deepspeed_zero3", "fsdp"])

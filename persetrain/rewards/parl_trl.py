@@ -7,8 +7,9 @@ columns are the dataset's (``persetrain prepare parl`` writes ``task``, ``histor
 ``user_negative_inputs``, which join the margin product. One call is one generation batch: it is scored with
 one engine call (``score_batch``), the reward parts go to the completions table (``log_extra``), their means to the
 logged metrics (``log_metric``) and, when ``parts_path`` is set, one JSON line per sample to that file, with
-the optimizer step it was scored for, its index among that call's rollouts and, when the dataset has an ``id``
-column, the example it was sampled for (``step``, ``rollout``, ``id``): what tells a step's users apart.
+the optimizer step it was scored for, its index among the generation batch's rollouts (across processes: the main
+process writes every process's rows) and, when the dataset has an ``id`` column, the example it was sampled for
+(``step``, ``rollout``, ``id``): what tells a step's users apart.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from accelerate import PartialState
+from accelerate.utils import gather_object
 
 from persetrain.rewards.parl import RewardConfig, RewardParts, RubricJudge, RubricSample, score_batch
 
@@ -105,8 +109,21 @@ class PARLReward:
                 log_metric("parl/s_gt", sum(p.s_gt for p in scored) / len(scored))
                 log_metric("parl/d", sum(p.d for p in scored) / len(scored))
         if self.parts_path is not None:
-            self.parts_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.parts_path.open("a", encoding="utf-8") as f:
-                for rollout, p in enumerate(parts):
-                    id = ids[rollout] if ids is not None else None
-                    f.write(json.dumps({"step": step, "rollout": rollout, "id": id, **p.as_dict()}) + "\n")
+            self._append_parts(
+                [{"id": ids[i] if ids is not None else None, **p.as_dict()} for i, p in enumerate(parts)], step
+            )
+
+    def _append_parts(self, rows: list[dict], step: int | None) -> None:
+        """Append every process's rows to ``parts_path``, written by the main process alone, numbered across them.
+
+        Why: with several processes each scores its own share of the generation batch. Appended by each process, rows
+        would share rollout indices, and on a cluster's shared filesystem appends from different nodes are not
+        atomic, so lines could tear into each other. Gathered (in TRL's own gather order, process 0's completions
+        first), a step's rows are one block with ``rollout`` the completion's index in the whole generation batch.
+        """
+        rows = gather_object(rows)
+        if not PartialState().is_main_process:
+            return
+        self.parts_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.parts_path.open("a", encoding="utf-8") as f:
+            f.write("".join(json.dumps({"step": step, "rollout": k, **row}) + "\n" for k, row in enumerate(rows)))
