@@ -20,6 +20,7 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import json
 import os
 import shutil
 import tempfile
@@ -49,6 +50,11 @@ class ModelSpecError(ValueError):
 def cache_root() -> Path:
     return Path(os.environ.get("PERSETRAIN_CACHE", Path.home() / ".cache" / "persetrain"))
 
+
+#: A training run directory: the runner writes its configuration first, and the Trainer its state last of the final
+#: save (after the model, tokenizer and metrics), so the state file says that the run's model is all there.
+RESOLVED_CONFIG_FILE = "resolved_config.json"
+TRAINER_STATE = "trainer_state.json"
 
 DTYPE_ENV = "PERSETRAIN_DTYPE"
 FORCEABLE_DTYPES = ("float32", "bfloat16", "float16")
@@ -114,6 +120,26 @@ def _embedded_file(name: str) -> Path:
     return path
 
 
+def unfinished_run(directory: Path) -> str | None:
+    """Why ``directory``, a training run's directory, does not hold a finished model; None when it does or is no run.
+
+    Why: the final save writes the model into the run directory in place, and a run killed during it (a hard limit, a
+    lost node) leaves ``config.json`` beside torn weights, which would load as an unreadable file deep in a library
+    or, worse, be pushed. A run stopped by a signal has only its checkpoints. Either has no trainer state at the top,
+    which a rerun removes before it trains.
+    """
+    if not (directory / RESOLVED_CONFIG_FILE).is_file():
+        return None
+    try:
+        json.loads((directory / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return (
+            f"a training run that has not finished (no complete {TRAINER_STATE}, which its final save writes last): "
+            "rerun its training command to resume it, or name one of its checkpoint-N folders"
+        )
+    return None
+
+
 def resolve(spec: str) -> ResolvedSpec:
     """Classify a spec without loading anything heavy."""
     if spec.startswith("embedded:"):
@@ -130,6 +156,9 @@ def resolve(spec: str) -> ResolvedSpec:
             raise ModelSpecError(f"GGUF file not found: {path}")
         return ResolvedSpec(spec, "gguf", str(path.resolve()), _file_fingerprint([path]))
     if path.is_dir():
+        unfinished = unfinished_run(path)
+        if unfinished:
+            raise ModelSpecError(f"{path}: {unfinished}")
         if not (path / "config.json").is_file():
             raise ModelSpecError(f"{path} is a directory but has no config.json: not a Hugging Face model")
         weights = [p for p in path.iterdir() if p.suffix in {".safetensors", ".bin", ".json"}]

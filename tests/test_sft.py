@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,16 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset, DatasetDict
 from numerics import close
+from transformers import TrainerCallback
+from typer.testing import CliRunner
 
-from persetrain.models import load_model
+from persetrain.cli import app
+from persetrain.hub.checkpoint import checkpoint_kind
+from persetrain.io import InputError
+from persetrain.models import ModelSpecError, load_model, resolve
 from persetrain.train.recipe import RecipeError
 from persetrain.train.runner import MERGED_DIR, METRICS_FILE, RESOLVED_CONFIG_FILE
-from persetrain.train.sft import CompletionOnlySFTTrainer, build_sft_trainer, make_parser, run_sft
+from persetrain.train.sft import CompletionOnlySFTTrainer, build_sft_trainer, main, make_parser, run_sft
 
 PLOTS = [
     "a war story in a frozen city",
@@ -233,6 +239,42 @@ def test_interrupted_run_resumes_from_latest_checkpoint(tiny_llama_dir, dataset_
     assert [b["step"] for b in begins] == [0, 2]
     steps_logged = [r["step"] for r in _log(out) if r["event"] == "log" and "loss" in r]
     assert steps_logged == [1, 2, 3, 4]  # appended, not overwritten, and nothing retrained
+
+
+def test_a_run_directory_is_a_model_only_once_its_final_save_is_done(tiny_llama_dir, dataset_dir, tmp_path):
+    """The final save writes the model into the run directory in place. A rerun (to resume or extend the run) makes
+    the directory unfinished until its own final save is done: a run stopped before it is refused by name, by
+    every command that would load or push it, while its checkpoints still load."""
+    out = tmp_path / "run"
+    argv = ["--save_strategy", "steps", "--save_steps", "2", "--learning_rate", "1e-3"]
+    run_sft(_argv(tiny_llama_dir, dataset_dir, out, *argv, "--max_steps", "2"))
+    assert resolve(str(out)).kind == "local" and checkpoint_kind(out) == "full"
+
+    class Stopped(Exception):
+        pass
+
+    class StopBeforeTheFinalSave(TrainerCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            raise Stopped
+
+    longer = _argv(tiny_llama_dir, dataset_dir, out, *argv, "--max_steps", "4")
+    with pytest.raises(Stopped):
+        main(*make_parser().parse_args_and_config(longer), callbacks=[StopBeforeTheFinalSave()])
+    unfinished = "a training run that has not finished (no complete trainer_state.json, which its final save writes"
+    with pytest.raises(ModelSpecError, match=f"^{re.escape(f'{out}: {unfinished}')}"):
+        resolve(str(out))
+    with pytest.raises(InputError, match=f"^{re.escape(f'{out}: {unfinished}')}"):
+        checkpoint_kind(out)
+    requests = tmp_path / "in.jsonl"
+    requests.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    result = CliRunner().invoke(
+        app, ["-q", "generate", "-i", str(requests), "-o", str(tmp_path / "o.jsonl"), "--model", str(out)]
+    )
+    assert result.exit_code == 2 and result.output.strip().startswith(f"error: {out}: {unfinished}"), result.output
+    assert resolve(str(out / "checkpoint-4")).kind == "local"
+
+    assert run_sft(longer).resumed_from == str(out / "checkpoint-4")  # the same command finishes it
+    assert resolve(str(out)).kind == "local" and checkpoint_kind(out) == "full"
 
 
 def test_lora_saves_an_adapter_and_a_merged_model(tiny_llama_dir, dataset_dir, tmp_path):

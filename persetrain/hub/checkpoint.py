@@ -41,9 +41,15 @@ def _matches(path: Path, patterns: tuple[str, ...]) -> bool:
 
 
 def checkpoint_kind(checkpoint: Path) -> str:
-    """``"adapter"`` or ``"full"``; a directory with neither kind of weights is an error naming it."""
+    """``"adapter"`` or ``"full"``; a directory with neither kind of weights, or a run that has not finished, is an
+    error naming it."""
+    from persetrain.models import unfinished_run
+
     if not checkpoint.is_dir():
         raise InputError(checkpoint, "no such checkpoint directory")
+    unfinished = unfinished_run(checkpoint)
+    if unfinished:
+        raise InputError(checkpoint, unfinished)
     files = [p for p in checkpoint.iterdir() if p.is_file()]
     if any(_matches(p, ADAPTER_WEIGHTS) for p in files) and (checkpoint / "adapter_config.json").is_file():
         return "adapter"

@@ -21,8 +21,8 @@ from pathlib import Path
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from persetrain.io import InputError
+from persetrain.models import TRAINER_STATE
 
-TRAINER_STATE = "trainer_state.json"
 _STEP = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 _RANK_RNG = re.compile(r"^rng_state_(\d+)\.pth$")
 #: Files that hold one rank's part of the weights or optimizer state, by what wrote them.

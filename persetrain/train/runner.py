@@ -29,6 +29,7 @@ from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 from persetrain.environment import environment
 from persetrain.hub.checkpoint import merge_adapter
 from persetrain.io import InputError, atomic_dir, trim_step_log, write_json
+from persetrain.models import RESOLVED_CONFIG_FILE, TRAINER_STATE
 from persetrain.train.checkpoints import check_world_size, last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
@@ -37,7 +38,6 @@ from persetrain.train.stopped import TrainingStopped
 from persetrain.train.watchdog import HangWatchdog
 
 METRICS_FILE = "metrics.jsonl"
-RESOLVED_CONFIG_FILE = "resolved_config.json"
 MERGED_DIR = "merged"
 
 
@@ -257,6 +257,8 @@ def run_trainer(
     if resume is not None:
         check_world_size(resume, trainer.args.world_size)
     if trainer.is_world_process_zero():
+        # A finished run's state file says its model is all there (models.unfinished_run); this run has not finished.
+        (output_dir / TRAINER_STATE).unlink(missing_ok=True)
         write_json(
             output_dir / RESOLVED_CONFIG_FILE,
             {
