@@ -71,11 +71,12 @@ def read_json(path: Path) -> dict[str, Any]:
         raise InputError(path, f"not valid JSON: {err}") from None
 
 
-def fresh_folder(out: Path) -> None:
-    """An empty ``out``: an upload folder holds what this push builds and nothing left from an earlier one."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+def check_upload_folder(out: Path, source: Path) -> None:
+    """Refuse an upload folder that is ``source`` or holds it: the folder is replaced whole, and that would delete
+    the checkpoint or dataset being pushed."""
+    out, source = out.resolve(), source.resolve()
+    if out == source or out in source.parents:
+        raise InputError(out, f"the upload folder would replace {source}, which it is built from; give another --out")
 
 
 def copy_model_files(checkpoint: Path, out: Path) -> None:

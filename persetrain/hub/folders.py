@@ -13,15 +13,15 @@ from pathlib import Path
 from persetrain.hub.cards import dataset_card, model_card
 from persetrain.hub.checkpoint import (
     RESOLVED_CONFIG,
+    check_upload_folder,
     checkpoint_kind,
     copy_model_files,
-    fresh_folder,
     is_reward_model,
     merge_adapter,
     read_json,
 )
 from persetrain.hub.errors import HubError
-from persetrain.io import InputError, atomic_write
+from persetrain.io import InputError, atomic_dir
 
 
 def build_model_folder(
@@ -54,11 +54,7 @@ def build_model_folder(
     if merge and not base:
         raise InputError(checkpoint / "adapter_config.json", "no base_model_name_or_path to merge the adapter into")
 
-    fresh_folder(out)
-    if merge:
-        merge_adapter(checkpoint, base, out)
-    else:
-        copy_model_files(checkpoint, out)
+    check_upload_folder(out, checkpoint)
     card = model_card(
         kind=kind,
         merged=merge,
@@ -71,8 +67,13 @@ def build_model_folder(
         method=method,
         reward_model=is_reward_model(checkpoint),
     )
-    with atomic_write(out / "README.md") as f:
-        f.write(card)
+    # Built whole, then renamed into place: a push killed mid-merge leaves the previous folder, not half of one.
+    with atomic_dir(out) as tmp:
+        if merge:
+            merge_adapter(checkpoint, base, tmp)
+        else:
+            copy_model_files(checkpoint, tmp)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
 
 
@@ -94,17 +95,15 @@ def build_dataset_folder(
     splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
     method = method or ("parl" if "parl" in str(info.get("name", "")) else "perse")
 
-    fresh_folder(out)
-    files = {}
-    for split, rows in splits.items():
-        files[split] = f"data/{split}-00000-of-00001.parquet"
-        (out / "data").mkdir(exist_ok=True)
-        rows.to_parquet(str(out / files[split]))
-    for extra in ("build_info.json", "dataset.json"):
-        if (dataset / extra).is_file():
-            shutil.copy2(dataset / extra, out / extra)
-
+    check_upload_folder(out, dataset)
+    files = {split: f"data/{split}-00000-of-00001.parquet" for split in splits}
     card = dataset_card(dataset, info, splits, files, license=license, method=method)
-    with atomic_write(out / "README.md") as f:
-        f.write(card)
+    with atomic_dir(out) as tmp:
+        (tmp / "data").mkdir()
+        for split, rows in splits.items():
+            rows.to_parquet(str(tmp / files[split]))
+        for extra in ("build_info.json", "dataset.json"):
+            if (dataset / extra).is_file():
+                shutil.copy2(dataset / extra, tmp / extra)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
