@@ -350,6 +350,11 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     for step in (1, 2):
         ids = [r["id"] for r in parts if r["step"] == step]
         assert ids[0] == ids[1] != ids[2] == ids[3], ids
+    # Each rank's judge keeps its own request cache (SQLite's WAL needs one host; nodes share the folder).
+    assert sorted(p.name for p in out.glob("judge-cache*.sqlite")) == [
+        "judge-cache.rank0.sqlite",
+        "judge-cache.rank1.sqlite",
+    ]
 
 
 @pytest.mark.parametrize("config", ["deepspeed_zero3", "fsdp"])

@@ -114,7 +114,7 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         default=None,
         metadata={
             "help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
-            "resumed run re-scores nothing it already scored."
+            "resumed run re-scores nothing it already scored. With several processes, one file each: NAME.rankK.sqlite."
         },
     )
 
@@ -157,7 +157,11 @@ def _judge_engine(config: GRPOConfig):
 
     if config.judge_backend == "openai" and not config.judge_base_url:
         raise RecipeError("judge_base_url is required with judge_backend: openai")
-    cache = config.judge_cache or str(Path(config.output_dir) / "judge-cache.sqlite")
+    cache = Path(config.judge_cache or Path(config.output_dir) / "judge-cache.sqlite")
+    if config.world_size > 1:
+        # One file per process: SQLite's WAL mode needs every process that opens a database on one host, and the
+        # ranks of a multi-node run share the output directory over a network filesystem.
+        cache = cache.with_name(f"{cache.stem}.rank{config.process_index}{cache.suffix}")
     return load_engine(
         config.judge_model, backend=config.judge_backend, cache_path=cache, base_url=config.judge_base_url
     )
