@@ -66,6 +66,15 @@ def test_synthetic_is_deterministic_and_says_so(sample, tmp_path):
     assert json.loads(sample.ground_truth.read_text())["synthetic"] is True
 
 
+def test_a_killed_sample_run_leaves_its_data_marked_synthetic(tmp_path):
+    """The marker is written before the data: a run stopped midway (here: a folder where a file goes) must not leave
+    data that `prepare perse` takes for real reviews."""
+    (tmp_path / "mpst" / "plots.csv").mkdir(parents=True)
+    with pytest.raises(OSError):
+        write_sample_data(tmp_path, seed=0)
+    assert json.loads((tmp_path / "ground_truth.json").read_text())["synthetic"] is True
+
+
 def test_synthetic_scores_follow_the_planted_preferences(sample, truth):
     planted = truth["mpst"]
     errors = []

@@ -3,6 +3,8 @@ token `mcq-letter` reads, and the one-line refusals of rows it cannot train on."
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,17 @@ def test_rows_it_cannot_train_on_are_refused_naming_the_file_row_and_field(judge
     result = CliRunner().invoke(app, ["prepare", "judge-sft", "--judge", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
     assert f"{tmp_path}: not a dataset `persetrain prepare judge` wrote" in result.output
+
+
+def test_a_judge_dataset_missing_a_split_or_with_bad_splits_is_one_line_naming_it(judge, tmp_path):
+    """``load_from_disk`` trusts dataset_dict.json: a split folder gone, or ``splits`` a string (its letters taken
+    for split names), was a FileNotFoundError from inside ``datasets``."""
+    torn = shutil.copytree(judge, tmp_path / "torn")
+    shutil.rmtree(torn / "validation")
+    result = CliRunner().invoke(app, ["prepare", "judge-sft", "--judge", str(torn), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"{torn / 'dataset_dict.json'}: field 'splits': split 'validation' is missing" in result.output
+    (torn / "dataset_dict.json").write_text(json.dumps({"splits": "train"}))
+    with pytest.raises(InputError, match=r"dataset_dict.json: field 'splits': expected a list of split names"):
+        judge_sft(torn, tmp_path / "o")
+    assert not (tmp_path / "o").exists()

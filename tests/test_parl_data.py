@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 from datasets import load_from_disk
+from typer.testing import CliRunner
 
 from data_prep.parl.prepare import attach_baselines, prepare_parl
 from data_prep.parl.readers import read_amazon, read_lamp4, read_longlamp, read_task
+from data_prep.parl.rule_verifier import prepare_verifier
 from data_prep.synthetic.parl import write_parl_sample
+from persetrain.cli import app
 from persetrain.io import InputError
 
 
@@ -72,10 +76,6 @@ def test_user_negatives_are_other_users_texts_of_the_same_split(sample, tmp_path
 
 
 def test_cli_adds_user_negatives(sample, tmp_path):
-    from typer.testing import CliRunner
-
-    from persetrain.cli import app
-
     args = [
         "prepare",
         "parl",
@@ -140,6 +140,77 @@ def test_reader_errors_name_file_record_and_field(tmp_path):
     outputs.write_text(json.dumps({"golds": [{"id": "q1", "output": "A"}]}))
     (example,) = read_lamp4(questions, outputs)
     assert example.input == "a" and example.history[0].output == "B"
+
+
+def test_lamp4_input_must_be_text_not_a_number(tmp_path):
+    questions = tmp_path / "questions.json"
+    questions.write_text(json.dumps([{"id": 7, "input": 5, "profile": [{"text": "b", "title": "B"}]}]))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"golds": [{"id": "7", "output": "A"}]}))
+    with pytest.raises(InputError, match=r"questions.json:question 0: field 'input': expected text, got int"):
+        read_lamp4(questions, outputs)
+
+
+@pytest.mark.parametrize("command", ["reference", "generate-baselines"])
+def test_an_unknown_task_is_one_line_in_every_command_that_reads_one(sample, tmp_path, command):
+    baselines = str(sample.root / "news" / "baselines.jsonl")
+    args = {
+        "reference": ["prepare", "reference", "--baselines", baselines],
+        "generate-baselines": ["generate-baselines", "--generator", "non:embedded:x"],
+    }[command]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [*args, "--raw", str(sample.root / "news"), "--task", "foo", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: unknown PARL task 'foo'; expected one of ('amazon', 'reddit', 'news')\n"
+    assert not out.exists()
+
+
+def test_a_reference_dataset_of_no_questions_is_refused_and_nothing_written(sample, tmp_path):
+    raw = tmp_path / "news"
+    raw.mkdir()
+    (raw / "questions.json").write_text("[]")
+    (raw / "outputs.json").write_text(json.dumps({"golds": []}))
+    out = tmp_path / "out"
+    args = ["prepare", "reference", "--raw", str(raw), "--task", "news", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--baselines", str(sample.root / "news" / "baselines.jsonl")])
+    assert result.exit_code == 2, result.output
+    assert f"error: {raw / 'questions.json'}: holds no records" in result.output
+    assert not out.exists()
+
+
+def _labels(path, **changes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    row = {"task": "news", "input": "An article.", "text": "A headline", "rule": "It is short.", "split": "train"}
+    rows = [{**row, "satisfied": s, "split": split} for split in ("train", "validation") for s in (True, False)]
+    return _write(path, [{**rows[0], **changes}, *rows[1:]])
+
+
+def test_verifier_labels_given_twice_or_sharing_a_name_are_refused(tmp_path):
+    """A labelled row's id is ``<file name>:<line>``: the same file twice, or two files of one name, gave two rows one
+    id, and ``prepare judge`` then refused the dataset with a message about the verifier folder."""
+    ok, other = _labels(tmp_path / "ok.jsonl"), _labels(tmp_path / "b" / "ok.jsonl")
+    with pytest.raises(InputError, match=r"ok.jsonl: given twice in --labels"):
+        prepare_verifier(tmp_path / "o", labels=[ok, tmp_path / "b" / ".." / "ok.jsonl"])
+    clash = rf"^{re.escape(str(other))}: its rows would have the ids of {re.escape(str(ok))}'s.*rename one$"
+    with pytest.raises(InputError, match=clash):
+        prepare_verifier(tmp_path / "o", labels=[ok, other])
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("field", ["text", "rule"])
+def test_verifier_labels_with_a_blank_text_or_rule_are_refused(tmp_path, field):
+    labels = _labels(tmp_path / "labels.jsonl", **{field: "  "})
+    with pytest.raises(InputError, match=rf"labels.jsonl:1: field '{field}': empty"):
+        prepare_verifier(tmp_path / "o", labels=[labels])
+
+
+def test_a_killed_sample_run_leaves_its_data_marked_synthetic(tmp_path):
+    """The marker is written before the data: a run stopped midway (here: a folder where a file goes) must not leave
+    data that `prepare parl` takes for real users."""
+    (tmp_path / "amazon" / "reviews.jsonl").mkdir(parents=True)
+    with pytest.raises(OSError):
+        write_parl_sample(tmp_path)
+    assert json.loads((tmp_path / "ground_truth.json").read_text())["synthetic"] is True
 
 
 def test_missing_negatives_are_an_error(sample, tmp_path):

@@ -37,11 +37,19 @@ from collections.abc import Sequence
 from itertools import chain, permutations
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
+from datasets import Dataset, DatasetDict, Features, List, Value
 
 from data_prep.judge.card import build_info, readme
 from data_prep.preference.prepare import check_profile_sizes
-from data_prep.preference.sources import TRAIN, VALIDATION, Group, is_synthetic, perse_groups, prefeval_groups
+from data_prep.preference.sources import (
+    TRAIN,
+    VALIDATION,
+    Group,
+    is_synthetic,
+    load_prepared,
+    perse_groups,
+    prefeval_groups,
+)
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.judge import (
@@ -217,13 +225,9 @@ def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0
     """Every row of a verifier dataset as a yes / no variant, grouped into items by ``group_id`` when the dataset has
     one (else each row an item), in the split it is in; and the source's card. ``balance``: each group keeps as
     many "no" candidates as "yes" ones (:func:`balanced`, seeded by ``seed``)."""
-    try:
-        data = load_from_disk(str(folder))
-    except FileNotFoundError:
-        raise InputError(folder, "not a dataset `persetrain prepare verifier` wrote (no dataset_dict.json)") from None
-    if not isinstance(data, DatasetDict) or set(data) - set(SPLITS):
-        what = f"has the splits {list(data)}" if isinstance(data, DatasetDict) else "is one Dataset, without splits"
-        raise InputError(folder, f"{what}; expected train and/or validation", field="split")
+    data = load_prepared(folder, "persetrain prepare verifier")
+    if set(data) - set(SPLITS):
+        raise InputError(folder, f"has the splits {list(data)}; expected train and/or validation", field="split")
     items: list[Item] = []
     for split in data:
         dataset = data[split]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datasets import DatasetDict, load_from_disk
+from datasets import DatasetDict
 
+from data_prep.preference.sources import load_prepared
 from persetrain.io import InputError, atomic_dir
 from persetrain.prompts.judge import request_of
 from persetrain.rewards.judge import check_judge_rows
@@ -33,9 +34,7 @@ def sft_row(row: dict) -> dict:
 
 def judge_sft(judge: Path, out: Path) -> DatasetDict:
     """Write the SFT view of the judge dataset at ``judge`` (every split) to ``out``, whole or not at all."""
-    if not (judge / "dataset_dict.json").is_file():
-        raise InputError(judge, "not a dataset `persetrain prepare judge` wrote (no dataset_dict.json)")
-    found = load_from_disk(str(judge))
+    found = load_prepared(judge, "persetrain prepare judge")
     for split, rows in found.items():
         check_judge_rows(rows, judge / split, ["judge-verdict"])  # the columns, a known mode, a gold among verdicts
         for row in rows.select_columns(["id", "mode"]):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from data_prep.parl.readers import HISTORY_SIZE, read_baselines, read_task
 from persetrain.io import InputError, atomic_dir, write_json
-from persetrain.prompts.parl import TASKS, induction_messages
+from persetrain.prompts.parl import TASKS, check_task, induction_messages
 from persetrain.schema import RubricExample
 
 
@@ -200,10 +200,10 @@ def prepare_parl(
     """
     truth = raw_dir / "ground_truth.json"
     synthetic = truth.is_file() and bool(json.loads(truth.read_text(encoding="utf-8")).get("synthetic"))
+    for task in tasks:
+        check_task(task)  # every task before the first is written
     written = {}
     for task in tasks:
-        if task not in TASKS:
-            raise ValueError(f"unknown PARL task {task!r}; expected one of {TASKS}")
         folder = raw_dir / task
         examples = read_task(folder, task, min_history=min_history, history_size=history_size)
         files = list(baselines) or [folder / "baselines.jsonl"]

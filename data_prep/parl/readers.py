@@ -19,7 +19,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from persetrain.console import track
 from persetrain.io import InputError, iter_jsonl, parse_record
+from persetrain.prompts.parl import check_task
 from persetrain.schema import RubricExample
 
 HISTORY_SIZE = 10
@@ -32,7 +34,9 @@ LAYOUT_FILES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _text(path: Path, line: int | str, record: dict, field: str, required: bool = True) -> str:
+def _text(path: Path, line: int | str, record: dict, field: str, required: bool = True, number: bool = False) -> str:
+    """A field's text, stripped; a list of texts is joined. ``number``: a number is taken too (a rating, an id):
+    elsewhere a number is an error, not text, since a misplaced column would pass as "5"."""
     value = record.get(field)
     if isinstance(value, list):
         value = " ".join(str(v) for v in value)
@@ -40,7 +44,7 @@ def _text(path: Path, line: int | str, record: dict, field: str, required: bool 
         if required:
             raise InputError(path, "missing or empty", record=line, field=field)
         return ""
-    if not isinstance(value, str | int | float):
+    if not isinstance(value, str | int | float) or (not number and not isinstance(value, str)):
         raise InputError(path, f"expected text, got {type(value).__name__}", record=line, field=field)
     return str(value).strip()
 
@@ -89,15 +93,15 @@ def read_amazon(
     reviews_path: Path, meta_path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE
 ) -> list[RubricExample]:
     meta: dict[str, tuple[str, str]] = {}
-    for line, rec in iter_jsonl(meta_path):
-        asin = _text(meta_path, line, rec, "parent_asin")
+    for line, rec in track(iter_jsonl(meta_path), description=f"read {meta_path.name}"):
+        asin = _text(meta_path, line, rec, "parent_asin", number=True)
         meta.setdefault(
             asin, (_text(meta_path, line, rec, "title"), _text(meta_path, line, rec, "description", required=False))
         )
     by_user: dict[str, list[tuple[float, int, str, str]]] = defaultdict(list)
-    for line, rec in iter_jsonl(reviews_path):
-        user = _text(reviews_path, line, rec, "user_id")
-        asin = _text(reviews_path, line, rec, "parent_asin")
+    for line, rec in track(iter_jsonl(reviews_path), description=f"read {reviews_path.name}"):
+        user = _text(reviews_path, line, rec, "user_id", number=True)
+        asin = _text(reviews_path, line, rec, "parent_asin", number=True)
         if asin not in meta:
             raise InputError(reviews_path, f"item {asin!r} is not in {meta_path}", record=line, field="parent_asin")
         try:
@@ -105,7 +109,7 @@ def read_amazon(
         except (TypeError, ValueError):
             raise InputError(reviews_path, "expected a number", record=line, field="timestamp") from None
         title, description = meta[asin]
-        rating = _text(reviews_path, line, rec, "rating")
+        rating = _text(reviews_path, line, rec, "rating", number=True)
         rating = rating[:-2] if rating.endswith(".0") else rating
         item_input = amazon_input(title, description, rating, _text(reviews_path, line, rec, "title", required=False))
         by_user[user].append((stamp, line, item_input, _text(reviews_path, line, rec, "text")))
@@ -130,8 +134,8 @@ def read_amazon(
 
 def read_longlamp(path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE) -> list[RubricExample]:
     examples = []
-    for line, rec in iter_jsonl(path):
-        user = _text(path, line, rec, "name")
+    for line, rec in track(iter_jsonl(path), description=f"read {path.name}"):
+        user = _text(path, line, rec, "name", number=True)
         profile = rec.get("profile")
         if not isinstance(profile, list):
             raise InputError(path, "expected a list of {summary, content} items", record=line, field="profile")
@@ -172,11 +176,11 @@ def read_lamp4(
         raise InputError(outputs_path, 'expected {"golds": [{"id", "output"}, ...]}', field="golds")
     gold = {str(g.get("id")): g.get("output") for g in golds if isinstance(g, dict)}
     examples = []
-    for n, rec in enumerate(questions):
+    for n, rec in enumerate(track(questions, description=f"read {questions_path.name}")):
         where = f"question {n}"
         if not isinstance(rec, dict):
             raise InputError(questions_path, "expected an object", record=where)
-        qid = _text(questions_path, where, rec, "id")
+        qid = _text(questions_path, where, rec, "id", number=True)
         article = _text(questions_path, where, rec, "input").removeprefix(LAMP4_PREFIX)
         if not isinstance(gold.get(qid), str) or not gold[qid].strip():
             raise InputError(outputs_path, f"no headline for question {qid!r}", record=qid, field="output")
@@ -200,13 +204,17 @@ def read_lamp4(
 
 
 def read_task(folder: Path, task: str, min_history: int = 1, history_size: int = HISTORY_SIZE) -> list[RubricExample]:
-    """The examples of ``task`` from its layout's files in ``folder``."""
-    paths = [folder / name for name in LAYOUT_FILES[task]]
+    """The examples of ``task`` from its layout's files in ``folder``; an unknown task or a layout with no user
+    is an error (every command that reads a PARL task comes through here)."""
+    paths = [folder / name for name in LAYOUT_FILES[check_task(task)]]
     for p in paths:
         if not p.is_file():
             raise InputError(p, f"missing: the {task} layout needs {', '.join(LAYOUT_FILES[task])}")
     reader = {"amazon": read_amazon, "reddit": read_longlamp, "news": read_lamp4}[task]
-    return reader(*paths, min_history=min_history, history_size=history_size)
+    examples = reader(*paths, min_history=min_history, history_size=history_size)
+    if not examples:
+        raise InputError(paths[0], f"holds no records: the {task} layout needs at least one user")
+    return examples
 
 
 def read_baselines(path: Path) -> dict[str, dict[str, str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from persetrain.io import InputError, iter_jsonl, parse_record, write_json, write_jsonl
+from persetrain.io import InputError, atomic_dir, iter_jsonl, parse_record, write_json, write_jsonl
 from persetrain.schema import ReferenceExample
 
 GOLD = "gold"
@@ -69,18 +69,19 @@ def build_reference(
                 outputs={GOLD: ex.output, **ex.baselines},
             )
         )
-    write_jsonl(out / "test.jsonl", records)
-    write_json(
-        out / CARD,
-        {
-            "task": "reference",
-            "splits": {"test": "test.jsonl"},
-            "synthetic": synthetic,
-            "source": {"raw": str(raw), "task": task, "baselines": [str(p) for p in baselines]},
-            "systems": list(records[0].outputs),
-            "n": len(records),
-            "description": "Per task input of a user: the user's own text (reference and system 'gold'), the user's "
-            "earlier texts (profile) and the outputs of other generators.",
-        },
-    )
+    with atomic_dir(out) as tmp:  # the records and their card together, or neither
+        write_jsonl(tmp / "test.jsonl", records)
+        write_json(
+            tmp / CARD,
+            {
+                "task": "reference",
+                "splits": {"test": "test.jsonl"},
+                "synthetic": synthetic,
+                "source": {"raw": str(raw), "task": task, "baselines": [str(p) for p in baselines]},
+                "systems": list(records[0].outputs),
+                "n": len(records),
+                "description": "Per task input of a user: the user's own text (reference and system 'gold'), the "
+                "user's earlier texts (profile) and the outputs of other generators.",
+            },
+        )
     return out

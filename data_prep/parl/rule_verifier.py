@@ -206,6 +206,9 @@ def label_rows(path: Path) -> dict[str, list[dict]]:
         for field, kind in _LABEL_FIELDS.items():
             if not isinstance(record.get(field), kind):
                 raise InputError(path, f"missing or not a {kind.__name__}", record=line, field=field)
+        for field in ("text", "rule"):  # a blank text or rule gives a check whose answer means nothing
+            if not record[field].strip():
+                raise InputError(path, "empty: a labelled check needs it", record=line, field=field)
         if record["task"] not in TASKS:
             raise InputError(
                 path, f"unknown task {record['task']!r}; expected one of {TASKS}", record=line, field="task"
@@ -217,6 +220,26 @@ def label_rows(path: Path) -> dict[str, list[dict]]:
             _row(f"{path.stem}:{line}", **fields, user_id="", rule_name="", wording=-1, text_kind="labelled")
         )
     return rows
+
+
+def _check_label_files(paths: Sequence[Path]) -> None:
+    """Refuse a labels file given twice, or two that share a name: a labelled row's id is ``<file name>:<line>``,
+    so that the row (and the judge item ``prepare judge`` makes of it) names the line it came from, and two rows with
+    one id are taken for one question downstream. Renaming a file keeps ids that say where a row came from; numbering
+    the files instead would make every id depend on the order of ``--labels``."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        if path.stem in seen:
+            same = path.resolve() == seen[path.stem].resolve()
+            raise InputError(
+                path,
+                "given twice in --labels"
+                if same
+                else f"its rows would have the ids of {seen[path.stem]}'s: a labelled row is named <file name "
+                f"without suffix>:<line> ({path.stem}:1, ...), so two files of one name give two rows one id; "
+                "rename one",
+            )
+        seen[path.stem] = path
 
 
 def balance(rows: Sequence[dict], seed: int) -> list[dict]:
@@ -299,6 +322,7 @@ def prepare_verifier(
     known = sorted({check.name for checks in RULES.values() for check in checks})
     if unknown := sorted(set(rules) - set(known)):
         raise ValueError(f"--rules: unknown signature rule(s) {unknown}; the rules are {known}")
+    _check_label_files([Path(p) for p in labels])
     reads = [signature_rows(Path(p), seed, counterfactuals, distractors=distractors) for p in parl]
     reads += [label_rows(Path(p)) for p in labels]
     reads += [

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from data_prep.parl.prepare import split_of
 from data_prep.parl.reference import GOLD
@@ -37,6 +38,9 @@ from persetrain.data import load_dataset
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LABELS, PLOT_REQUEST, reviews_person, texts_person
 from persetrain.schema import McqExample, ProfileReview
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
 
 TRAIN, VALIDATION = "train", "validation"
 
@@ -153,16 +157,40 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
 
 # -------------------------------------------------------------------------------- prepared datasets
 def source_splits(path: Path) -> list[str]:
-    """The split names of a dataset ``persetrain prepare`` wrote (``dataset_dict.json`` or ``dataset.json``)."""
+    """The split names of a dataset ``persetrain prepare`` wrote (``dataset_dict.json`` or ``dataset.json``).
+
+    Checked here, not left to ``datasets``: a card whose ``splits`` is not a list of names, or names a split whose
+    folder is gone, makes ``load_from_disk`` fail deep inside with a file it guessed (a string's letters taken for
+    split names)."""
     for name in ("dataset_dict.json", "dataset.json"):
         card = path / name
         if card.is_file():
             try:
-                splits = json.loads(card.read_text(encoding="utf-8")).get("splits")
-            except (OSError, json.JSONDecodeError, AttributeError) as err:
+                info = json.loads(card.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as err:
                 raise InputError(card, f"not readable JSON ({err})") from None
-            return list(splits or ["test"])
+            if not isinstance(info, dict):
+                raise InputError(card, f"expected a JSON object, got {type(info).__name__}")
+            splits = info.get("splits") or ["test"]
+            if not isinstance(splits, list | dict) or not all(isinstance(s, str) and s for s in splits):
+                raise InputError(card, f"expected a list of split names, got {splits!r}", field="splits")
+            for split in splits if name == "dataset_dict.json" else ():
+                missing = path / split / "state.json"
+                if not missing.is_file():
+                    raise InputError(card, f"split {split!r} is missing or incomplete: no {missing}", field="splits")
+            return list(splits)
     raise InputError(path, "not a dataset `persetrain prepare` wrote (no dataset_dict.json or dataset.json)")
+
+
+def load_prepared(path: Path, written_by: str) -> DatasetDict:
+    """The ``DatasetDict`` saved at ``path``, its splits checked first (:func:`source_splits`); ``written_by``: the
+    command that writes it, for the message when ``path`` is not one."""
+    from datasets import load_from_disk
+
+    if not (path / "dataset_dict.json").is_file():
+        raise InputError(path, f"not a dataset `{written_by}` wrote (no dataset_dict.json)")
+    source_splits(path)
+    return load_from_disk(str(path))
 
 
 def _split(person_id: str, source_split: str, splits: Sequence[str], seed: int) -> str:

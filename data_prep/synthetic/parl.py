@@ -338,6 +338,9 @@ def write_parl_sample(
     """
     root = Path(out_dir)
     truth: dict = {"synthetic": True, "seed": seed, "traits_per_user": TRAITS_PER_USER, "users": {}}
+    # The marker before any data (the users' traits are known only once their files are written, then it is
+    # rewritten whole): a run killed midway leaves data that `prepare parl` still knows to be synthetic.
+    write_json(root / "ground_truth.json", truth)
     files = {
         task: write(root, seed, n_users, items_per_user, truth)
         for task, write in (("amazon", _write_amazon), ("reddit", _write_reddit), ("news", _write_news))

@@ -111,11 +111,7 @@ def write_sample_data(
         amazon_meta=root / "amazon" / "meta_Books.json",
         ground_truth=root / "ground_truth.json",
     )
-    _write_csv(data.mpst_plots, plots)
-    write_jsonl(data.mpst_reviews, reviews)
-    _write_csv(data.doc_annotations, annotations)
-    write_jsonl(data.amazon_reviews, amazon_reviews)
-    write_jsonl(data.amazon_meta, books)
+    # The synthetic marker first: a run killed midway leaves data that `prepare` still knows to be synthetic.
     write_json(
         data.ground_truth,
         {
@@ -127,6 +123,11 @@ def write_sample_data(
             "amazon": amazon_truth,
         },
     )
+    _write_csv(data.mpst_plots, plots)
+    write_jsonl(data.mpst_reviews, reviews)
+    _write_csv(data.doc_annotations, annotations)
+    write_jsonl(data.amazon_reviews, amazon_reviews)
+    write_jsonl(data.amazon_meta, books)
     with atomic_write(root / "README.md") as f:
         f.write(_README.format(seed=seed, formula=SCORE_FORMULA))
     return data
