@@ -10,7 +10,8 @@ Three kinds of folders are understood, tried in this order:
   ``data_prep.readers.prefeval``, which knows nothing of this module: no import circle).
 
 Every record is validated against its task's example model, and a bad one is reported with the file,
-the record and the field.
+the record and the field; so is a record that breaks a rule across records (a repeated id, or what the
+task kind's ``agreement`` checks) in the first two layouts, whose records are numbered in their files.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.readers.prefeval import is_prefeval, read_prefeval
-from persetrain.io import InputError, parse_record, read_jsonl
+from persetrain.io import InputError, iter_jsonl, parse_record
 from persetrain.tasks import TaskKind, get_task
 
 BUILD_INFO = "build_info.json"
 CARD = "dataset.json"
+DATASET_INDEX = "dataset_dict.json"  # what ``DatasetDict.save_to_disk`` writes beside the splits
 
 
 @dataclass(frozen=True)
@@ -46,50 +48,99 @@ def register_reader(
     _READERS.append(Reader(name, detect, read))
 
 
-def _declared_task(card: Path) -> TaskKind:
+def _read_card(card: Path) -> dict:
+    """The JSON object of a card (``dataset.json``, ``build_info.json``) or of ``datasets``' own index."""
     try:
         info = json.loads(card.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(card, f"not readable JSON ({err})") from None
-    if not isinstance(info, dict) or "task" not in info:
+    if not isinstance(info, dict):
+        raise InputError(card, f"expected a JSON object, got {json.dumps(info)}")
+    return info
+
+
+def _declared_task(card: Path) -> TaskKind:
+    name = _read_card(card).get("task")
+    if name is None:
         raise InputError(card, "does not declare the dataset's task kind", field="task")
+    if not isinstance(name, str):
+        raise InputError(card, f"expected the name of a task kind, got {json.dumps(name)}", field="task")
     try:
-        return get_task(info["task"])
+        return get_task(name)
     except ValueError as err:
         raise InputError(card, str(err), field="task") from None
 
 
+def _check_records(task: TaskKind, path: Path, records: list[int], examples: list) -> None:
+    """What no single record shows: unique ids (metrics match judgments to examples by id, so a repeated
+    id would count one judgment twice) and the rule the task kind sets across records."""
+    first: dict[str, int] = {}
+    for record, example in zip(records, examples, strict=True):
+        if example.id in first:
+            problem = f"{example.id!r} is already the id of record {first[example.id]}"
+            raise InputError(path, problem, record=record, field="id")
+        first[example.id] = record
+    broken = task.agreement(examples) if task.agreement else None
+    if broken:
+        index, field, problem = broken
+        raise InputError(path, problem, record=records[index], field=field)
+
+
 def _read_prepared(path: Path, split: str, seed: int) -> tuple[str, list]:
-    from datasets import load_from_disk
+    from datasets import Dataset
 
     task = _declared_task(path / BUILD_INFO)
+    index = path / DATASET_INDEX
+    if not index.is_file():
+        raise InputError(path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX})")
+    # datasets' own index, read here so that a damaged one is named: datasets reports the JSON error alone
+    splits = _read_card(index).get("splits")
+    if not isinstance(splits, list) or not all(isinstance(name, str) for name in splits):
+        raise InputError(index, f"expected the list of split names, got {json.dumps(splits)}", field="splits")
+    if split not in splits:
+        raise InputError(path, f"has no split {split!r}; it has {sorted(splits)}")
     try:
-        dataset = load_from_disk(str(path))
-    except FileNotFoundError as err:
-        raise InputError(path, f"not a dataset saved with save_to_disk ({err})") from None
-    if split not in dataset:
-        raise InputError(path, f"has no split {split!r}; it has {sorted(dataset)}")
+        dataset = Dataset.load_from_disk(str(path / split))
+    except (FileNotFoundError, json.JSONDecodeError) as err:
+        raise InputError(path / split, f"not a dataset split saved with save_to_disk ({err})") from None
     fields = set(task.example.model_fields)
     examples = [
         parse_record(task.example, {k: v for k, v in row.items() if k in fields}, path / split, i)
-        for i, row in enumerate(dataset[split])
+        for i, row in enumerate(dataset)
     ]
+    _check_records(task, path / split, list(range(len(examples))), examples)
     return task.name, examples
+
+
+def _split_file(card: Path, split: str) -> str:
+    """The file name the card gives ``split`` (its ``splits`` object), else ``SPLIT.jsonl``."""
+    splits = _read_card(card).get("splits") or {}
+    if not isinstance(splits, dict):
+        raise InputError(
+            card,
+            f'expected an object naming each split\'s file ({{"test": "test.jsonl"}}), got {json.dumps(splits)}',
+            field="splits",
+        )
+    if splits and split not in splits:
+        raise InputError(card, f"has no split {split!r}; it has {sorted(splits)}", field="splits")
+    name = splits.get(split, f"{split}.jsonl")
+    if not isinstance(name, str):
+        raise InputError(card, f"expected a file name, got {json.dumps(name)}", field=f"splits.{split}")
+    return name
 
 
 def _read_jsonl_card(path: Path, split: str, seed: int) -> tuple[str, list]:
     folder = path if path.is_dir() else path.parent
     task = _declared_task(folder / CARD)
-    if path.is_file():
-        records = path
-    else:
-        splits = json.loads((folder / CARD).read_text(encoding="utf-8")).get("splits") or {}
-        if splits and split not in splits:
-            raise InputError(folder / CARD, f"has no split {split!r}; it has {sorted(splits)}", field="splits")
-        records = folder / splits.get(split, f"{split}.jsonl")
+    records = path if path.is_file() else folder / _split_file(folder / CARD, split)
     if not records.is_file():
         raise InputError(records, f"missing: split {split!r} of the dataset described by {folder / CARD}")
-    return task.name, read_jsonl(records, task.example)
+    lines, examples = [], []
+    for line, obj in iter_jsonl(records):
+        lines.append(line)
+        examples.append(parse_record(task.example, obj, records, line))
+    _check_records(task, records, lines, examples)
+    return task.name, examples
 
 
 register_reader("prepared", lambda p: (p / BUILD_INFO).is_file(), _read_prepared)

@@ -7,8 +7,10 @@ returns into systems, and hands each system to its evaluator's metrics (the task
 plus anything the method adds). A run directory holds ``config.json`` (what was asked),
 ``environment.json`` (versions, device, git commit), ``judgments/<system>.jsonl`` (every judgment
 with its rationale and cost), ``metrics.json`` and ``report.md`` (+ the task's and methods' plots).
-Judgments of a system are written once it finishes and the engine cache (``engine-cache.sqlite``)
-holds every finished call, so a re-run after a crash only computes what is missing.
+Nothing of a run is written until every system has judged, so a run that fails on its data or its
+evaluators leaves the folder as the previous run left it, never one run's config beside another's
+results; the engine cache (``engine-cache.sqlite``) holds every finished call, so a re-run after a
+crash or a failure only computes what is missing.
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field, TypeAdapter, ValidationError
 
 from persetrain.console import console
 from persetrain.data import load_dataset
 from persetrain.environment import environment
 from persetrain.evaluators.base import Evaluator, JudgeContext, config_fields
 from persetrain.evaluators.registry import SystemSpec, evaluators_for
-from persetrain.io import InputError, write_json, write_jsonl
+from persetrain.io import InputError, atomic_dir, first_error, write_json, write_jsonl
 from persetrain.report import metrics_table, write_markdown
 from persetrain.schema import Judgment, reviewer_of
 from persetrain.tasks import TaskKind
@@ -47,9 +50,9 @@ class EvaluationConfig:
     #: At most this many examples per reviewer (chosen by a hash of the example id). A pooled
     #: correlation over few reviewers mostly measures who is harsh; for a fixed judging budget, more
     #: reviewers with fewer examples each is the better sample.
-    max_per_reviewer: int | None = None
+    max_per_reviewer: Annotated[int, Field(ge=1)] | None = None
     #: A random sample of this many examples (seeded by ``seed``), kept in the dataset's order.
-    max_examples: int | None = None
+    max_examples: Annotated[int, Field(ge=1)] | None = None
     seed: int = 0
     backend: str = "hf"
     base_url: str | None = None
@@ -61,29 +64,46 @@ class EvaluationConfig:
         path = Path(path)
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as err:
+        except (OSError, UnicodeDecodeError) as err:
             raise InputError(path, f"not a readable YAML evaluation config ({err})") from None
+        except yaml.YAMLError as err:  # pyyaml's own message spans lines (it quotes the text): keep its gist
+            mark = getattr(err, "problem_mark", None)
+            problem = getattr(err, "problem", None) or type(err).__name__
+            if mark is None:
+                raise InputError(path, f"not valid YAML: {problem}") from None
+            message = f"not valid YAML: {problem} (column {mark.column + 1})"
+            raise InputError(path, message, record=mark.line + 1) from None
         if not isinstance(raw, dict):
             raise InputError(path, "must be a mapping with a systems: list")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InputError(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        entries = raw.pop("systems", None) or []
+        if not isinstance(entries, list):
+            raise InputError(path, "must be a list of {name, evaluator, model, <option>: <value>}", field="systems")
         systems = []
-        for i, entry in enumerate(raw.pop("systems", None) or []):
+        for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or "evaluator" not in entry:
                 raise InputError(
                     path, "each system needs at least an evaluator", record=f"systems[{i}]", field="evaluator"
                 )
             entry = dict(entry)
-            evaluator, model = entry.pop("evaluator"), entry.pop("model", None)
-            systems.append(SystemSpec(entry.pop("name", None) or model or evaluator, evaluator, model, entry))
+            name, evaluator, model = entry.pop("name", None) or "", entry.pop("evaluator"), entry.pop("model", None)
+            systems.append({"name": name, "evaluator": evaluator, "model": model, "options": entry})
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         values["systems"] = systems + list(overrides.get("systems") or [])
         for key in ("data", "out"):
             if not values.get(key):
                 raise InputError(path, f"no {key}: give it in the file or with --{key}", field=key)
-        return cls(**values)
+        try:  # the fields' types, checked here once: a wrong one would otherwise fail deep in the run
+            config = TypeAdapter(cls).validate_python(values)
+        except ValidationError as err:
+            field, message = first_error(err)
+            raise InputError(path, message, field=field) from None
+        for spec in config.systems:  # named after the check, so a wrong evaluator or model is reported as itself
+            spec.name = spec.name or spec.model or spec.evaluator
+        return config
 
 
 def apply_options(systems: Sequence[SystemSpec], options: Mapping[str, Any]) -> None:
@@ -120,7 +140,13 @@ def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
     """The dataset's task kind and the examples this evaluation judges."""
     task, examples = load_dataset(config.data, config.split, seed=config.seed)
     if config.max_per_reviewer:
-        examples = per_reviewer_sample(examples, config.max_per_reviewer)
+        try:
+            examples = per_reviewer_sample(examples, config.max_per_reviewer)
+        except ValueError as err:  # reviewer_of: these examples belong to no one
+            raise ValueError(
+                f"max_per_reviewer (--max-per-reviewer): {err}, so {config.data} cannot be sampled per reviewer; "
+                "use max_examples (--max-examples)"
+            ) from None
     if config.max_examples:
         examples = random_sample(examples, config.max_examples, config.seed)
     return task, examples
@@ -157,6 +183,16 @@ def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tupl
             evaluator.check_model(spec.model)
         built.append((spec, evaluator))
     return built
+
+
+def check_run_dir(out: Path) -> None:
+    """Refuse a run directory that cannot be one before any data loads or any model judges: the folder is
+    written only at the end of a run, which should not end in a file that stands in the way."""
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker == out:
+        raise InputError(out, "is a file, not a run directory")
+    if blocker is not None:
+        raise InputError(out, f"cannot be a run directory: {blocker} is a file, not a folder")
 
 
 def judgments_file(folder: Path, system: str) -> Path:
@@ -200,6 +236,28 @@ def judge_system(
     return {name: SystemRun(group, evaluator, seconds) for name, group in groups.items()}
 
 
+def judge_all(
+    config: EvaluationConfig, evaluators: Sequence[tuple[SystemSpec, Evaluator]], examples: Sequence
+) -> dict[str, SystemRun]:
+    """Every system's runs on ``examples``, kept in memory: the run directory is written once all are judged."""
+    runs: dict[str, SystemRun] = {}
+    for spec, evaluator in evaluators:
+        runs.update(judge_system(spec, evaluator, examples, config, Path(config.out) / "engine-cache.sqlite"))
+    return runs
+
+
+def write_run(out: Path, config: EvaluationConfig, judged: Mapping[str, Mapping[str, SystemRun]]) -> None:
+    """``config.json``, ``environment.json`` and ``judgments/`` of a run that has judged everything; ``judged``
+    maps a subfolder of ``judgments/`` ("" for the folder itself) to its systems' runs. The judgments folder
+    is replaced whole, so no system of an earlier run into the same folder is left beside this run's."""
+    write_json(out / "config.json", asdict(config))
+    write_json(out / "environment.json", environment())
+    with atomic_dir(out / "judgments") as folder:
+        for sub, runs in judged.items():
+            for name, run in runs.items():
+                write_jsonl(judgments_file(folder / sub, name), run.judgments)
+
+
 def system_metrics(task: TaskKind, examples: Sequence, run: SystemRun) -> dict:
     """The evaluator's metrics of one system plus what it cost: calls and tokens, and the seconds judging took."""
     metrics = run.evaluator.metrics(task, examples, run.judgments)
@@ -241,22 +299,17 @@ def evaluate(config: EvaluationConfig, examples: Sequence | None = None) -> dict
     chosen which examples to judge.
     """
     out = Path(config.out)
+    check_run_dir(out)
     task, sample = load_examples(config)
     examples = list(sample if examples is None else examples)
     evaluators = build_evaluators(config.systems, task)
-    write_json(out / "config.json", asdict(config))
-    write_json(out / "environment.json", environment())
-
-    runs: dict[str, SystemRun] = {}
-    for spec, evaluator in evaluators:
-        for name, run in judge_system(spec, evaluator, examples, config, out / "engine-cache.sqlite").items():
-            write_jsonl(judgments_file(out / "judgments", name), run.judgments)
-            runs[name] = run
+    runs = judge_all(config, evaluators, examples)
     metrics = {
         "kind": task.name,
         "n_examples": len(examples),
         "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()},
     }
+    write_run(out, config, {"": runs})
     write_json(out / "metrics.json", metrics)
     write_report(out, task, examples, runs, metrics)
     return metrics

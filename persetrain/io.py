@@ -16,7 +16,9 @@ import math
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
+from io import TextIOWrapper
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -37,10 +39,12 @@ class InputError(ValueError):
         super().__init__(f"{where}: {what}{message}")
 
 
-def _first_error(err: ValidationError) -> tuple[str | None, str]:
+def first_error(err: ValidationError) -> tuple[str | None, str]:
+    """The field and message of pydantic's first error, for an :class:`InputError` of one line (pydantic's own
+    message lists every error over several lines)."""
     first = err.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
-    return field, first["msg"]
+    return field, first["msg"].removeprefix("Value error, ")  # a validator's own words, as it wrote them
 
 
 def parse_record(model: type[T], data: object, path: str | os.PathLike, record: int | str) -> T:
@@ -48,16 +52,44 @@ def parse_record(model: type[T], data: object, path: str | os.PathLike, record: 
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        field, msg = _first_error(err)
+        field, msg = first_error(err)
         raise InputError(path, msg, record=record, field=field) from None
 
 
+def _open_bytes(path: Path) -> IO[bytes]:
+    """Open a file for reading bytes, decompressing it when its name ends in ``.gz`` (public dumps often are)."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+
+
 def open_text(path: str | os.PathLike) -> IO[str]:
-    """Open a text file for reading, gzip-compressed when its name ends in ``.gz`` (public dumps often are)."""
-    path = Path(path)
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return path.open(encoding="utf-8", newline="")
+    """Open a UTF-8 text file for reading, gzip-compressed when its name ends in ``.gz``."""
+    return TextIOWrapper(_open_bytes(Path(path)), encoding="utf-8", newline="")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)``; a file that cannot be read or decoded is named with the line it fails at.
+
+    Bytes are decoded line by line, not by the buffered text layer, whose decoder fails on a chunk ahead
+    of the line being read. A damaged gzip stream fails mid-read with ``EOFError``, which click would
+    otherwise turn into a bare "Aborted.".
+    """
+    number = 0
+    with _open_bytes(path) as f:
+        while True:
+            try:
+                raw = f.readline()
+            except (OSError, EOFError, zlib.error) as err:
+                what = "gzip file" if path.name.endswith(".gz") else "file"
+                raise InputError(path, f"cannot read the {what} ({err})", record=number + 1) from None
+            if not raw:
+                return
+            number += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                where = f"byte 0x{raw[err.start]:02x} at position {err.start + 1} of the line"
+                raise InputError(path, f"not UTF-8 text ({where})", record=number) from None
+            yield number, text
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
@@ -65,17 +97,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "file not found")
-    with open_text(path) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(path, f"not valid JSON ({err.msg} at column {err.colno})", record=number) from None
-            if not isinstance(obj, dict):
-                raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=number)
-            yield number, obj
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(path, f"not valid JSON ({err.msg} at column {err.colno})", record=number) from None
+        if not isinstance(obj, dict):
+            raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=number)
+        yield number, obj
 
 
 def read_jsonl(path: str | os.PathLike, model: type[T]) -> list[T]:
@@ -108,10 +139,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     A folder (a saved dataset with its card) is many files, so no single rename writes it: the previous
     folder is moved aside, the new one renamed into place, then the old one removed. A reader therefore
     finds the previous complete folder or the new complete one. On an error the temporary folder goes
-    and ``path`` is untouched. Leftovers of a killed run are mended first: a stale temporary folder is
-    removed, and a previous folder that was moved aside but never replaced is put back.
+    and ``path`` is untouched; a ``path`` that is a file is refused before anything is touched. Leftovers of a
+    killed run are mended first: a stale temporary folder is removed, and a previous folder that was moved aside
+    but never replaced is put back.
     """
     path = Path(path)
+    if path.exists() and not path.is_dir():  # replacing a user's file by a folder is never what was asked
+        raise InputError(path, "exists and is not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")
     if old.exists():
@@ -168,6 +202,19 @@ def trim_step_log(path: str | os.PathLike, last_step: int) -> int:
     return dropped
 
 
+def read_step_log(path: str | os.PathLike) -> list[dict]:
+    """The rows of an append-only training log (``metrics.jsonl``, GRPO's reward parts), without a torn line: a run
+    killed mid-write leaves one, which a resumed run trims (:func:`trim_step_log`) but a reader of the killed run
+    meets as it is."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def write_json(path: str | os.PathLike, obj: object) -> None:
     """Strict JSON: an undefined number (a correlation of constant predictions) is written as null,
     not as the NaN token that Python accepts and other readers (jq, JavaScript) reject."""
@@ -213,7 +260,8 @@ class ResumableJsonl:
                     self.records.append(json.loads(line))
                 except json.JSONDecodeError:
                     break  # a torn line from a killed run: everything before it is intact
-        self.partial_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records))
+        with atomic_write(self.partial_path) as f:  # killed while rewriting it, the progress so far stays
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records))
         self.done = {r[key] for r in self.records if key in r}
         self._f = self.partial_path.open("a", encoding="utf-8")
 

@@ -25,21 +25,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from persetrain.console import console, warn
-from persetrain.environment import environment
 from persetrain.evaluation import (
     EvaluationConfig,
     SystemRun,
     build_evaluators,
-    judge_system,
-    judgments_file,
+    check_run_dir,
+    judge_all,
     load_examples,
     system_metrics,
+    write_run,
 )
-from persetrain.io import atomic_write, write_json, write_jsonl
+from persetrain.io import atomic_write, write_json
 from persetrain.person import blind_examples, swapped_examples
 from persetrain.report import write_markdown
 from persetrain.schema import Judgment, McqExample, PairwiseExample, ReferenceExample, ScalarExample
@@ -148,16 +148,6 @@ def _number(metrics: Mapping, key: str) -> float:
 
 
 # ----------------------------------------------------------------------------- the run
-def _judge_all(config: MetaEvalConfig, evaluators, examples: Sequence, folder: Path) -> dict[str, SystemRun]:
-    runs: dict[str, SystemRun] = {}
-    cache = Path(config.out) / "engine-cache.sqlite"
-    for spec, evaluator in evaluators:
-        for name, run in judge_system(spec, evaluator, examples, config, cache).items():
-            write_jsonl(judgments_file(folder, name), run.judgments)
-            runs[name] = run
-    return runs
-
-
 def person_probes(config: MetaEvalConfig, examples: Sequence) -> list[tuple[str, list]]:
     """(probe, its examples) for the person probes the config asks for; swap needs two examples to exchange."""
     probes = []
@@ -190,13 +180,12 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
     if unknown:
         raise ValueError(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
     out = Path(config.out)
+    check_run_dir(out)
     task, sample = load_examples(config)
     examples = list(sample if examples is None else examples)
     evaluators = build_evaluators(config.systems, task)
-    write_json(out / "config.json", asdict(config))
-    write_json(out / "environment.json", environment())
-
-    runs = _judge_all(config, evaluators, examples, out / "judgments")
+    runs = judge_all(config, evaluators, examples)
+    judged = {"": runs}
     systems: dict[str, dict] = {}
     for name, run in runs.items():
         metrics = system_metrics(task, examples, run)
@@ -208,12 +197,12 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
         }
     flippable = all(reversed_order(ex) is not None for ex in examples)
     if "flip" in config.probes and flippable:
-        flipped = _judge_all(config, evaluators, [reversed_order(ex) for ex in examples], out / "judgments" / "flip")
+        flipped = judged["flip"] = judge_all(config, evaluators, [reversed_order(ex) for ex in examples])
         for name, run in flipped.items():
             systems[name]["flip_rate"] = flip_rate(examples, runs[name].judgments, run.judgments)
     if "manipulation" in config.probes:
         altered = [manipulated(ex, config.phrase) for ex in examples]
-        tricked = _judge_all(config, evaluators, altered, out / "judgments" / "manipulation")
+        tricked = judged["manipulation"] = judge_all(config, evaluators, altered)
         key = ACCURACY_KEY.get(task.name)
         for name, run in tricked.items():
             after = system_metrics(task, altered, run)
@@ -222,7 +211,8 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
                 "accuracy_change": (_number(after, key) - _number(systems[name]["metrics"], key)) if key else math.nan,
             }
     for probe, probed in person_probes(config, examples):
-        for name, run in _judge_all(config, evaluators, probed, out / "judgments" / probe).items():
+        judged[probe] = judge_all(config, evaluators, probed)
+        for name, run in judged[probe].items():
             systems[name][probe] = probe_accuracy(task, probed, run, systems[name]["metrics"])
     result = {
         "kind": task.name,
@@ -231,6 +221,7 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
         "phrase": config.phrase,
         "systems": systems,
     }
+    write_run(out, config, judged)
     write_json(out / "metrics.json", result)
     write_report(out, task, result)
     return result

@@ -6,9 +6,10 @@ the same way; no file is read and no model is called in this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from persetrain.engine.types import Cost
 
@@ -58,15 +59,26 @@ class ScalarExample(_Record):
     #: The judge always works on 1-10; ``ten_point_score`` maps into it for prompts.
     score_max: int = Field(default=10, ge=2, le=10)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> ScalarExample:
-        # A model validator, not a field validator: profile is validated before query_plot_id.
-        if any(p.plot_id == self.query_plot_id for p in self.profile):
-            raise ValueError(f"profile contains the query plot {self.query_plot_id}")
-        for score in [self.score] + [p.score for p in self.profile]:
-            if score > self.score_max:
-                raise ValueError(f"score {score} is above score_max {self.score_max}")
-        return self
+    # A check across fields is a validator of the later field: pydantic validates fields in declaration
+    # order, ``info.data`` holds the earlier ones that passed, and the error names the field it is on.
+    @field_validator("query_plot_id")
+    @classmethod
+    def _not_in_profile(cls, plot_id: str, info: ValidationInfo) -> str:
+        for i, item in enumerate(info.data.get("profile", [])):
+            if item.plot_id == plot_id:
+                raise ValueError(f"plot {plot_id!r} is also in the profile (item {i}): its review gives the answer")
+        return plot_id
+
+    @field_validator("score_max")
+    @classmethod
+    def _scores_on_scale(cls, score_max: int, info: ValidationInfo) -> int:
+        # Runs only when score_max is given: the default, 10, is already every score's upper bound.
+        scores = [("score", info.data.get("score"))]
+        scores += [(f"profile item {i}'s score", item.score) for i, item in enumerate(info.data.get("profile", []))]
+        for what, score in scores:
+            if score is not None and score > score_max:
+                raise ValueError(f"{what} {score} is above score_max {score_max}")
+        return score_max
 
 
 class PairwiseProfileItem(_Record):
@@ -167,17 +179,26 @@ class McqExample(_Record):
     preference: str = Field(min_length=1)
     question: str = Field(min_length=1)
     options: list[str] = Field(min_length=1)
-    gold: int = Field(ge=0)
+    #: Strict: an index written as text or as true/false is a mistake in the data, not a number to coerce.
+    gold: int = Field(ge=0, strict=True)
     topic: str = ""
     explanation: str = ""
 
-    @model_validator(mode="after")
-    def _gold_in_range(self) -> McqExample:
-        if self.gold >= len(self.options):
-            raise ValueError(f"gold index {self.gold} is outside the {len(self.options)} options")
-        if any(not o.strip() for o in self.options):
-            raise ValueError("options must be non-empty text")
-        return self
+    @field_validator("options")
+    @classmethod
+    def _options_present(cls, options: list[str]) -> list[str]:
+        for i, option in enumerate(options):
+            if not option.strip():
+                raise ValueError(f"option {i} is empty")
+        return options
+
+    @field_validator("gold")
+    @classmethod
+    def _gold_in_range(cls, gold: int, info: ValidationInfo) -> int:
+        options = info.data.get("options")  # absent when the options themselves are invalid
+        if options is not None and gold >= len(options):
+            raise ValueError(f"gold index {gold} is outside the {len(options)} options")
+        return gold
 
 
 class ReferenceExample(_Record):
@@ -213,3 +234,18 @@ class ReferenceExample(_Record):
             if not text.strip():
                 raise ValueError(f"the output of system {system!r} is empty")
         return outputs
+
+
+def uneven_outputs(examples: Sequence[ReferenceExample]) -> tuple[int, str, str] | None:
+    """The first record whose systems differ from the first record's: ``(index, field, problem)``; None if all agree.
+
+    A single record cannot show this, so dataset readers apply it to the whole file: a record lacking
+    a system would otherwise leave that system's mean score over fewer records than the others'.
+    """
+    systems = set(examples[0].outputs) if examples else set()
+    for i, ex in enumerate(examples):
+        missing, extra = sorted(systems - set(ex.outputs)), sorted(set(ex.outputs) - systems)
+        if missing or extra:
+            what = f"no output of {', '.join(missing)}" if missing else f"outputs of {', '.join(extra)}"
+            return i, "outputs", f"{what}, unlike the first record (systems {sorted(systems)})"
+    return None

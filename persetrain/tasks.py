@@ -27,20 +27,30 @@ from persetrain.schema import (
     ReferenceExample,
     RubricExample,
     ScalarExample,
+    uneven_outputs,
 )
 
 Metrics = Callable[[Sequence, list[Judgment]], dict]
 Report = Callable[[Path, Sequence, Mapping[str, list[Judgment]], Mapping[str, dict]], dict[str, str]]
 
 
+#: The first record of a dataset that breaks a rule across records: ``(index, field, problem)``, or None.
+Agreement = Callable[[Sequence], tuple[int, str, str] | None]
+
+
 @dataclass(frozen=True)
 class TaskKind:
-    """``metrics(examples, judgments)`` scores one system; ``report`` renders all systems' sections."""
+    """``metrics(examples, judgments)`` scores one system; ``report`` renders all systems' sections.
+
+    ``agreement`` checks what no single record can show and the dataset readers apply to every file
+    (a reference dataset's records all hold the same systems).
+    """
 
     name: str
     example: type[BaseModel]
     metrics: Metrics
     report: Report | None = None
+    agreement: Agreement | None = None
 
 
 _TASKS: dict[str, TaskKind] = {}
@@ -108,7 +118,7 @@ def reference_report(
     return {"Mean score per generator": "\n".join(lines)}
 
 
-register_task(TaskKind("reference", ReferenceExample, reference_metrics, reference_report))
+register_task(TaskKind("reference", ReferenceExample, reference_metrics, reference_report, uneven_outputs))
 
 
 def mcq_metrics_of(examples: Sequence[McqExample], judgments: list[Judgment]) -> dict:

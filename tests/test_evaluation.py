@@ -122,6 +122,99 @@ def test_errors_name_what_is_wrong_and_what_would_work(prepared, tmp_path):
     assert result.exit_code == 2 and "no system's evaluator has an option 'n_factors'" in result.output
 
 
+def _records(folder: Path, task: str, records: list[dict]) -> Path:
+    """A dataset as a user writes one: JSONL records and a dataset.json card naming their task kind."""
+    folder.mkdir(parents=True)
+    (folder / "dataset.json").write_text(json.dumps({"task": task}))
+    (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def _reviews(folder: Path, second_reference: str) -> Path:
+    """Two reference-task records; BLEU refuses the second when its reference is empty, while it judges."""
+    return _records(
+        folder,
+        "reference",
+        [
+            {"id": f"r{i}", "user_id": "u", "input": "write a review", "reference": ref, "profile": ["I liked it"]}
+            | {"outputs": {"rag": "good book", "non": "bad book"}}
+            for i, ref in enumerate(["great book, loved it", second_reference])
+        ],
+    )
+
+
+def _run(data: Path, out: Path, *args: str):
+    return runner.invoke(app, ["-q", "evaluate", "--data", str(data), "--out", str(out), *args])
+
+
+def test_a_run_that_fails_leaves_the_folder_as_the_previous_run_left_it(tmp_path):
+    good, bad = _reviews(tmp_path / "good", "fine"), _reviews(tmp_path / "bad", "")
+    failed = _run(bad, tmp_path / "fresh", "--baseline", "bleu")
+    assert failed.exit_code == 2 and "example 'r1' has none" in failed.output
+    assert not (tmp_path / "fresh").exists()  # not a config.json of a run that never judged
+
+    out = tmp_path / "run"
+    assert _run(good, out, "--system", "first=bleu").exit_code == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert _run(bad, out, "--system", "first=bleu").exit_code == 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # config names the data judged
+
+    assert _run(good, out, "--system", "second=bleu").exit_code == 0
+    assert [p.name for p in (out / "judgments").iterdir()] == ["second.jsonl"]  # no system of the earlier run
+
+
+def test_an_out_that_is_a_file_is_one_error_line(tmp_path):
+    data = _reviews(tmp_path / "good", "fine")
+    (tmp_path / "afile").write_text("")
+    for out, message in [
+        (tmp_path / "afile", f"error: {tmp_path / 'afile'}: is a file, not a run directory"),
+        (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is a file, not a folder"),
+    ]:
+        result = _run(data, out, "--baseline", "bleu")
+        assert result.exit_code == 2 and message in result.output and len(result.output.splitlines()) == 1
+
+
+def test_sample_options_are_refused_by_name(tmp_path):
+    mcq = [{"id": f"q{i}", "preference": "p", "question": "q", "options": ["a", "b", "c"], "gold": 0} for i in range(3)]
+    data = _records(tmp_path / "mcq", "mcq", mcq)
+    for value in ("0", "-1"):
+        result = _run(data, tmp_path / "out", "--baseline", "odd-one-out", "--max-examples", value)
+        said = " ".join(result.output.replace("│", " ").split())  # typer's usage panel wraps at the terminal width
+        assert result.exit_code == 2
+        assert "Invalid value for '--max-examples': Input should be greater than or equal to 1" in said
+    result = _run(data, tmp_path / "out", "--baseline", "odd-one-out", "--max-per-reviewer", "1")
+    assert result.exit_code == 2 and "(--max-per-reviewer): McqExample records no reviewer" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("max_examples: abc", ": field 'max_examples': Input should be a valid integer"),
+        ("max_examples: 0", ": field 'max_examples': Input should be greater than or equal to 1"),
+        ("seed: [1]", ": field 'seed': Input should be a valid integer"),
+        ("data: [x]", ": field 'data': Input should be a valid string"),
+        ("systems: 5", ": field 'systems': must be a list"),
+        ("systems: [{evaluator: [odd-one-out]}]", ": field 'systems.0.evaluator': Input should be a valid string"),
+        ("systems: [{evaluator: odd-one-out, name: [a]}]", ": field 'systems.0.name': Input should be a valid string"),
+        ("bad: : [", ":2: not valid YAML: mapping values are not allowed here (column 6)"),
+    ],
+)
+def test_a_wrong_value_in_the_yaml_config_is_one_line_naming_the_field(tmp_path, line, error):
+    config = tmp_path / "eval.yaml"
+    config.write_text(line + "\n" if line.startswith("data:") else f"data: {tmp_path}\n{line}\n")
+    result = runner.invoke(app, ["-q", "evaluate", "--config", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and result.output.startswith(f"error: {config}{error}"), result.output
+    assert len(result.output.splitlines()) == 1
+
+
+def test_a_config_that_is_not_utf8_is_named(tmp_path):
+    config = tmp_path / "eval.yaml"
+    config.write_bytes(b"data: \xff\n")
+    result = runner.invoke(app, ["-q", "evaluate", "--config", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and result.output.startswith(f"error: {config}: not a readable YAML evaluation config")
+
+
 def test_yaml_config_and_command_line_give_the_same_run(prepared, tmp_path):
     data = prepared["per_mpst_k3"]
     config = tmp_path / "eval.yaml"

@@ -105,3 +105,24 @@ def test_meta_eval_command_on_the_tiny_model(tiny_llama_dir, tmp_path):
     report = (out / "report.md").read_text()
     assert "Side by side" in report and "plots/flip-rate.png" in report
     assert (out / "plots" / "flip-rate.png").is_file() and (out / "config.json").is_file()
+
+
+def test_a_meta_eval_that_fails_writes_nothing_and_names_what_is_wrong(tmp_path):
+    data = tmp_path / "reviews"
+    data.mkdir()
+    (data / "dataset.json").write_text(json.dumps({"task": "reference"}))
+    record = {"id": "r0", "user_id": "u", "input": "write a review", "reference": "", "profile": ["I liked it"]}
+    (data / "test.jsonl").write_text(json.dumps(record | {"outputs": {"rag": "good", "non": "bad"}}) + "\n")
+    (tmp_path / "afile").write_text("")
+
+    def meta_eval(out: Path, *args: str):
+        return CliRunner().invoke(app, ["-q", "meta-eval", "--data", str(data), "--out", str(out), *args])
+
+    failed = meta_eval(tmp_path / "run", "--system", "bleu")  # BLEU refuses the empty reference while it judges
+    assert failed.exit_code == 2 and "example 'r0' has none" in failed.output
+    assert not (tmp_path / "run").exists()
+    in_a_file = meta_eval(tmp_path / "afile" / "sub", "--system", "bleu")
+    assert in_a_file.exit_code == 2 and len(in_a_file.output.splitlines()) == 1
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in in_a_file.output
+    no_system = meta_eval(tmp_path / "run")
+    assert no_system.exit_code == 2 and "Missing option '--system'" in no_system.output

@@ -89,8 +89,12 @@ def test_reader_keeps_every_question_and_moves_the_gold_option():
             ":0: field 'classification_task_options': option 1 is empty",
         ),
         (
-            '[{"preference": "p", "question": "q", "classification_task_options": ["a"]}, 3]',
+            '[{"preference": "p", "question": "q", "classification_task_options": ["a", "b"]}, 3]',
             ":1: expected a JSON object",
+        ),
+        (
+            '[{"preference": "p", "question": "q", "classification_task_options": ["a"]}]',
+            ":0: field 'classification_task_options': has 1 option; a question needs at least 2",
         ),
         ('[{"preference": "p", "question": "q", "classification_task_options": ["a",', "not valid JSON"),
     ],

@@ -200,13 +200,13 @@ def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sampl
     before = _files(out)
 
     one = _topic(tmp_path, "one", lambda item: item.update(classification_task_options=["only one"]))
-    err = _error(out=out, prefeval=[one])
-    assert (err.path, err.record, err.field) == (str(one / "lifestyle_dietary.json"), 2, "classification_task_options")
-    assert "only 1 option" in str(err)
-
     same = _topic(tmp_path, "same", lambda item: item.update(classification_task_options=["same text"] * 4))
-    err = _error(out=out, prefeval=[same])
-    assert (err.record, err.field) == (2, "classification_task_options") and "same text as" in str(err)
+    # The PrefEval reader refuses them, for `prepare preference` and for `evaluate` (`load_dataset`) alike.
+    for folder, problem in ((one, "has 1 option; a question needs at least 2"), (same, "option 1 is the same text as")):
+        for err in (_error(out=out, prefeval=[folder]), pytest.raises(InputError, load_dataset, folder).value):
+            where = (err.path, err.record, err.field)
+            assert where == (str(folder / "lifestyle_dietary.json"), 2, "classification_task_options")
+            assert problem in str(err)
 
     err = _error(out=out, prefeval=PREFEVAL, holdout_topics=["lifestyle_dietary", "no_such_topic"])
     assert err.field == "holdout_topics" and "no_such_topic" in str(err) and "shop_fashion" in str(err)

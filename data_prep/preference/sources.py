@@ -37,7 +37,7 @@ from persetrain.console import track
 from persetrain.data import load_dataset
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LABELS, PLOT_REQUEST, reviews_person, texts_person
-from persetrain.schema import McqExample, ProfileReview
+from persetrain.schema import ProfileReview
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
@@ -93,25 +93,6 @@ def _topics(folders: Sequence[Path]) -> dict[str, Path]:
     return topics
 
 
-def _check_options(example: McqExample, path: Path, index: int) -> None:
-    field = "classification_task_options"
-    if len(example.options) < 2:
-        raise InputError(
-            path,
-            f"has only {len(example.options)} option; a preference pair needs at least 2",
-            record=index,
-            field=field,
-        )
-    gold = example.options[example.gold].strip()
-    if sum(option.strip() == gold for option in example.options) > 1:
-        raise InputError(
-            path,
-            "a distractor is the same text as the preference-following (first) option, so no pair can tell them apart",
-            record=index,
-            field=field,
-        )
-
-
 def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) -> SourceRead:
     """Every question of every topic; topics in ``holdout`` go to validation, the rest to train."""
     topics = _topics(folders)
@@ -127,8 +108,7 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
         raise InputError(where, "every topic is held out: the train split would be empty", field="holdout_topics")
     groups = []
     for topic, path in topics.items():
-        for index, ex in enumerate(read_topic(path, seed)):
-            _check_options(ex, path, index)
+        for ex in read_topic(path, seed):
             groups.append(
                 Group(
                     id=ex.id,

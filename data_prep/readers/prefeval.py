@@ -91,9 +91,7 @@ def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
         if not isinstance(obj, dict):
             raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=index)
         item = parse_record(_Item, obj, path, index)
-        for k, option in enumerate(item.classification_task_options):
-            if not option.strip():
-                raise InputError(path, f"option {k} is empty", record=index, field="classification_task_options")
+        _check_options(item.classification_task_options, path, index)
         example_id = f"{topic}-{index}"
         options, gold = shuffle_options(item.classification_task_options, f"{seed}-{example_id}")
         examples.append(
@@ -108,6 +106,25 @@ def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
             )
         )
     return examples
+
+
+def _check_options(options: list[str], path: Path, index: int) -> None:
+    """Options a judge can choose between: at least two, none empty, and no distractor with the text of the
+    preference-following (first) option, which would leave the gold answer undefined."""
+    field = "classification_task_options"
+    if len(options) < 2:
+        raise InputError(path, f"has {len(options)} option; a question needs at least 2", record=index, field=field)
+    for k, option in enumerate(options):
+        if not option.strip():
+            raise InputError(path, f"option {k} is empty", record=index, field=field)
+        if k and option.strip() == options[0].strip():
+            raise InputError(
+                path,
+                f"option {k} is the same text as the preference-following (first) option, so no judge can tell them "
+                "apart",
+                record=index,
+                field=field,
+            )
 
 
 def read_prefeval(path: str | Path, split: str = "test", seed: int = 0) -> tuple[str, list[McqExample]]:

@@ -47,8 +47,8 @@ def evaluate(
         typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
     ] = None,
     split: Annotated[str | None, typer.Option(help="Split to judge (default test).")] = None,
-    max_per_reviewer: Annotated[int | None, typer.Option(help="At most N examples per reviewer.")] = None,
-    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    max_per_reviewer: Annotated[int | None, typer.Option(min=1, help="At most N examples per reviewer.")] = None,
+    max_examples: Annotated[int | None, typer.Option(min=1, help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the sample (default 0).")] = None,
     backend: Annotated[str | None, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = None,
     base_url: BaseUrlOpt = None,
@@ -90,8 +90,8 @@ def meta_eval(
     data: Annotated[Path, typer.Option(help="A labelled dataset (any layout `evaluate` reads).")],
     out: Annotated[Path, typer.Option(help="Run directory for judgments, metrics, plots and the report.")],
     system: Annotated[
-        list[str] | None, typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable).")
-    ] = None,
+        list[str], typer.Option(help="NAME=EVALUATOR:MODEL, EVALUATOR:MODEL or EVALUATOR (repeatable; at least one).")
+    ],
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
@@ -104,7 +104,7 @@ def meta_eval(
         ),
     ] = None,
     split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
-    max_examples: Annotated[int | None, typer.Option(help="A seeded random sample of N examples.")] = None,
+    max_examples: Annotated[int | None, typer.Option(min=1, help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
     backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
     base_url: BaseUrlOpt = None,
@@ -115,7 +115,7 @@ def meta_eval(
     from persetrain.evaluators.registry import SystemSpec
     from persetrain.meta_eval import PROBES, MetaEvalConfig, meta_evaluate
 
-    systems = [SystemSpec.parse(s) for s in system or []]
+    systems = [SystemSpec.parse(s) for s in system]
     apply_options(systems, _options(set_))
     meta_evaluate(
         MetaEvalConfig(

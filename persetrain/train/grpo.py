@@ -32,7 +32,6 @@ What this module adds to TRL, and why:
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -44,7 +43,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
-from persetrain.io import InputError
+from persetrain.io import InputError, read_step_log
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
@@ -395,12 +394,10 @@ def reward_curve(output_dir: Path) -> list[dict]:
     rollout had). Resume trims both files to the checkpoint, so a resumed run's curve has each step once.
     """
     d_by_step: dict[int, list[float]] = {}
-    for line in (output_dir / REWARD_PARTS_FILE).read_text().splitlines():
-        row = json.loads(line)
+    for row in read_step_log(output_dir / REWARD_PARTS_FILE):
         if row.get("d") is not None:
             d_by_step.setdefault(row["step"], []).append(row["d"])
-    logs = [json.loads(line) for line in (output_dir / METRICS_FILE).read_text().splitlines()]
-    logs = [r for r in logs if r.get("event") == "log" and "parl/valid_share" in r]
+    logs = [r for r in read_step_log(output_dir / METRICS_FILE) if r.get("event") == "log" and "parl/valid_share" in r]
     return [
         {
             "step": r["step"],
