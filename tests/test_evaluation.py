@@ -150,7 +150,7 @@ def _run(data: Path, out: Path, *args: str):
 def test_a_run_that_fails_leaves_the_folder_as_the_previous_run_left_it(tmp_path):
     good, bad = _reviews(tmp_path / "good", "fine"), _reviews(tmp_path / "bad", "")
     failed = _run(bad, tmp_path / "fresh", "--baseline", "bleu")
-    assert failed.exit_code == 2 and "example 'r1' has none" in failed.output
+    assert failed.exit_code == 2 and ":r1: field 'reference': " in failed.output
     assert not (tmp_path / "fresh").exists()  # not a config.json of a run that never judged
 
     out = tmp_path / "run"

@@ -59,7 +59,7 @@ def test_lexical_values_match_the_libraries_and_a_missing_reference_is_refused(t
     assert j.score == pytest.approx(sentence_bleu(hyp, ref))
     assert meteor([ref], [ref])[0] == pytest.approx(1 - 0.5 * (1 / 7) ** 3, abs=1e-3)
     no_ref = ReferenceExample(id="y", user_id="u", input="i", profile=["p"], outputs={"s": hyp})
-    with pytest.raises(ValueError, match="'y' has none"):
+    with pytest.raises(ValueError, match=r":y: field 'reference': .* this example has none"):
         get_evaluator("rouge-l")().judge([no_ref], None, context(tmp_path, "rouge-l"))
 
 

@@ -119,7 +119,7 @@ def test_a_meta_eval_that_fails_writes_nothing_and_names_what_is_wrong(tmp_path)
         return CliRunner().invoke(app, ["-q", "meta-eval", "--data", str(data), "--out", str(out), *args])
 
     failed = meta_eval(tmp_path / "run", "--system", "bleu")  # BLEU refuses the empty reference while it judges
-    assert failed.exit_code == 2 and "example 'r0' has none" in failed.output
+    assert failed.exit_code == 2 and ":r0: field 'reference': " in failed.output
     assert not (tmp_path / "run").exists()
     in_a_file = meta_eval(tmp_path / "afile" / "sub", "--system", "bleu")
     assert in_a_file.exit_code == 2 and len(in_a_file.output.splitlines()) == 1

@@ -130,7 +130,7 @@ def test_one_candidate_answer_is_refused(tiny_llama_dir):
     context = JudgeContext(data=Path("."), split="test", system="pref", out=Path("."))
     engine = load_engine(str(tiny_llama_dir))
     for evaluator in (PREF(), McqLetter()):
-        with pytest.raises(ValueError, match="'one' has 1 candidate answer"):
+        with pytest.raises(ValueError, match=r":one: field 'options': .* this example has 1; give at least two"):
             evaluator.judge([single], engine, context)
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
+from persetrain.io import InputError
 from persetrain.schema import Judgment, McqExample
 
 if TYPE_CHECKING:
@@ -98,17 +99,19 @@ class Evaluator(ABC):
         return {}
 
 
-def refuse_single_answer(examples: Sequence[McqExample], method: str) -> None:
-    """Comparing candidates needs at least two; a one-answer list is a data error, not a score.
+def refuse_single_answer(examples: Sequence[McqExample], method: str, data: Path) -> None:
+    """Comparing candidates needs at least two; a one-answer list is a data error in ``data``, not a score.
 
     Every method that compares a question's candidates (PREF, mcq-letter, odd-one-out, the learned judges)
     checks this first, so it lives with the interface they share.
     """
     for ex in examples:
         if len(ex.options) < 2:
-            raise ValueError(
-                f"{method} compares candidate answers, but example {ex.id!r} has "
-                f"{len(ex.options)} candidate answer; give at least two"
+            raise InputError(
+                data,
+                f"{method} compares candidate answers, but this example has {len(ex.options)}; give at least two",
+                record=ex.id,
+                field="options",
             )
 
 

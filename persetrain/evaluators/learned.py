@@ -145,7 +145,7 @@ class LearnedJudge(Evaluator):
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         if examples and isinstance(examples[0], McqExample):
-            refuse_single_answer(examples, self.name)
+            refuse_single_answer(examples, self.name, context.data)
         items = items_of(examples, self.config)
         scores, costs, notes = self.score_items(items, engine, context)
         mine: dict[str, list[int]] = {}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from persetrain.engine import Engine
 from persetrain.evaluators.base import Evaluator, JudgeContext, register
+from persetrain.io import InputError
 from persetrain.metrics.text_similarity import bertscore, meteor, rouge_pairs, sentence_bleu
 from persetrain.schema import Judgment, ReferenceExample
 
@@ -34,8 +35,11 @@ class LexicalMetric(Evaluator):
         pairs = []
         for ex in examples:
             if not ex.reference.strip():
-                raise ValueError(
-                    f"{self.name} compares outputs with the user's reference, but example {ex.id!r} has none"
+                raise InputError(
+                    context.data,
+                    f"{self.name} compares outputs with the user's reference, and this example has none",
+                    record=ex.id,
+                    field="reference",
                 )
             pairs += [(ex.id, system, text, ex.reference) for system, text in ex.outputs.items()]
         scores = type(self).metric([p[2] for p in pairs], [p[3] for p in pairs])

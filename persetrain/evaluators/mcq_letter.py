@@ -24,7 +24,7 @@ class McqLetter(Evaluator):
     tasks = ("mcq",)
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
-        refuse_single_answer(examples, "mcq-letter")
+        refuse_single_answer(examples, "mcq-letter", context.data)
         if engine is None:
             raise ValueError("mcq-letter needs a model")
         refuse_unlettered(examples, "mcq-letter", len(LETTERS))

@@ -27,7 +27,7 @@ class OddOneOut(Evaluator):
     needs_model = False
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
-        refuse_single_answer(examples, "odd-one-out")
+        refuse_single_answer(examples, "odd-one-out", context.data)
         judgments = []
         for ex in examples:
             odd = oddness(ex.options)

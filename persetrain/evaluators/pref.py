@@ -71,6 +71,7 @@ class PREF(Evaluator):
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: PREFConfig = self.config
+        refuse_single_answer(examples, "PREF", context.data)
         rubrics = self.rubrics(examples, engine, context.system)
         shown, requests = stage3_inputs(examples, rubrics)
         if config.scorer:
@@ -151,7 +152,6 @@ class PREF(Evaluator):
 
     def rubrics(self, examples: Sequence[McqExample], engine: Engine | None, system: str = "pref") -> list[Rubric]:
         """Stages 1-2 (as the variant asks) and the stage-3 request of every example."""
-        refuse_single_answer(examples, "PREF")
         if engine is None:
             raise ValueError("PREF needs a model")
         return build_rubrics(examples, engine, self.config, system)

@@ -51,7 +51,7 @@ class Verdict(Evaluator):
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: VerdictConfig = self.config
-        refuse_single_answer(examples, "verdict")
+        refuse_single_answer(examples, "verdict", context.data)
         if engine is None:
             raise ValueError("verdict needs a model")
         refuse_unlettered(examples, "verdict", len(LETTERS))
