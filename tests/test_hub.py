@@ -20,6 +20,10 @@ import torch
 from fastapi import FastAPI, Request
 from loopback_server import serving
 
+from persetrain.hub import build_model_folder
+from persetrain.io import InputError
+from persetrain.models import ModelSpecError
+
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
 TOKEN = "hf_persetrain_test_token_0123456789"
@@ -269,28 +273,29 @@ def test_no_token_and_no_weights_are_one_line_errors(hub, tmp_path, adapter_chec
 
 def test_an_upload_folder_never_replaces_what_it_is_built_from(hub, tmp_path, adapter_checkpoint):
     """The upload folder is replaced whole: one that is the checkpoint, or holds it, is refused before anything is
-    written, and a build that fails (here, a merge into a base that does not exist) leaves the previous folder."""
+    written (one line from `push`), and a build that fails (a merge into a base that does not exist) leaves the
+    previous folder."""
     for out in (adapter_checkpoint, adapter_checkpoint.parent):
-        result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out))
-        output = (result.stdout + result.stderr).strip()
-        assert result.returncode == 2 and "\n" not in output, output
-        assert output == (
-            f"error: {out}: the upload folder would replace {adapter_checkpoint}, which it is built from; "
-            "give another --out"
+        refused = (
+            f"{out}: the upload folder would replace {adapter_checkpoint}, which it is built from; give another --out"
         )
+        with pytest.raises(InputError) as err:
+            build_model_folder(adapter_checkpoint, out)
+        assert str(err.value) == refused
+    result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out))
+    assert result.returncode == 2 and (result.stdout + result.stderr).strip() == f"error: {refused}"
     assert {"adapter_model.safetensors", "optimizer.pt"} <= {p.name for p in adapter_checkpoint.iterdir()}
 
     out = tmp_path / "upload"
-    args = (str(adapter_checkpoint), "--repo-id", "alice/x", "--dry-run", "--out", str(out))
-    assert _push(hub, tmp_path, *args).returncode == 0
+    build_model_folder(adapter_checkpoint, out)
     before = sorted(p.name for p in out.iterdir())
     config = json.loads((adapter_checkpoint / "adapter_config.json").read_text())
     moved = tmp_path / "checkpoint-3"
     shutil.copytree(adapter_checkpoint, moved)
     gone = str(tmp_path / "gone")
     (moved / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": gone}))
-    result = _push(hub, tmp_path, str(moved), "--repo-id", "alice/x", "--dry-run", "--merge", "--out", str(out))
-    assert result.returncode != 0
+    with pytest.raises(ModelSpecError, match=f"unknown model spec '{gone}'"):
+        build_model_folder(moved, out, merge=True)
     assert sorted(p.name for p in out.iterdir()) == before and not list(tmp_path.glob(".upload.*"))
 
 
