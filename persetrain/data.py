@@ -48,7 +48,7 @@ def register_reader(
     _READERS.append(Reader(name, detect, read))
 
 
-def _read_card(card: Path) -> dict:
+def read_card(card: Path) -> dict:
     """The JSON object of a card (``dataset.json``, ``build_info.json``) or of ``datasets``' own index."""
     try:
         info = json.loads(card.read_text(encoding="utf-8"))
@@ -60,7 +60,7 @@ def _read_card(card: Path) -> dict:
 
 
 def _declared_task(card: Path) -> TaskKind:
-    name = _read_card(card).get("task")
+    name = read_card(card).get("task")
     if name is None:
         raise InputError(card, "does not declare the dataset's task kind", field="task")
     if not isinstance(name, str):
@@ -86,17 +86,24 @@ def _check_records(task: TaskKind, path: Path, records: list[int], examples: lis
         raise InputError(path, problem, record=records[index], field=field)
 
 
+def saved_splits(path: Path) -> list[str]:
+    """The split names in ``datasets``' own index of a ``DatasetDict`` saved at ``path``, read here so that a damaged
+    index, or a ``splits`` that is not a list of names, is named: ``datasets`` reports the JSON error alone, or
+    takes a string's letters for split names."""
+    index = path / DATASET_INDEX
+    if not index.is_file():
+        raise InputError(path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX})")
+    splits = read_card(index).get("splits")
+    if not isinstance(splits, list) or not all(isinstance(name, str) and name for name in splits):
+        raise InputError(index, f"expected a list of split names, got {json.dumps(splits)}", field="splits")
+    return splits
+
+
 def _read_prepared(path: Path, split: str, seed: int) -> tuple[str, list]:
     from datasets import Dataset
 
     task = _declared_task(path / BUILD_INFO)
-    index = path / DATASET_INDEX
-    if not index.is_file():
-        raise InputError(path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX})")
-    # datasets' own index, read here so that a damaged one is named: datasets reports the JSON error alone
-    splits = _read_card(index).get("splits")
-    if not isinstance(splits, list) or not all(isinstance(name, str) for name in splits):
-        raise InputError(index, f"expected the list of split names, got {json.dumps(splits)}", field="splits")
+    splits = saved_splits(path)
     if split not in splits:
         raise InputError(path, f"has no split {split!r}; it has {sorted(splits)}")
     try:
@@ -114,7 +121,7 @@ def _read_prepared(path: Path, split: str, seed: int) -> tuple[str, list]:
 
 def _split_file(card: Path, split: str) -> str:
     """The file name the card gives ``split`` (its ``splits`` object), else ``SPLIT.jsonl``."""
-    splits = _read_card(card).get("splits") or {}
+    splits = read_card(card).get("splits") or {}
     if not isinstance(splits, dict):
         raise InputError(
             card,

@@ -34,7 +34,7 @@ from data_prep.parl.prepare import split_of
 from data_prep.parl.reference import GOLD
 from data_prep.readers.prefeval import read_topic, shuffle_options, topic_files
 from persetrain.console import track
-from persetrain.data import load_dataset
+from persetrain.data import CARD, DATASET_INDEX, load_dataset, read_card, saved_splits
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LABELS, PLOT_REQUEST, reviews_person, texts_person
 from persetrain.schema import ProfileReview
@@ -139,26 +139,19 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
 def source_splits(path: Path) -> list[str]:
     """The split names of a dataset ``persetrain prepare`` wrote (``dataset_dict.json`` or ``dataset.json``).
 
-    Checked here, not left to ``datasets``: a card whose ``splits`` is not a list of names, or names a split whose
-    folder is gone, makes ``load_from_disk`` fail deep inside with a file it guessed (a string's letters taken for
-    split names)."""
-    for name in ("dataset_dict.json", "dataset.json"):
-        card = path / name
-        if card.is_file():
-            try:
-                info = json.loads(card.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as err:
-                raise InputError(card, f"not readable JSON ({err})") from None
-            if not isinstance(info, dict):
-                raise InputError(card, f"expected a JSON object, got {type(info).__name__}")
-            splits = info.get("splits") or ["test"]
-            if not isinstance(splits, list | dict) or not all(isinstance(s, str) and s for s in splits):
-                raise InputError(card, f"expected a list of split names, got {splits!r}", field="splits")
-            for split in splits if name == "dataset_dict.json" else ():
-                missing = path / split / "state.json"
-                if not missing.is_file():
-                    raise InputError(card, f"split {split!r} is missing or incomplete: no {missing}", field="splits")
-            return list(splits)
+    Checked here, not left to ``datasets``: a split listed whose folder is gone makes ``load_from_disk`` fail deep
+    inside with a file it guessed."""
+    if (path / DATASET_INDEX).is_file():
+        splits = saved_splits(path)
+        for split in splits:
+            missing = path / split / "state.json"
+            if not missing.is_file():
+                raise InputError(
+                    path / DATASET_INDEX, f"split {split!r} is missing or incomplete: no {missing}", field="splits"
+                )
+        return splits
+    if (path / CARD).is_file():
+        return list(read_card(path / CARD).get("splits") or ["test"])
     raise InputError(path, "not a dataset `persetrain prepare` wrote (no dataset_dict.json or dataset.json)")
 
 
@@ -167,8 +160,8 @@ def load_prepared(path: Path, written_by: str) -> DatasetDict:
     command that writes it, for the message when ``path`` is not one."""
     from datasets import load_from_disk
 
-    if not (path / "dataset_dict.json").is_file():
-        raise InputError(path, f"not a dataset `{written_by}` wrote (no dataset_dict.json)")
+    if not (path / DATASET_INDEX).is_file():
+        raise InputError(path, f"not a dataset `{written_by}` wrote (no {DATASET_INDEX})")
     source_splits(path)
     return load_from_disk(str(path))
 
