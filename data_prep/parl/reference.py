@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from persetrain.io import InputError, atomic_dir, iter_jsonl, parse_record, write_json, write_jsonl
-from persetrain.schema import ReferenceExample
+from persetrain.schema import ReferenceExample, uneven_outputs
 
 GOLD = "gold"
 CARD = "dataset.json"
@@ -31,14 +31,10 @@ def read_reference(path: str | Path) -> list[ReferenceExample]:
         lines.append(line)
     if not examples:
         raise InputError(path, "holds no records")
-    systems = set(examples[0].outputs)
-    for ex, line in zip(examples, lines, strict=True):
-        missing, extra = sorted(systems - set(ex.outputs)), sorted(set(ex.outputs) - systems)
-        if missing or extra:
-            what = f"no output of {', '.join(missing)}" if missing else f"outputs of {', '.join(extra)}"
-            raise InputError(
-                path, f"{what}, unlike line {lines[0]} (systems {sorted(systems)})", record=line, field="outputs"
-            )
+    broken = uneven_outputs(examples)
+    if broken:
+        index, field, problem = broken
+        raise InputError(path, problem, record=lines[index], field=field)
     return examples
 
 
