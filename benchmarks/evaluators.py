@@ -236,7 +236,7 @@ def aupel_section(args) -> dict:
     }
 
 
-PREFEVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL_DEV = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 
 
 def pref_section(args) -> dict:

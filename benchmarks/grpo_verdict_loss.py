@@ -14,7 +14,7 @@ three ways, on the same trainer and weights:
 
 Each is the best of ``--repeats`` runs, all in one process on one machine; the last line is one JSON object.
 
-    python benchmarks/grpo_verdict_loss.py [--prefeval ../shared/data/prefeval-train] [--orders 4] [--rollouts 16]
+    python benchmarks/grpo_verdict_loss.py [--prefeval data/prefeval/train] [--orders 4] [--rollouts 16]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefeval", type=Path, default=REPO.parent / "shared" / "data" / "prefeval-train")
+    parser.add_argument("--prefeval", type=Path, default=REPO / "data" / "prefeval" / "train")
     parser.add_argument("--orders", type=int, default=4)
     parser.add_argument("--rollouts", type=int, default=16)
     parser.add_argument("--micro-batches", type=int, default=2)

@@ -42,7 +42,7 @@ from persetrain.io import write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
 REPO = Path(__file__).resolve().parents[1]
-GIVEN = [REPO.parent / "shared" / "data" / "prefeval-dev", REPO.parent / "shared" / "data" / "prefeval-train"]
+GIVEN = [REPO / "data" / "prefeval" / "dev", REPO / "data" / "prefeval" / "train"]
 VALIDATION_TOPICS = ("lifestyle_dietary", "travel_restaurant")
 #: The reward models trained, by system name: the decoder (``rm_*`` keys) and the encoder (``rm_minilm_*``).
 RM_RECIPES = {

@@ -39,7 +39,7 @@ CONFIGS = REPO / "accelerate_configs"
 SFT_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
-PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
+PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
 JUDGE_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
 #: Each rank takes one row a step; the one-process reference takes both rows in one batch.

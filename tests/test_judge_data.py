@@ -24,7 +24,7 @@ from persetrain.io import InputError
 from persetrain.prompts.judge import VERDICT_MARK, pair_request, prompt_messages, yes_no_request
 from persetrain.prompts.pref import LETTERS, letter_request
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 HOLDOUT = "travel_restaurant"
 #: Questions per topic of the dev slice (its README).
 QUESTIONS = {"education_learning_styles": 31, "lifestyle_dietary": 57, "travel_restaurant": 56}

@@ -33,7 +33,7 @@ from persetrain.train.runner import METRICS_FILE
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
 YES_NO_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval_yes_no.yaml"
-PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
+PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 
 
 @pytest.fixture(scope="module")

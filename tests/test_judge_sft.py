@@ -20,7 +20,7 @@ from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
 from persetrain.prompts.pref import letter_request
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, rm_context
 from persetrain.reward_model.scorer import RewardModelScorer, check_reward_model
 from persetrain.schema import McqExample, ProfileReview, ScalarExample
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 MODEL = "embedded:smollm2-135m-instruct"
 
 

@@ -13,7 +13,7 @@ from persetrain.cli import app
 from persetrain.meta_eval import flip_rate, manipulated, relative_change, reversed_order
 from persetrain.schema import Judgment, McqExample, PairwiseExample, PairwiseProfileItem
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 
 
 def mcq(ex_id: str, gold: int = 0) -> McqExample:

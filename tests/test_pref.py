@@ -22,7 +22,7 @@ from persetrain.io import InputError
 from persetrain.metrics.mcq import is_correct, mcq_metrics, ndcg, squared_error, strict_argmax
 from persetrain.schema import McqExample
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 MODEL = "embedded:smollm2-135m-instruct"
 
 

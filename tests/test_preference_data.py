@@ -25,8 +25,8 @@ from persetrain.data import load_dataset
 from persetrain.io import InputError
 from persetrain.prompts.preference import rm_context
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-PREFEVAL = [DATA / "prefeval-dev", DATA / "prefeval-train"]
+DATA = Path(__file__).resolve().parents[1] / "data" / "prefeval"
+PREFEVAL = [DATA / "dev", DATA / "train"]
 HOLDOUT = ["lifestyle_dietary", "travel_hotel"]
 VIEWS = ("listwise", "pairs", "verifier")
 
@@ -103,7 +103,7 @@ def test_prefeval_rows_hold_the_gold_text_and_the_prompts_wording(prefeval_out):
 def test_listwise_is_the_mcq_dataset_evaluate_reads_with_prefevals_option_order(prefeval_out):
     task, examples = load_dataset(prefeval_out / "listwise", "validation")
     assert task.name == "mcq"
-    _, direct = read_prefeval(DATA / "prefeval-dev")
+    _, direct = read_prefeval(DATA / "dev")
     same = {e.id: e for e in direct}
     dietary = [e for e in examples if e.topic == "lifestyle_dietary"]
     assert len(dietary) == 57
@@ -127,7 +127,7 @@ def test_cards_declare_task_license_counts_and_balance(prefeval_out):
 def test_same_seed_same_files_and_no_holdout_puts_every_topic_in_train(tmp_path):
     first, again, other = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for out, seed in ((first, 0), (again, 0), (other, 1)):
-        prepare_preference(out, prefeval=[DATA / "prefeval-dev"], seed=seed)
+        prepare_preference(out, prefeval=[DATA / "dev"], seed=seed)
     assert _files(first) == _files(again)
     data, shuffled = _load(first), _load(other)
     assert len(data["listwise"]["train"]) == 144 and len(data["listwise"]["validation"]) == 0
@@ -179,7 +179,7 @@ def test_reference_pairs_put_the_users_own_text_first_against_every_generator(sa
 
 # --------------------------------------------------------------------------------------------- errors
 def _topic(tmp_path: Path, name: str, edit) -> Path:
-    items = json.loads((DATA / "prefeval-dev" / "mcq_options" / "lifestyle_dietary.json").read_text())[:4]
+    items = json.loads((DATA / "dev" / "mcq_options" / "lifestyle_dietary.json").read_text())[:4]
     edit(items[2])
     folder = tmp_path / name
     folder.mkdir()
@@ -196,7 +196,7 @@ def _error(**sources) -> InputError:
 
 def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sample, tmp_path):
     out = tmp_path / "out"
-    prepare_preference(out, prefeval=[DATA / "prefeval-dev"])
+    prepare_preference(out, prefeval=[DATA / "dev"])
     before = _files(out)
 
     one = _topic(tmp_path, "one", lambda item: item.update(classification_task_options=["only one"]))

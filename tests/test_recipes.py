@@ -26,7 +26,7 @@ from persetrain.launch.inputs import read_yaml_mapping
 from persetrain.launch.plan import TRAINERS, infer_trainer
 
 REPO = Path(__file__).resolve().parents[1]
-PREFEVAL_DEV = REPO.parent / "shared" / "data" / "prefeval-dev"
+PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((REPO / "accelerate_configs").glob("*.yaml"))
 DEEPSPEED_CONFIGS = [

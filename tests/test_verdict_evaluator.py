@@ -20,7 +20,7 @@ from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 from persetrain.prompts.judge import choice_request
 from persetrain.schema import McqExample
 
-PREFEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "prefeval-dev"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 OPTIONS = ["Grill a steak.", "Cook a lentil curry.", "Order fried chicken.", "Make a tuna salad."]
 
 
