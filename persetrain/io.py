@@ -215,6 +215,15 @@ def read_step_log(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``, ``{}`` when there is no such file; invalid JSON is an error naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise InputError(path, f"not valid JSON: {err}") from None
+
+
 def write_json(path: str | os.PathLike, obj: object) -> None:
     """Strict JSON: an undefined number (a correlation of constant predictions) is written as null,
     not as the NaN token that Python accepts and other readers (jq, JavaScript) reject."""

@@ -27,12 +27,12 @@ from typer.testing import CliRunner
 
 from persetrain.cli import app
 from persetrain.io import InputError
+from persetrain.signals import exit_code
 from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.grpo import REWARD_PARTS_FILE
 from persetrain.train.rm import run_rm
 from persetrain.train.runner import MERGED_DIR, METRICS_FILE
 from persetrain.train.sft import run_sft
-from persetrain.train.signals import exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "accelerate_configs"

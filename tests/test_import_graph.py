@@ -11,6 +11,8 @@ also runs ``a/__init__.py`` on the way is what lets a package re-export its subm
 itself back (by ``from a import name`` or ``import a``). Imports through ``importlib`` are invisible here;
 the one left between these modules (``persetrain.prompts`` loading its template modules) goes from a package
 down to modules that never import it back.
+
+The same graph also keeps the layers apart: no import points up (:data:`TOP`, :data:`PEERS`, :data:`BELOW`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("persetrain", "data_prep")
+
+#: The command line and the demos stand on everything; nothing else of ``persetrain`` imports them.
+TOP = ("persetrain.cli", "persetrain.demos")
+#: A training run, a launch and a push each stand on the library below and never on each other: what two of
+#: them share (the adapter merge, the stop signals) lives below all three.
+PEERS = ("persetrain.train", "persetrain.launch", "persetrain.hub")
+#: Library layers and what they must not import: the engine is below every user of a model's answers.
+BELOW = {
+    "persetrain.engine": (
+        "persetrain.evaluators",
+        "persetrain.evaluation",
+        "persetrain.prompts",
+        "persetrain.rewards",
+        "persetrain.reward_model",
+    ),
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -89,6 +107,53 @@ def import_graph() -> dict[str, set[str]]:
 def test_no_import_circle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def _within(module: str, packages: tuple[str, ...] | str) -> str | None:
+    """The one of ``packages`` that ``module`` is or lies in, or None."""
+    for package in (packages,) if isinstance(packages, str) else packages:
+        if module == package or module.startswith(package + "."):
+            return package
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every ``importer -> imported`` edge of ``persetrain`` that points up a layer (the constants above)."""
+    found = []
+    for importer, targets in sorted(graph.items()):
+        if not _within(importer, "persetrain"):
+            continue
+        top, peer = _within(importer, TOP), _within(importer, PEERS)
+        for target in sorted(targets):
+            target_peer = _within(target, PEERS)
+            up = (
+                (not top and _within(target, TOP))
+                or (not top and target_peer and target_peer != peer)
+                or any(_within(importer, low) and _within(target, high) for low, high in BELOW.items())
+            )
+            if up:
+                found.append(f"{importer} -> {target}")
+    return found
+
+
+def test_no_upward_import() -> None:
+    assert upward_imports(import_graph()) == []
+
+
+def test_upward_imports_are_found() -> None:
+    """The rule catches the two the layers once had: training reaching into push, the launcher into training."""
+    graph = {
+        "persetrain.train.runner": {"persetrain.hub.checkpoint", "persetrain.adapters"},
+        "persetrain.launch.accelerate": {"persetrain.train.signals"},
+        "persetrain.cli.train": {"persetrain.train.runner", "persetrain.demos.parl"},
+        "persetrain.engine.retry": {"persetrain.evaluators.base"},
+        "persetrain.evaluation": {"persetrain.engine"},
+    }
+    assert upward_imports(graph) == [
+        "persetrain.engine.retry -> persetrain.evaluators.base",
+        "persetrain.launch.accelerate -> persetrain.train.signals",
+        "persetrain.train.runner -> persetrain.hub.checkpoint",
+    ]
 
 
 @pytest.mark.parametrize(

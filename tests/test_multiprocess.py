@@ -21,10 +21,10 @@ import pytest
 from transformers import TrainerCallback
 
 from persetrain.launch import local_command, plan_launch
+from persetrain.signals import exit_code
 from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.runner import METRICS_FILE
 from persetrain.train.sft import main, make_parser, run_sft
-from persetrain.train.signals import exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"

@@ -19,8 +19,9 @@ One job per module: ``checkpoint`` (what a checkpoint holds), ``cards`` (the REA
 upload folders), ``upload`` (token, commit, ``push``).
 """
 
+from persetrain.adapters import is_reward_model
 from persetrain.hub.cards import metrics_table, model_card
-from persetrain.hub.checkpoint import checkpoint_kind, is_reward_model
+from persetrain.hub.checkpoint import checkpoint_kind
 from persetrain.hub.errors import HubError
 from persetrain.hub.folders import build_dataset_folder, build_model_folder
 from persetrain.hub.upload import PushResult, describe_folder, push, push_folder, require_token

@@ -1,21 +1,16 @@
 """What a checkpoint folder holds and what of it a model repository receives.
 
 A full model (``model*.safetensors`` / ``pytorch_model*.bin`` + ``config.json``) or a PEFT adapter
-(``adapter_model.*`` + ``adapter_config.json``); ``merge_adapter`` folds an adapter into its base. Optimizer,
+(``adapter_model.*`` + ``adapter_config.json``; ``persetrain.adapters`` folds one into its base). Optimizer,
 scheduler, RNG and trainer state stay behind: they resume a run, they do not serve a model.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from persetrain.io import InputError
-
-if TYPE_CHECKING:
-    import torch
 
 FULL_WEIGHTS = ("model.safetensors", "model-*-of-*.safetensors", "pytorch_model.bin", "pytorch_model-*-of-*.bin")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -63,14 +58,6 @@ def checkpoint_kind(checkpoint: Path) -> str:
     )
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``, ``{}`` when there is no such file; invalid JSON is an error naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except json.JSONDecodeError as err:
-        raise InputError(path, f"not valid JSON: {err}") from None
-
-
 def check_upload_folder(out: Path, source: Path) -> None:
     """Refuse an upload folder that is ``source`` or holds it: the folder is replaced whole, and that would delete
     the checkpoint or dataset being pushed."""
@@ -84,34 +71,3 @@ def copy_model_files(checkpoint: Path, out: Path) -> None:
     for path in sorted(checkpoint.iterdir()):
         if path.is_file() and not _matches(path, TRAINING_STATE):
             shutil.copy2(path, out / path.name)
-
-
-def is_reward_model(checkpoint: Path) -> bool:
-    """A sequence-classification checkpoint (``persetrain rm``): full weights or a ``SEQ_CLS`` adapter."""
-    architectures = read_json(checkpoint / "config.json").get("architectures") or []
-    task = read_json(checkpoint / "adapter_config.json").get("task_type")
-    return task == "SEQ_CLS" or any(a.endswith("ForSequenceClassification") for a in architectures)
-
-
-def merge_adapter(checkpoint: Path, base: str, out: Path, dtype: torch.dtype | str = "auto") -> None:
-    """Load the base (in ``dtype``; "auto": as it was saved), apply the adapter, fold it in and save full weights
-    + the checkpoint's tokenizer."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
-
-    from persetrain.models import local_weights_dir
-
-    if is_reward_model(checkpoint):
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(local_weights_dir(base)), num_labels=1, dtype=dtype
-        )
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(local_weights_dir(base)), dtype=dtype)
-    # The checkpoint's tokenizer (with the chat template training used); an adapter folder has no model
-    # config, so it is read as a plain tokenizer folder.
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    if model.config.pad_token_id is None:  # as the trainers set it: a classifier reads its last non-pad token
-        model.config.pad_token_id = tokenizer.pad_token_id
-    merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
-    merged.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))

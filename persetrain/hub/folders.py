@@ -10,18 +10,11 @@ import os
 import shutil
 from pathlib import Path
 
+from persetrain.adapters import is_reward_model, merge_adapter
 from persetrain.hub.cards import dataset_card, model_card
-from persetrain.hub.checkpoint import (
-    RESOLVED_CONFIG,
-    check_upload_folder,
-    checkpoint_kind,
-    copy_model_files,
-    is_reward_model,
-    merge_adapter,
-    read_json,
-)
+from persetrain.hub.checkpoint import RESOLVED_CONFIG, check_upload_folder, checkpoint_kind, copy_model_files
 from persetrain.hub.errors import HubError
-from persetrain.io import InputError, atomic_dir
+from persetrain.io import InputError, atomic_dir, read_json
 
 
 def build_model_folder(

@@ -15,7 +15,7 @@ import httpx
 from huggingface_hub import HfApi, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
-from persetrain.hub.checkpoint import is_reward_model
+from persetrain.adapters import is_reward_model
 from persetrain.hub.errors import HubError
 from persetrain.hub.folders import build_dataset_folder, build_model_folder
 

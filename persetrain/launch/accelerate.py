@@ -25,6 +25,7 @@ from pathlib import Path
 
 from persetrain.launch.inputs import recipe_value, resolve_relative
 from persetrain.launch.plan import LaunchPlan
+from persetrain.signals import STOP_SIGNALS
 
 
 @dataclass
@@ -135,11 +136,9 @@ def run(command: LaunchCommand) -> int:
     SIGINT (Ctrl-C) reach every rank through the agent, SIGUSR1 through this process (the agent leaves it to its
     default action, which would kill the launcher alone); each rank saves a checkpoint and stops, and the outcome
     comes back here as an exception read into one line, not as the agent's traceback.
-    A rank whose launcher is killed outright dies with it (``persetrain.train.signals.die_with_parent``).
+    A rank whose launcher is killed outright dies with it (``persetrain.signals.die_with_parent``).
     One process without a distributed config runs as a child that receives the same signals.
     """
-    from persetrain.train.signals import STOP_SIGNALS  # imports torch: not needed to plan or print a command
-
     os.environ.update(command.env)
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     if command.argv[:2] == ["accelerate", "launch"] and not command.elastic:

@@ -26,14 +26,15 @@ from datasets import Dataset, load_from_disk
 from transformers import TrainerCallback
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+from persetrain.adapters import merge_adapter
 from persetrain.environment import environment
-from persetrain.hub.checkpoint import merge_adapter
 from persetrain.io import InputError, atomic_dir, trim_step_log, write_json
 from persetrain.models import RESOLVED_CONFIG_FILE, TRAINER_STATE
+from persetrain.signals import die_with_parent, exit_code
 from persetrain.train.checkpoints import check_world_size, last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
 from persetrain.train.recipe import RecipeError
-from persetrain.train.signals import CheckpointOnSignal, die_with_parent, exit_code
+from persetrain.train.signals import CheckpointOnSignal
 from persetrain.train.stopped import TrainingStopped
 from persetrain.train.watchdog import HangWatchdog
 
