@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import emit  # beside this script
 from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +144,7 @@ def main() -> None:
         f"{name}_vs_single": round(best[name]["tokens_per_s"] / single, 3) for name in CONFIGS if name != "single"
     }
     figures["peak_rss_mb_per_rank"] = {name: round(result["peak_rss_mb"]) for name, result in best.items()}
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,10 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import statistics
-import time
 
 import torch
+from common import best_of, emit, matmul_rate  # beside this script
 
 from persetrain.console import console, set_quiet
 from persetrain.engine import ChatRequest, load_engine
@@ -80,29 +78,14 @@ def parl_workload(tokenizer, n_prefixes: int, n_tails: int, seed: int = 0) -> li
     return requests
 
 
-def measure_matmul_gflops(size: int = 2048, repeats: int = 7) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times) / 1e9
-
-
 @torch.inference_mode()
 def measure_forward_gflops(model, tokens: int = 512, batch: int = 2, repeats: int = 3) -> float:
     """A full forward pass (all logits), where 2·params FLOPs per token is the real work."""
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, model.config.vocab_size, (batch, tokens))
     model(ids)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model(ids)
-        times.append(time.perf_counter() - start)
-    return 2 * params * batch * tokens / statistics.median(times) / 1e9
+    seconds, _ = best_of(lambda: model(ids), repeats)
+    return 2 * params * batch * tokens / seconds / 1e9
 
 
 @torch.inference_mode()
@@ -147,7 +130,7 @@ def main() -> None:
     model = backend.model
     choices = ["yes", "no"]
 
-    matmul = measure_matmul_gflops()
+    matmul = matmul_rate([(2048, 2048, 2048)], repeats=7) / 1e9
     forward = measure_forward_gflops(model)
     console.print(f"fp32 matmul: {matmul:.1f} GFLOP/s; full forward: {forward:.1f} GFLOP/s ({forward / matmul:.0%})")
 
@@ -161,15 +144,9 @@ def main() -> None:
     ideal = total_tokens / computed
 
     timings = {}
-    start = time.perf_counter()
-    fast = shared.choice_probs(requests, choices)
-    timings["shared"] = time.perf_counter() - start
-    start = time.perf_counter()
-    plain = batched.choice_probs(requests, choices)
-    timings["batched"] = time.perf_counter() - start
-    start = time.perf_counter()
-    naive = naive_choice_probs(backend, requests, choices)
-    timings["naive"] = time.perf_counter() - start
+    timings["shared"], fast = best_of(lambda: shared.choice_probs(requests, choices), 1)
+    timings["batched"], plain = best_of(lambda: batched.choice_probs(requests, choices), 1)
+    timings["naive"], naive = best_of(lambda: naive_choice_probs(backend, requests, choices), 1)
 
     diff = max(abs(f.probs[c] - n[c]) for f, n in zip(fast, naive, strict=True) for c in choices)
     diff_batched = max(abs(f.probs[c] - p.probs[c]) for f, p in zip(fast, plain, strict=True) for c in choices)
@@ -195,7 +172,7 @@ def main() -> None:
         "seconds": {k: round(v, 2) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":

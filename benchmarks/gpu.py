@@ -70,9 +70,10 @@ from pathlib import Path
 import psutil
 import torch
 import yaml
+from common import StepTimer, emit, matmul_rate, step_shapes
 from datasets import Dataset, DatasetDict
 from distributed import _descendants  # beside this script
-from sft import ROW_TOKENS, _StepTimer, synthetic_prompt_completion
+from sft import ROW_TOKENS, synthetic_prompt_completion
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from persetrain.models import DEFAULT_MODEL, best_device, best_dtype, load_tokenizer, local_weights_dir
@@ -158,65 +159,6 @@ def length_reward(completions: list[list[dict]], **kwargs) -> list[float]:
     return [len(completion[-1]["content"]) / 100 for completion in completions]
 
 
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-class SyncedStepTimer(_StepTimer):
-    """``benchmarks/sft.py``'s step timer with the device synchronised at both ends of a step: a GPU runs
-    asynchronously, and without the synchronisation a step would end when its kernels were queued, not run."""
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        synchronize()
-        super().on_step_begin(args, state, control, **kwargs)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        synchronize()
-        super().on_step_end(args, state, control, **kwargs)
-
-
-# ------------------------------------------------------------------------------------------ the ceiling
-def matmul_rate(shapes: list[tuple[int, int, int]], device: torch.device, dtype: torch.dtype) -> float:
-    """FLOP/s of ``torch.mm`` over ``shapes``: their FLOPs over the sum of each one's best time.
-
-    ``benchmarks/sft.py``'s ``measure_matmul_flops`` times products on the CPU without synchronising, which on a
-    GPU would time their launch; here each of 5 samples times 10 products, synchronised, after a warm-up.
-    """
-    flops = seconds = 0.0
-    for m, k, n in shapes:
-        a = torch.randn(m, k, device=device, dtype=dtype)
-        b = torch.randn(k, n, device=device, dtype=dtype)
-        for _ in range(3):
-            torch.mm(a, b)
-        samples = []
-        for _ in range(5):
-            synchronize()
-            start = time.perf_counter()
-            for _ in range(10):
-                torch.mm(a, b)
-            synchronize()
-            samples.append((time.perf_counter() - start) / 10)
-        flops += 2 * m * k * n
-        seconds += min(samples)
-    return flops / seconds
-
-
-def step_shapes(model: str, tokens: int) -> list[tuple[int, int, int]]:
-    """A training step's projection matmuls (``benchmarks/sft.py``'s shapes) for ``tokens`` tokens of ``model``."""
-    config = AutoConfig.from_pretrained(local_weights_dir(model))
-    hidden, inner = config.hidden_size, config.intermediate_size
-    kv = config.num_key_value_heads * config.hidden_size // config.num_attention_heads
-    return [
-        (tokens, hidden, hidden),
-        (tokens, hidden, kv),
-        (tokens, hidden, inner),
-        (tokens, inner, hidden),
-        (hidden, tokens, inner),
-        (inner, tokens, hidden),
-    ]
-
-
 # ------------------------------------------------------------------------------------------ models and data
 def random_llama(path: Path, tokenizer, shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> str:
     """A LLaMA of ``shape`` with random weights (transformers' initialisation) and ``tokenizer``, saved at ``path``."""
@@ -284,7 +226,7 @@ def sft_args(model: str, data: dict[str, str], out: Path, sizes: Sizes, lora: bo
 
 def timed_train(build: Callable, parser: RecipeParser, argv: list[str], warmup: int) -> dict:
     """Build a trainer as a recipe does, train it, and return its best timed step and its parameter counts."""
-    timer = SyncedStepTimer()
+    timer = StepTimer()
     trainer = build(*parser.parse_args_and_config(argv), [timer])
     total = sum(p.numel() for p in trainer.model.parameters())
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
@@ -469,7 +411,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         work = Path(tmp)
         try:
-            ceiling = matmul_rate([(sizes.square,) * 3], device, dtype)
+            ceiling = matmul_rate([(sizes.square,) * 3], device, dtype, products=10)
             print(f"matmul ceiling: {ceiling / 1e12:.1f} TFLOP/s", flush=True)
             tokenizer = load_tokenizer(args.model)
             data = write_datasets(tokenizer, work)
@@ -479,7 +421,8 @@ def main() -> None:
             else:
                 models["llama1b"] = random_llama(work / "llama1b", tokenizer, LLAMA_1B, device, dtype)
             for key, spec in models.items():
-                shape_ceilings[key] = matmul_rate(step_shapes(spec, sizes.sft_rows * ROW_TOKENS), device, dtype)
+                shapes = step_shapes(AutoConfig.from_pretrained(local_weights_dir(spec)), sizes.sft_rows * ROW_TOKENS)
+                shape_ceilings[key] = matmul_rate(shapes, device, dtype, products=10)
                 print(f"{key}: matmul at its step's shapes {shape_ceilings[key] / 1e12:.1f} TFLOP/s", flush=True)
         except Exception as err:  # the figures are still printed, every row marked
             traceback.print_exc()
@@ -517,7 +460,7 @@ def main() -> None:
     (args.out / "result.json").write_text(
         json.dumps({**figures, "rows": [asdict(row) for row in rows], "sizes": asdict(sizes)}, indent=1)
     )
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":

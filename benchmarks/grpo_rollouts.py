@@ -19,13 +19,12 @@ Each is the best of ``--repeats`` runs, all in one process on one machine; the l
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import torch
+from common import best_of, emit  # beside this script
 from datasets import load_from_disk
-from parl import best_of  # beside this script
 from trl import GRPOTrainer
 
 from data_prep.parl.prepare import prepare_parl
@@ -98,7 +97,7 @@ def main() -> None:
         "speedup_vs_per_user": round(per_user_s / batched_s, 2),
         "speedup_vs_trl": round(trl_s / batched_s, 2),
     }
-    print(json.dumps(result))
+    emit(result)
 
 
 if __name__ == "__main__":

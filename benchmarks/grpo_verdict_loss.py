@@ -20,12 +20,11 @@ Each is the best of ``--repeats`` runs, all in one process on one machine; the l
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import torch
-from parl import best_of  # beside this script
+from common import best_of, emit  # beside this script
 from trl import GRPOTrainer
 
 from data_prep.judge.prepare import prepare_judge
@@ -117,7 +116,7 @@ def main() -> None:
         "speedup_vs_trl": round(trl_s / one_s, 2),
         "speedup_vs_split": round(split_s / one_s, 2),
     }
-    print(json.dumps(result))
+    emit(result)
 
 
 if __name__ == "__main__":

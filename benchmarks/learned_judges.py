@@ -32,6 +32,7 @@ import shutil
 import time
 from pathlib import Path
 
+from common import emit  # beside this script
 from rm_speed import measure as measure_speed  # beside this script
 
 from data_prep.preference.prepare import prepare_preference
@@ -215,7 +216,7 @@ def main() -> None:
     }
     result.update(measure_speed(_listwise_train(data), MODEL, args.speed_questions))
     write_json(args.out / "result.json", result)
-    print(json.dumps(result))
+    emit(result)
 
 
 def _listwise_train(data: Path):

@@ -26,10 +26,10 @@ import argparse
 import json
 import random
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common import best_of, emit  # beside this script
 from parl_grpo import add_arguments as add_grpo_arguments  # beside this script: the grpo part
 from parl_grpo import grpo_run
 
@@ -141,16 +141,6 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def best_of(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """The shortest wall time of ``repeats`` calls of ``fn`` (as ``timeit`` takes it) and the last call's result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def reward_speed(args: argparse.Namespace) -> dict:
     samples = _step_samples(args.seed)
     engine = load_engine(args.model, prefix_cache_bytes=0)
@@ -209,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {}
     for part in args.part or list(PARTS):
         results.update(PARTS[part](args))
-    print(json.dumps(results))
+    emit(results)
     return results
 
 

@@ -29,10 +29,10 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
+from common import emit  # beside this script
 from scipy import stats
 
 from data_prep.parl.rubrics import true_checks, true_other_user_pass_rates
@@ -162,18 +162,16 @@ def main() -> None:
         f"{'true sets (signature checkers)':50s} other-user pass rate {_mean(true_rates)} over {len(true_rates)} sets"
     )
     print(f"{'true sets (the judge)':50s} other-user pass rate {_mean(true_judged)} over {len(true_judged)} sets")
-    print(
-        json.dumps(
-            {
-                "users": len(examples),
-                "samples": args.samples,
-                "temperature": args.temperature,
-                "policies": figures,
-                "true_sets_other_user_pass_rate": _mean(true_rates),
-                "true_sets_other_user_pass_rate_judged": _mean(true_judged),
-                "seconds": round(time.perf_counter() - began, 1),
-            }
-        )
+    emit(
+        {
+            "users": len(examples),
+            "samples": args.samples,
+            "temperature": args.temperature,
+            "policies": figures,
+            "true_sets_other_user_pass_rate": _mean(true_rates),
+            "true_sets_other_user_pass_rate_judged": _mean(true_judged),
+            "seconds": round(time.perf_counter() - began, 1),
+        }
     )
 
 

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common import emit  # beside this script
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -73,7 +75,7 @@ def main() -> None:
     figures["trained_minus_untrained"] = round(figures["kendall_trained"] - figures["kendall_untrained"], 4)
     figures["trained_beats_reviewer_avg"] = figures["kendall_trained"] > figures["kendall_reviewer_avg"]
     figures["target_met"] = figures["trained_minus_untrained"] >= 0.15 and figures["trained_beats_reviewer_avg"]
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":

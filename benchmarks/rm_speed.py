@@ -5,7 +5,7 @@ the same Bradley-Terry loss: TRL's trainer as it comes on the (gold, distractor)
 question per step, against ``ListwiseRewardTrainer`` on the question's listwise row (its context computed
 once, its options attending to it). Each step's wall time is recorded by a callback; the first steps warm
 up, the median of the rest is kept. The ceiling is the machine's fp32 matmul rate at the model's shapes
-(``benchmarks/sft.py``), measured in the same run; utilization counts 6 x params FLOPs per computed token.
+(``benchmarks/common.py``), measured in the same run; utilization counts 6 x params FLOPs per computed token.
 
 ``python benchmarks/learned_judges.py`` runs this as one of its parts; alone:
 
@@ -15,15 +15,13 @@ up, the median of the rest is kept. The ceiling is the machine's fp32 matmul rat
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
-import time
 
 import torch
+from common import StepTimer, emit, matmul_rate, step_shapes  # beside this script
 from datasets import Dataset, load_from_disk
-from sft import measure_matmul_flops  # beside this script: the matmul ceiling at a model's shapes
-from transformers import AutoConfig, TrainerCallback
+from transformers import AutoConfig
 from trl import RewardTrainer
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
@@ -33,20 +31,25 @@ from persetrain.train.rm import ListwiseRewardTrainer, RMConfig
 from persetrain.train.rm_listwise import ranking_loss
 
 
-class StepTimer(TrainerCallback):
-    """Wall time and computed tokens of every optimizer step."""
+class ComputedTokensTimer(StepTimer):
+    """The step timer, counting each step's computed tokens from the trainer itself: the listwise trainer and TRL's
+    ``RewardTrainer`` log no ``num_tokens`` of their own."""
 
-    def __init__(self):
-        self.seconds: list[float] = []
-        self.tokens: list[int] = []
+    def __init__(self) -> None:
+        super().__init__()
         self.trainer = None
+        self._before = 0
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._start, self._tokens = time.perf_counter(), self.trainer._total_train_tokens
+        self._before = self.trainer._total_train_tokens
+        super().on_step_begin(args, state, control, **kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self._start)
-        self.tokens.append(self.trainer._total_train_tokens - self._tokens)
+        super().on_step_end(args, state, control, **kwargs)
+        self.tokens.append(self.trainer._total_train_tokens - self._before)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass  # the tokens come from the trainer, above
 
 
 def pairs_of(listwise: Dataset) -> Dataset:
@@ -60,8 +63,8 @@ def pairs_of(listwise: Dataset) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def _timed_run(trainer_class, model: str, train: Dataset, batch: int, steps: int) -> StepTimer:
-    timer = StepTimer()
+def _timed_run(trainer_class, model: str, train: Dataset, batch: int, steps: int) -> ComputedTokensTimer:
+    timer = ComputedTokensTimer()
     with tempfile.TemporaryDirectory() as out:
         args = RMConfig(
             output_dir=out,
@@ -134,12 +137,7 @@ def measure(
     trl = _timed_run(RewardTrainer, model, pairs_of(listwise), round(per_step * pairs_per_question), steps)
     ours_step, trl_step = statistics.median(ours.seconds[warmup:]), statistics.median(trl.seconds[warmup:])
     config = AutoConfig.from_pretrained(local_weights_dir(model))
-    matmul = measure_matmul_flops(
-        config.hidden_size,
-        config.intermediate_size,
-        config.num_key_value_heads * config.hidden_size // config.num_attention_heads,
-        tokens=256,
-    )
+    matmul = matmul_rate(step_shapes(config, 256), repeats=7)
     params = sum(p.numel() for p in _params(model))
     tokens_per_second = statistics.median(
         t / s for t, s in zip(ours.tokens[warmup:], ours.seconds[warmup:], strict=True)
@@ -175,7 +173,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = make_parser().parse_args()
     listwise = load_from_disk(args.data)[args.split]
-    print(json.dumps(measure(listwise, args.model, args.questions, args.per_step)))
+    emit(measure(listwise, args.model, args.questions, args.per_step))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
+from common import emit  # beside this script
 from learned_judges import GIVEN, VALIDATION_TOPICS  # beside this script
 
 from data_prep.preference.prepare import prepare_preference
@@ -125,17 +126,15 @@ def main() -> None:
             f"fold {fold} ({' + '.join(found['topics'])}, {found['n']} questions): "
             + ", ".join(f"{key} {found[key]:.3f}" for key in FIGURES)
         )
-    print(
-        json.dumps(
-            {
-                "name": args.name,
-                "recipe": str(args.recipe),
-                "overrides": args.overrides,
-                "n": n,
-                **pooled,
-                "folds": folds,
-            }
-        )
+    emit(
+        {
+            "name": args.name,
+            "recipe": str(args.recipe),
+            "overrides": args.overrides,
+            "n": n,
+            **pooled,
+            "folds": folds,
+        }
     )
 
 

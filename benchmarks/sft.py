@@ -42,12 +42,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from common import StepTimer, emit, matmul_rate, step_shapes  # beside this script
 from datasets import Dataset, DatasetDict
-from transformers import TrainerCallback
 
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
 from persetrain.train.sft import build_sft_trainer
@@ -103,39 +102,6 @@ WORDS = [
 ROW_TOKENS = 1024
 
 
-def measure_matmul_flops(
-    hidden: int = 576, intermediate: int = 1536, kv: int = 192, tokens: int = ROW_TOKENS, repeats: int = 7
-) -> float:
-    """fp32 ``torch.mm`` rate in FLOP/s at the shapes of one training step of the model.
-
-    The shapes are a 1,024-token row through the attention and MLP projections (forward), plus the
-    weight-gradient products of the backward pass. Each shape is warmed up, timed ``repeats`` times
-    and its median kept; the rate is the shapes' total FLOPs over their total median time, i.e. the
-    rate a step made only of these matmuls would reach.
-    """
-    shapes = [
-        (tokens, hidden, hidden),
-        (tokens, hidden, kv),
-        (tokens, hidden, intermediate),
-        (tokens, intermediate, hidden),
-        (hidden, tokens, intermediate),
-        (intermediate, tokens, hidden),
-    ]
-    flops = seconds = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(2):
-            torch.mm(a, b)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - start)
-        flops += 2 * m * k * n
-        seconds += statistics.median(times)
-    return flops / seconds
-
-
 def synthetic_prompt_completion(tokenizer, rows: int, seed: int = 0) -> Dataset:
     """Prompt-completion chat rows shaped like Per-MPST's, in single-token words.
 
@@ -159,27 +125,6 @@ def synthetic_prompt_completion(tokenizer, rows: int, seed: int = 0) -> Dataset:
             for _ in range(rows)
         ]
     )
-
-
-@dataclass
-class _StepTimer(TrainerCallback):
-    """Wall time of each optimizer step, and the tokens it trained (from TRL's ``num_tokens`` log)."""
-
-    seconds: list[float] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    _start: float = 0.0
-    _seen: int = 0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self._start)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "num_tokens" in logs:
-            self.tokens.append(int(logs["num_tokens"]) - self._seen)
-            self._seen = int(logs["num_tokens"])
 
 
 #: name -> (recipe flags on top of the common ones, extra environment of the process)
@@ -252,7 +197,7 @@ def measure_sft_throughput(data_dir: str, model: str, flags: list[str], steps: i
             "0",
             *flags,
         ]
-        timer = _StepTimer()
+        timer = StepTimer()
         trainer = build_sft_trainer(*sft_parser().parse_args_and_config(argv), [timer])
         params = sum(p.numel() for p in trainer.model.parameters())
         trainer.train()
@@ -300,7 +245,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = make_parser().parse_args()
     if args.worker:
-        print(json.dumps(measure_sft_throughput(args.data, args.model, json.loads(args.worker), args.steps)))
+        emit(measure_sft_throughput(args.data, args.model, json.loads(args.worker), args.steps))
         return
     began = time.perf_counter()
 
@@ -309,11 +254,7 @@ def main() -> None:
     config = AutoConfig.from_pretrained(local_weights_dir(args.model))
 
     def matmul() -> float:
-        return measure_matmul_flops(
-            hidden=config.hidden_size,
-            intermediate=config.intermediate_size,
-            kv=config.num_key_value_heads * config.head_dim,
-        )
+        return matmul_rate(step_shapes(config, ROW_TOKENS), repeats=7)
 
     names = ["persetrain", "padded"] if args.no_trl_default else list(CONFIGS)
     # The ceiling is measured before and after every round and the best kept: load from other jobs
@@ -377,7 +318,7 @@ def main() -> None:
             "seconds": round(time.perf_counter() - began, 1),
         }
     )
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,10 @@ ratio of the same run). The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
 from pathlib import Path
 
-from transformers import TrainerCallback
+from common import StepTimer, emit  # beside this script
 
 from persetrain.models import DEFAULT_MODEL
 from persetrain.train.sft import build_sft_trainer
@@ -32,20 +30,6 @@ from persetrain.train.sft import make_parser as sft_parser
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
-
-
-class _StepTimer(TrainerCallback):
-    """Wall time and rows of every optimizer step."""
-
-    def __init__(self):
-        self.seconds: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self._start)
 
 
 def verifier_data(root: Path) -> Path:
@@ -65,7 +49,7 @@ def measure(data: Path, model: str, shared: bool, rows: int, steps: int, warmup:
         argv += ["--output_dir", out, "--max_steps", str(warmup + steps), "--per_device_train_batch_size", str(rows)]
         argv += ["--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
         argv += ["--shared_prefix_packing", "true"]  # the same row order for both paths: token order
-        timer = _StepTimer()
+        timer = StepTimer()
         trainer = build_sft_trainer(*sft_parser().parse_args_and_config(argv), [timer])
         if not shared:
             from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -106,7 +90,7 @@ def main() -> None:
     }
     for key, value in figures.items():
         print(f"{key:>24}: {value}")
-    print(json.dumps(figures))
+    emit(figures)
 
 
 if __name__ == "__main__":
