@@ -1,8 +1,9 @@
 """Every command the user guide shows parses against the real program, without running it.
 
-README.md, benchmarks/README.md and docs/*.md show commands in fenced ``bash`` / ``sh`` / ``console``
-blocks (in ``console`` blocks, the lines after ``$ ``). A command that no longer parses - a renamed flag, a
-removed sub-command, a recipe that moved - is the first error a new user meets; this test meets it first.
+README.md, benchmarks/README.md, docs/*.md and the studies in docs/findings/ show commands in fenced ``bash`` /
+``sh`` / ``console`` blocks (in ``console`` blocks, the lines after ``$ ``). A command that no longer parses - a
+renamed flag, a removed sub-command, a recipe that moved - is the first error a new user meets; this test meets it
+first.
 Each command is read the way its own program reads it:
 
 - ``persetrain ...`` / ``python -m persetrain.cli ...``: click's parser of the real typer app, sub-command by
@@ -32,12 +33,18 @@ import typer
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-GUIDES = [README, REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+GUIDES = [
+    README,
+    REPO / "benchmarks" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "docs" / "findings").glob("*.md")),
+]
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 # click's base exception, from the click that typer runs on (recent typer releases vendor their own copy)
 CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 SEPARATORS = {"&&", "||", ";", "|"}
+TRAINER_COMMANDS = ("sft", "grpo", "rm")  # their extra arguments are the trainer's, parsed by its make_parser()
 README_SECTIONS = [
     "Install",
     "Quickstart",
@@ -181,7 +188,7 @@ def check_persetrain(args: list[str]) -> None:
             _existing_file(params["accelerate_config"], "accelerate config")
         trainer = params["trainer"] or infer_trainer(read_yaml_mapping(recipe, "recipe"))
         check_trainer_args(TRAINERS[trainer], ["--config", str(params["config"]), *ctx.args])
-    elif ctx.allow_extra_args:  # the trainers: every other argument goes to make_parser()
+    elif ctx.info_name in TRAINER_COMMANDS:  # every other argument goes to the trainer's make_parser()
         check_trainer_args(f"persetrain.train.{ctx.info_name}", ctx.args)
     else:
         assert not ctx.args, f"unexpected arguments {ctx.args}"

@@ -4,9 +4,10 @@ A verifier trained on the signature rules alone learns what those rules look lik
 them it says "yes" to almost any rule on a quirky text. A GRPO policy found that blind spot: its valid rubric
 sets filled with one-off rules such as "The headline is all capital letters." on a lowercase writer's texts, or
 "opens with the word 'LADY'", which the judge passed on every quirky writer, so the sets stopped telling users
-apart (``benchmarks/README.md``). The rules here aim to teach the verifier to answer "no" to a rule the text does
-not satisfy, whatever rule it is. Measured, a 135M verifier learns the kinds it trains on and stays at chance on
-the held-out kinds (``benchmarks/README.md``, "Distractor rules for the verifier").
+apart (``docs/findings/2026-11-27-parl-grpo-temperature.md``). The rules here aim to teach the verifier to
+answer "no" to a rule the text does not satisfy, whatever rule it is. Measured, a 135M verifier learns the kinds
+it trains on and stays at chance on the held-out kinds
+(``docs/findings/2026-11-27-parl-distractors-user-negatives.md``).
 
 Each distractor is a property with a slot (a word, a letter, a count) whose answer its draw knows exactly
 (``tests/test_parl_distractors.py`` decides every label again with checkers of its own). For every text it gives one

@@ -11,8 +11,8 @@ discriminative part can move.
 Only the PARL dataset's ``train`` users are used (the CLI and the demo pass that split), plus every user of
 ``extra`` synthetic datasets: other samples (other seeds) of new users, never the held-out ones. On 23 users
 the policy wrote the commonest rule for everyone; with more users its valid sets cover more held-out users
-(0.48 with 23 users, 0.59-0.78 with 87: ``benchmarks/README.md``). Each user gives ``copies`` rows, each with
-its own rule order and wording draw, so the policy does not learn one string per user.
+(0.48 with 23 users, 0.59-0.78 with 87: ``docs/findings/2026-11-26-parl-warm-start.md``). Each user gives
+``copies`` rows, each with its own rule order and wording draw, so the policy does not learn one string per user.
 """
 
 from __future__ import annotations

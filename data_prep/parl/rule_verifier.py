@@ -28,8 +28,9 @@ With ``--distractors``, every original text (not the edited copies) is also chec
 (``data_prep.parl.distractors``): generic slotted properties no user plants ("opens with the word 'X'", "is
 written entirely in capital letters"), one "yes" and one "no" check per text. Without them the verifier passes
 almost any rule it never trained on, and GRPO fills rubric sets with such rules; with them it reads the kinds it
-trained on better, not the kinds it never saw (``benchmarks/README.md``). Validation also holds distractors that
-train never has (``HELD_OUT``). Their rows are named ``distractor:<name>`` in ``rule_name``.
+trained on better, not the kinds it never saw (``docs/findings/2026-11-27-parl-distractors-user-negatives.md``).
+Validation also holds distractors that train never has (``HELD_OUT``). Their rows are named ``distractor:<name>``
+in ``rule_name``.
 
 Per split and rule, the majority answer is subsampled to the minority's count (seeded): a judge
 trained on mostly "no" would learn the prior, which is the failure this data exists to fix. The card
@@ -39,7 +40,8 @@ records the counts before and after.
 the full dataset's rows of those rules, so the stages of a rule curriculum (a verifier trained on two rules
 first, then on all of them from that checkpoint: ``persetrain demo parl --judge-curriculum``) see the same
 checks. A verifier trained on every rule at once sits at loss ln 2 for hundreds of steps while it learns to
-route by rule; one that has learned two rules learns the others from there (``benchmarks/README.md``).
+route by rule; one that has learned two rules learns the others from there
+(``docs/findings/2026-11-27-parl-verifier-curriculum.md``).
 """
 
 from __future__ import annotations
