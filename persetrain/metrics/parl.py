@@ -2,7 +2,7 @@
 
 Input per run: for every user, the valid rules' satisfaction (p(yes) > 0.5) on the user's own text
 (``gt``) and on each generator's text, as ``{target: [bool per rule]}``; a user whose rubric set came
-out empty has ``{}`` (no valid rules). Definitions (METHODS.md, PARL):
+out empty has ``{}`` (no valid rules). Definitions (docs/methods.md, PARL):
 
 * user-level accuracy of a target: the share of users whose every valid rule the target satisfies
   (all-or-nothing), over the users with a non-empty valid set (an empty set judges nothing);

@@ -7,7 +7,7 @@ Three layers, each usable alone:
   characters are kept, each once (a repeat, up to case and spacing, is dropped: the reference code keeps
   repeats, and a GRPO policy learned to reach 2 valid rules by writing one rule twice). It tolerates what
   models wrap JSON in (``<think>`` blocks, code fences, text after the array).
-* ``reward_parts`` — pure math over judge scores (METHODS.md, PARL): consistency validation (a rule
+* ``reward_parts`` — pure math over judge scores (docs/methods.md, PARL): consistency validation (a rule
   survives only if p(yes) > τ = 0.5 on every history item's own text), soft score S = mean p(yes)
   over the valid rules, margin product D = Π_j σ(k (S_gt − S_j)) with k = 20 over the negatives j (the
   generators' outputs, then any *user negatives*: other users' own texts, ``data_prep.parl.prepare``),

@@ -75,7 +75,7 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
 
     Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware
     (``persetrain.train.configs.HardwarePrecision``; never bf16 on a CPU) instead of TRL's ``bf16=True``.
-    The paper's objective (METHODS.md, PARL) is ``loss_type: grpo`` with ``beta: 0.001``: TRL's KL term is
+    The paper's objective (docs/methods.md, PARL) is ``loss_type: grpo`` with ``beta: 0.001``: TRL's KL term is
     the k3 estimator exp(ref - logp) - (ref - logp) - 1, which is verl's ``low_var_kl`` without its clamp
     to [-10, 10]. A ``num_generations`` that does not divide the generation batch is an error naming the
     keys that make up that batch.
