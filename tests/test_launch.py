@@ -27,9 +27,9 @@ def _recipe(tmp_path: Path, name: str = "recipe.yaml", **keys) -> Path:
     return path
 
 
-def _persetrain(*args: str) -> subprocess.CompletedProcess:
+def _persetrain(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=cwd, capture_output=True, text=True, timeout=600
     )
 
 
@@ -70,18 +70,39 @@ def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp
 def test_world_size_that_does_not_divide_the_batch_is_refused():
     plan = plan_launch(ZERO3_RECIPE, num_processes=4, check_data=False)  # 32 = 4 x 4 x 2
     assert plan.overrides == ["--gradient_accumulation_steps", "2"]
-    with pytest.raises(
-        LaunchError,
-        match=r"3 processes do not divide the global batch 32 \(per_device_train_batch_"
-        r"size 4 x gradient_accumulation_steps 1 x 8 processes it was tuned for\)",
-    ):
+    with pytest.raises(LaunchError) as refused:
         plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False)
+    assert str(refused.value) == (
+        f"{ZERO3_RECIPE}: the global batch 32 (per_device_train_batch_size 4 x gradient_accumulation_steps 1 x 8 "
+        "processes, those of the accelerate config it was tuned for) does not split into equal steps over 3 "
+        "processes; launch on a number of processes that divides 32 (1, 2, 4, 8, 16, 32), or choose this world's "
+        "global batch with -- --gradient_accumulation_steps N (global batch N x 4 x 3)"
+    )
+    # Accumulation given on the command line sets the batch: 3 x 4 x 3 = 36.
+    given = plan_launch(
+        ZERO3_RECIPE, num_processes=3, overrides=["--gradient_accumulation_steps", "3"], check_data=False
+    )
+    assert "global batch 36 instead of the recipe's 32" in given.notes[0]
+
+
+def test_a_rank_share_smaller_than_the_per_device_batch_shrinks_it():
+    """32 over 32 ranks is one example each: per-device 4 -> 1 (less memory per rank, never more); a per-device
+    batch given on the command line is kept, so it must divide each rank's share."""
+    plan = plan_launch(ZERO3_RECIPE, num_processes=32, check_data=False)
+    assert plan.overrides == ["--per_device_train_batch_size", "1"]
+    assert plan.notes == ["per_device_train_batch_size 4 -> 1: 32 processes keep the global batch 32 tuned on 8"]
+    assert plan_launch(ZERO3_RECIPE, num_processes=16, check_data=False).overrides == [
+        "--per_device_train_batch_size",
+        "2",
+    ]
+    with pytest.raises(LaunchError, match=r"does not split into equal steps of per_device_train_batch_size 4 \(given"):
+        plan_launch(ZERO3_RECIPE, num_processes=16, overrides=["--per_device_train_batch_size", "4"], check_data=False)
 
 
 def test_another_accelerate_config_keeps_the_global_batch_the_recipe_was_tuned_for():
     """The CPU recipe (batch 1 on cpu.yaml's one process) launched under the 8-GPU ZeRO-3 config on 2 ranks keeps
     its global batch of 1, which 2 ranks cannot split, rather than taking the config's 8 x 1."""
-    with pytest.raises(LaunchError, match=r"2 processes do not divide the global batch 1 .* x 1 processes it was"):
+    with pytest.raises(LaunchError, match=r"global batch 1 \(per_device_train_batch_size 1 .* x 1 processes, those of"):
         plan_launch(
             CPU_RECIPE,
             accelerate_config=REPO / "accelerate_configs/deepspeed_zero3.yaml",
@@ -150,7 +171,7 @@ def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
         plan_launch(_recipe(tmp_path, "gone.yaml", accelerate_config=zero3, deepspeed=str(tmp_path / "missing.json")))
 
 
-def test_missing_dataset_is_refused_before_any_process_starts(tmp_path):
+def test_a_dataset_the_trainer_would_refuse_is_refused_before_any_process_starts(tmp_path, tiny_dataset):
     recipe = _recipe(tmp_path, dataset_path=str(tmp_path / "data/perse/per_mpst_k3"))
     with pytest.raises(
         LaunchError,
@@ -158,22 +179,83 @@ def test_missing_dataset_is_refused_before_any_process_starts(tmp_path):
         r"write it with `persetrain prepare` \(e.g. persetrain prepare perse",
     ):
         plan_launch(recipe)
-    assert plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)]).overrides == [
+    with pytest.raises(LaunchError, match=r"--dataset_path 'dataset_path' names .*recipe.yaml, which is not a folder"):
+        plan_launch(recipe, overrides=["--dataset_path", str(recipe)])
+    with pytest.raises(InputError, match=r"not a dataset saved with save_to_disk \(no dataset_dict.json\)"):
+        plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)])
+    evaluating = ["--dataset_path", str(tiny_dataset), "--eval_strategy", "steps", "--dataset_test_split", "dev"]
+    with pytest.raises(LaunchError, match=r"dataset_test_split 'dev' is not a split of .* \(it has: train, test\)"):
+        plan_launch(recipe, overrides=evaluating)
+    assert plan_launch(recipe, overrides=["--dataset_path", str(tiny_dataset)]).overrides == [
         "--dataset_path",
-        str(tmp_path),
+        str(tiny_dataset),
     ]
 
 
 def test_missing_files_are_one_line_errors(tmp_path):
     result = _persetrain("launch", "--config", "recipes/none.yaml", "--dry-run")
     assert result.returncode == 2 and (result.stdout + result.stderr).strip() == (
-        "error: recipes/none.yaml: no such recipe file"
+        "error: recipes/none.yaml: no such recipe file, nor a shipped recipe of that name (`persetrain recipes` "
+        "lists the shipped ones)"
+    )
+    result = _persetrain("launch", "--config", "perse/llama2-7b-chat_per-mpst", "--dry-run")
+    assert result.returncode == 2 and (result.stdout + result.stderr).strip() == (
+        "error: perse/llama2-7b-chat_per-mpst: no such recipe file, nor a shipped recipe of that name (close names: "
+        "perse/llama2-7b-chat_per-mpst-k3, perse/llama2-13b-chat_per-mpst-k3, perse/llama2-13b-chat_per-doc, "
+        "perse/mistral-7b_per-mpst-k3)"
     )
     recipe = _recipe(tmp_path, accelerate_config="accelerate_configs/tpu.yaml")
     result = _persetrain("launch", "--config", str(recipe), "--dry-run")
     assert result.returncode == 2
     output = (result.stdout + result.stderr).strip()
-    assert output == "error: accelerate_configs/tpu.yaml: no such accelerate config file"
+    assert output == (
+        "error: accelerate_configs/tpu.yaml: no such accelerate config file, nor a shipped accelerate config of that "
+        "name (close names: cpu, multi_gpu)"
+    )
+
+
+def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_path):
+    """From any folder: ``perse/NAME`` is recipes/perse/NAME.yaml, ``deepspeed_zero3`` accelerate_configs/'s; a
+    recipe path that exists wins over a shipped name, and a recipe's own relative config name is found beside it."""
+    plan = plan_launch("perse/llama2-7b-chat_per-mpst-k3", accelerate_config="deepspeed_zero3", check_data=False)
+    assert (
+        plan.recipe_path == ZERO3_RECIPE
+        and plan.accelerate_config_path == REPO / "accelerate_configs/deepspeed_zero3.yaml"
+    )
+    assert plan_launch("recipes/perse/cpu_smollm2_per-mpst-k3.yaml", check_data=False).recipe_path == (
+        Path("recipes/perse/cpu_smollm2_per-mpst-k3.yaml")  # from the checkout root: the path as given
+    )
+    own = tmp_path / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"
+    own.parent.mkdir()
+    own.write_text(yaml.safe_dump({"accelerate_config": "cpu", "per_device_train_batch_size": 2}))
+    result = _persetrain("launch", "--config", "perse/llama2-7b-chat_per-mpst-k3.yaml", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == (
+        f"accelerate launch --config_file {REPO}/accelerate_configs/cpu.yaml -m persetrain.train.sft "
+        "--config perse/llama2-7b-chat_per-mpst-k3.yaml"
+    )
+
+
+def test_recipes_lists_every_shipped_recipe_with_its_model_method_and_scale():
+    result = _persetrain("recipes")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["recipe", "method", "model", "scale"]
+    shipped = sorted(
+        p.relative_to(REPO / "recipes").with_suffix("").as_posix() for p in (REPO / "recipes").rglob("*.yaml")
+    )
+    assert [line.split()[0] for line in lines[1:]] == shipped
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in lines[1:]}
+    assert rows["perse/llama2-13b-chat_per-mpst-k3"] == (
+        "perse / sft meta-llama/Llama-2-13b-chat-hf 8 GPUs, DeepSpeed ZeRO-3, global batch 16, full weights"
+    )
+    assert rows["parl/qwen3-8b_news_parl-a"] == (
+        "parl / grpo Qwen/Qwen3-8B 8 GPUs, DeepSpeed ZeRO-3 + offload, global batch 40, full weights"
+    )
+    assert rows["perse/cpu_smollm2_per-mpst-k3"] == (
+        "perse / sft embedded:smollm2-135m-instruct CPU, 1 process, global batch 1, LoRA r 64"
+    )
+    assert rows["rm/cpu_smollm2_prefeval"].startswith("rm / rm embedded:smollm2-135m-instruct CPU")
 
 
 def _bash_syntax_ok(script: str, tmp_path: Path) -> None:
@@ -235,8 +317,45 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
     assert not [ln for ln in executable if re.search(r"(?<!\\)\$SLURM_PROCID", ln)]  # never expanded by the batch shell
 
     # A world that the recipe's batch cannot be split over is refused before anything is written.
-    with pytest.raises(LaunchError, match="16 processes do not divide the global batch 32"):
-        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=2), check_data=False)
+    with pytest.raises(LaunchError, match="the global batch 32 .* does not split into equal steps over 64 processes"):
+        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=8), check_data=False)
+
+
+def test_the_readme_slurm_example_runs_once_its_data_is_there_and_a_dry_run_checks_what_a_submission_does(
+    tmp_path, tiny_dataset
+):
+    """The 13B recipe's global batch 16 (2 x 1 x 8 GPUs) on two 8-GPU nodes: one example per rank and step. Without
+    the data, the dry run refuses it exactly as the submission does (before looking for sbatch)."""
+    example = ["launch", "--slurm", "--config", "recipes/perse/llama2-13b-chat_per-mpst-k3.yaml", "--partition", "gpu"]
+    example += ["--time", "2-00:00:00", "--nodes", "2"]
+    work = tmp_path / "work"
+    work.mkdir()
+    refused = [_persetrain(*example, *dry, cwd=work) for dry in ([], ["--dry-run"])]
+    assert [result.returncode for result in refused] == [2, 2]
+    refusals = {(result.stdout + result.stderr).strip() for result in refused}
+    assert len(refusals) == 1 and refusals.pop() == (
+        f"error: {REPO}/recipes/perse/llama2-13b-chat_per-mpst-k3.yaml: recipe key 'dataset_path' names "
+        "data/perse/per_mpst_k3, which does not exist; write it with `persetrain prepare` (e.g. persetrain prepare "
+        "perse --raw RAW --out data/perse) or pass -- --dataset_path DIR"
+    )
+    (work / "data/perse").mkdir(parents=True)
+    (work / "data/perse/per_mpst_k3").symlink_to(tiny_dataset, target_is_directory=True)
+    result = _persetrain(*example, "--dry-run", cwd=work)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "note: per_device_train_batch_size 2 -> 1: 16 processes keep the global batch 16 tuned on 8",
+        "wrote runs/slurm/llama2-13b-chat_per-mpst-k3.sbatch (not submitted)",
+    ]
+    script = (work / "runs/slurm/llama2-13b-chat_per-mpst-k3.sbatch").read_text()
+    _bash_syntax_ok(script, tmp_path)
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=2-00:00:00",
+    ):
+        assert line in script
+    assert "--per_device_train_batch_size 1" in script
 
 
 def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):

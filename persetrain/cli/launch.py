@@ -1,4 +1,5 @@
-"""``persetrain launch``: a recipe run here (``accelerate launch`` / ``torchrun``) or as a Slurm job (``--slurm``)."""
+"""``persetrain launch``: a recipe run here (``accelerate launch`` / ``torchrun``) or as a Slurm job (``--slurm``);
+``persetrain recipes``: the shipped recipes it can run by name."""
 
 from __future__ import annotations
 
@@ -16,11 +17,23 @@ if TYPE_CHECKING:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def launch(
     ctx: typer.Context,
-    config: Annotated[Path | None, typer.Option(help="Training recipe (recipes/**/*.yaml).")] = None,
-    accelerate_config: Annotated[Path | None, typer.Option(help="Instead of the recipe's accelerate_config.")] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            help="Training recipe: a YAML path or a shipped name (perse/llama2-7b-chat_per-mpst-k3; see recipes)."
+        ),
+    ] = None,
+    accelerate_config: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of the recipe's accelerate_config: a YAML path or a shipped name (deepspeed_zero3)."
+        ),
+    ] = None,
     num_processes: Annotated[int | None, typer.Option(help="World size (the global batch stays the recipe's).")] = None,
     trainer: Annotated[str | None, typer.Option(help="sft, grpo or rm; default: from the recipe's keys.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the command (--slurm: write the script), run nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Check as a launch does, print the command (--slurm: write the script), run nothing.")
+    ] = False,
     slurm: Annotated[bool, typer.Option(help="Submit a Slurm batch job instead of running here.")] = False,
     partition: Annotated[str | None, typer.Option(help="Slurm partition; default: the cluster's.")] = None,
     nodes: Annotated[int, typer.Option(help="Slurm nodes (GRPO with a vLLM server: one of them serves).")] = 1,
@@ -48,7 +61,9 @@ def launch(
 ) -> None:
     """Run a recipe with ``accelerate launch`` (``torchrun`` for several CPU processes) or as a Slurm job.
 
-    Arguments after ``--`` override recipe keys: ``persetrain launch --config R -- --max_steps 10``.
+    Arguments after ``--`` override recipe keys: ``persetrain launch --config R -- --max_steps 10``. A dry run
+    checks what a launch checks (the files, the batch, the dataset), all but the cluster itself (sbatch, the
+    partition), which the machine writing the script may not reach.
     """
     if status or logs:
         _report_job(status, logs)
@@ -91,8 +106,8 @@ def _report_job(status: str | None, logs: str | None) -> None:
 
 
 def _run_here(
-    config: Path,
-    accelerate_config: Path | None,
+    config: str,
+    accelerate_config: str | None,
     num_processes: int | None,
     trainer: str | None,
     overrides: list[str],
@@ -109,7 +124,6 @@ def _run_here(
         num_processes=num_processes,
         trainer=trainer,
         overrides=overrides,
-        check_data=not dry_run,
     )
     command = local_command(plan)
     for note in command.notes:
@@ -120,9 +134,9 @@ def _run_here(
 
 
 def _submit_slurm(
-    config: Path,
+    config: str,
     options: SlurmOptions,
-    accelerate_config: Path | None,
+    accelerate_config: str | None,
     num_processes: int | None,
     trainer: str | None,
     overrides: list[str],
@@ -139,7 +153,6 @@ def _submit_slurm(
         num_processes=num_processes,
         trainer=trainer,
         overrides=overrides,
-        check_data=not dry_run,
     )
     for note in plan.notes:
         typer.echo(f"note: {note}")
@@ -154,3 +167,15 @@ def _submit_slurm(
         f"submitted job {job} (script {script}); follow it with `persetrain launch --status {job}` "
         f"and `persetrain launch --logs {job}`"
     )
+
+
+@app.command()
+def recipes() -> None:
+    """List the shipped recipes: the name `launch --config` and the trainers take, method / trainer, model, scale."""
+    from persetrain.launch.catalog import shipped_recipes
+
+    rows = [("recipe", "method", "model", "scale")]
+    rows += [(r.name, f"{r.method} / {r.trainer}", r.model, r.scale) for r in shipped_recipes()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        typer.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)), row[3]]))

@@ -51,14 +51,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from persetrain import resources
 from persetrain.console import console, is_quiet
 from persetrain.demos.parl_report import write_report
 from persetrain.io import write_json
 from persetrain.models import DEFAULT_MODEL
 
-REPO = Path(__file__).resolve().parents[2]
-GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
-JUDGE_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_parl_news.yaml"
+GRPO_RECIPE = resources.recipe_file("parl/cpu_smollm2_news")
+JUDGE_RECIPE = resources.recipe_file("verifier/cpu_smollm2_parl_news")
 SUMMARY, REPORT = "summary.json", "report.md"
 #: The verifier's default rule curriculum (``ParlDemoConfig.judge_curriculum``).
 JUDGE_CURRICULUM = "all:900"

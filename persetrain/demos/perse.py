@@ -18,12 +18,12 @@ import math
 import time
 from pathlib import Path
 
+from persetrain import resources
 from persetrain.console import console
 from persetrain.io import atomic_write
 from persetrain.models import DEFAULT_MODEL
 
-REPO = Path(__file__).resolve().parents[2]
-CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
+CPU_RECIPE = resources.recipe_file("perse/cpu_smollm2_per-mpst-k3")
 
 #: Sizes that keep the whole demo within ~15 minutes on 2 CPU cores. The LLM steps cost per plot,
 #: so plots are few; reviewers are many, so that the 9:1 split holds out ~24 of them.

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from persetrain.io import InputError
+from persetrain.resources import shipped_file
 
 
 class LaunchError(ValueError):
@@ -36,10 +37,12 @@ def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
 
 
 def resolve_relative(path: str | os.PathLike, anchor: Path) -> Path:
-    """``path`` as given when it exists from the working directory, else relative to ``anchor``'s folders.
+    """``path`` as given when it exists from the working directory, else relative to ``anchor``'s folders, else
+    the shipped file of that name (``path`` itself when none exists).
 
     Recipes name configs relative to the repository root (``accelerate_configs/cpu.yaml``); this also
-    finds them when the command runs elsewhere, by trying each folder above the file that names them.
+    finds them when the command runs elsewhere, by trying each folder above the file that names them, and from an
+    installed wheel, whose shipped folders are laid out as the repository root.
     """
     candidate = Path(path)
     if candidate.is_absolute() or candidate.exists():
@@ -47,7 +50,7 @@ def resolve_relative(path: str | os.PathLike, anchor: Path) -> Path:
     for parent in anchor.resolve().parents:
         if (parent / candidate).exists():
             return parent / candidate
-    return candidate
+    return shipped_file(candidate) or candidate
 
 
 def override_value(overrides: Sequence[str], key: str) -> str | None:

@@ -3,8 +3,11 @@
 A recipe names the accelerate config it was tuned for (key ``accelerate_config``), and that config's
 ``num_processes`` fixes the world the recipe's global batch was tuned on: ``per_device_train_batch_size x
 gradient_accumulation_steps x num_processes``. Launching on another number of processes keeps that global
-batch by rescaling ``gradient_accumulation_steps`` (an optimizer step then sees the same number of
-examples, so the learning rate and schedule still fit); a world size that does not divide it is an error.
+batch by rescaling ``gradient_accumulation_steps``, and ``per_device_train_batch_size`` where one rank's share of
+the batch is smaller than it (an optimizer step then sees the same number of examples, so the learning rate and
+schedule still fit); a world size that does not divide the global batch is an error.
+
+A recipe and an accelerate config are a path or a shipped name (:mod:`persetrain.resources`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from persetrain import resources
+from persetrain.io import InputError
 from persetrain.launch.checks import config_problems
 from persetrain.launch.inputs import LaunchError, override_value, read_yaml_mapping, recipe_value, resolve_relative
 
@@ -97,10 +102,10 @@ def plan_launch(
 
     ``cpu`` None means: the accelerate config's ``use_cpu``, or (with ``detect_gpu``) no GPU on this
     machine for more than one process of a DDP config. A batch job is planned without ``detect_gpu``: the machine that
-    submits it is not the one it runs on. ``check_data`` False skips the dataset check (a dry run only
-    shows the command).
+    submits it is not the one it runs on. ``check_data`` False skips the dataset check (for tests of the command
+    alone; ``persetrain launch --dry-run`` checks the data as a real launch does).
     """
-    recipe_path = Path(recipe_path)
+    recipe_path = resources.recipe_file(recipe_path)
     recipe = read_yaml_mapping(recipe_path, "recipe")
     overrides = list(overrides)
     trainer = trainer or infer_trainer(recipe)
@@ -112,7 +117,7 @@ def plan_launch(
             f"{recipe_path}: no 'accelerate_config' key naming the accelerate config it was tuned "
             "for; add one or pass --accelerate-config"
         )
-    config_path = resolve_relative(named, recipe_path)
+    config_path = _accelerate_config_path(named, recipe_path)
     config = read_yaml_mapping(config_path, "accelerate config")
     problems = config_problems(recipe_path, recipe, overrides, config_path, config)
     if problems:
@@ -135,6 +140,13 @@ def plan_launch(
     return plan
 
 
+def _accelerate_config_path(named: str | os.PathLike, recipe_path: Path) -> Path:
+    """The accelerate config a recipe or ``--accelerate-config`` names: a path (from here or from the recipe's
+    folders), else a shipped name; an unknown one is one line listing close names."""
+    found = resolve_relative(named, recipe_path)
+    return found if found.is_file() else resources.accelerate_config_file(named)
+
+
 def _tuned_world(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config: dict[str, Any]) -> int:
     """The world size the recipe's batch keys were tuned for: that of the accelerate config the recipe names.
 
@@ -142,29 +154,58 @@ def _tuned_world(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[
     batch of 4 on one process stays 4 on two ZeRO-3 ranks, not the 8-GPU config's 32.
     """
     named = recipe_value(recipe, overrides, "accelerate_config")
-    own = resolve_relative(named, recipe_path) if named else None
-    if own is None or not own.is_file():
+    try:
+        own = _accelerate_config_path(named, recipe_path) if named else None
+    except InputError:  # launched with --accelerate-config instead of a config that is not here
+        own = None
+    if own is None:
         return int(config.get("num_processes") or 1)
     return int(read_yaml_mapping(own, "accelerate config").get("num_processes") or 1)
 
 
 def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str]) -> None:
-    """Refuse a missing ``dataset_path`` before any process starts (or a batch job waits in the queue for it).
+    """Refuse a dataset the trainer would refuse, before any process starts (or a batch job waits in the queue for
+    it): a ``dataset_path`` that is not a folder, not a saved dataset, or has no split the recipe trains (or, when it
+    evaluates, tests) on. The trainer makes the same checks, and checks the columns, once it runs."""
+    from persetrain.data import DATASET_INDEX, saved_splits
 
-    The trainer makes the same check with the exact `persetrain prepare` command; this one only fails early.
-    """
     dataset = recipe_value(recipe, overrides, "dataset_path")
-    if dataset and not Path(str(dataset)).exists():
-        source = "--dataset_path" if override_value(overrides, "dataset_path") is not None else "recipe key"
+    if not dataset:
+        return
+    path = Path(str(dataset))
+    source = "--dataset_path" if override_value(overrides, "dataset_path") is not None else "recipe key"
+    if not path.is_dir():
         raise LaunchError(
-            f"{recipe_path}: {source} 'dataset_path' names {dataset}, which does not exist; write it "
-            f"with `persetrain prepare` (e.g. persetrain prepare perse --raw RAW --out "
-            f"{Path(str(dataset)).parent.as_posix()}) or pass -- --dataset_path DIR"
+            f"{recipe_path}: {source} 'dataset_path' names {dataset}, which "
+            f"{'is not a folder' if path.exists() else 'does not exist'}; write it with `persetrain prepare` (e.g. "
+            f"persetrain prepare perse --raw RAW --out {path.parent.as_posix()}) or pass -- --dataset_path DIR"
         )
+    if (path / DATASET_INDEX).is_file():
+        splits = saved_splits(path)
+    elif (path / "state.json").is_file():  # one Dataset saved alone: the trainers read it as the train split
+        splits = ["train"]
+    else:
+        raise InputError(
+            path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX}); write it with `persetrain prepare`"
+        )
+    wanted = {"dataset_train_split": recipe_value(recipe, overrides, "dataset_train_split", "train")}
+    if recipe_value(recipe, overrides, "eval_strategy", "no") != "no":
+        wanted["dataset_test_split"] = recipe_value(recipe, overrides, "dataset_test_split", "test")
+    for key, split in wanted.items():
+        if split not in splits:
+            raise LaunchError(
+                f"{recipe_path}: {key} '{split}' is not a split of {path} (it has: {', '.join(splits)}); pass "
+                f"-- --{key} NAME"
+            )
 
 
 def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
-    """Rescale gradient accumulation so that ``plan.num_processes`` ranks see the recipe's global batch."""
+    """Rescale the batch keys so that ``plan.num_processes`` ranks see the recipe's global batch.
+
+    Gradient accumulation takes the change; where one rank's share of the global batch is smaller than the recipe's
+    per-device batch (the 13B recipe's 2 x 1 x 8 = 16 on two 8-GPU nodes: 1 each), the per-device batch shrinks too,
+    which needs less memory, never more. A per-device batch given on the command line is kept as given.
+    """
     per_device = int(recipe_value(plan.recipe, plan.overrides, "per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
     accumulation = int(
         recipe_value(plan.recipe, plan.overrides, "gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION)
@@ -173,21 +214,39 @@ def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
     if plan.num_processes == tuned_world:
         return
     if override_value(plan.overrides, "gradient_accumulation_steps") is not None:
+        recipe_batch = (
+            int(plan.recipe.get("per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
+            * int(plan.recipe.get("gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION))
+            * tuned_world
+        )
         plan.notes.append(
             f"gradient_accumulation_steps {accumulation} given on the command line: global batch "
-            f"{per_device * accumulation * plan.num_processes} instead of the recipe's {global_batch}"
+            f"{per_device * accumulation * plan.num_processes} instead of the recipe's {recipe_batch}"
         )
         return
-    if global_batch % (per_device * plan.num_processes):
+    given_per_device = override_value(plan.overrides, "per_device_train_batch_size") is not None
+    share, remainder = divmod(global_batch, plan.num_processes)
+    if remainder or (given_per_device and share % per_device):
+        divisors = ", ".join(str(n) for n in range(1, global_batch + 1) if global_batch % n == 0)
+        held = f" of per_device_train_batch_size {per_device} (given on the command line)" if given_per_device else ""
         raise LaunchError(
-            f"{plan.recipe_path}: {plan.num_processes} processes do not divide the global batch {global_batch} "
-            f"(per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
-            f"{tuned_world} processes it was tuned for); use a number of processes that divides "
-            f"{global_batch // per_device}, or choose another global batch with --gradient_accumulation_steps"
+            f"{plan.recipe_path}: the global batch {global_batch} (per_device_train_batch_size {per_device} x "
+            f"gradient_accumulation_steps {accumulation} x {tuned_world} processes, those of the accelerate config it "
+            f"was tuned for) does not split into equal steps{held} over {plan.num_processes} processes; launch on a "
+            f"number of processes that divides {global_batch} ({divisors}), or choose this world's global batch "
+            f"with -- --gradient_accumulation_steps N (global batch N x {per_device} x {plan.num_processes})"
         )
-    new_accumulation = global_batch // (per_device * plan.num_processes)
-    plan.overrides += ["--gradient_accumulation_steps", str(new_accumulation)]
-    plan.notes.append(
-        f"gradient_accumulation_steps {accumulation} -> {new_accumulation}: {plan.num_processes} "
-        f"processes keep the global batch {global_batch} tuned on {tuned_world}"
-    )
+    new_per_device = per_device if given_per_device else max(n for n in range(1, per_device + 1) if share % n == 0)
+    new_accumulation = share // new_per_device
+    changes = []
+    if new_per_device != per_device:
+        plan.overrides += ["--per_device_train_batch_size", str(new_per_device)]
+        changes.append(f"per_device_train_batch_size {per_device} -> {new_per_device}")
+    if new_accumulation != accumulation:
+        plan.overrides += ["--gradient_accumulation_steps", str(new_accumulation)]
+        changes.append(f"gradient_accumulation_steps {accumulation} -> {new_accumulation}")
+    if changes:
+        plan.notes.append(
+            f"{', '.join(changes)}: {plan.num_processes} processes keep the global batch {global_batch} "
+            f"tuned on {tuned_world}"
+        )

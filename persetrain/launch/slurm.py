@@ -1,7 +1,8 @@
 """Slurm batch jobs for training recipes: render an sbatch script, submit it, report on it.
 
-The scripts come from the Jinja templates in the repository's ``launch/`` folder (one node, several nodes;
-the several-node one also holds the GRPO + vLLM layout). What they do, and why:
+The scripts come from the Jinja templates in the repository's ``launch/`` folder, which the wheel ships too
+(:func:`persetrain.resources.sbatch_templates`): one node, several nodes; the several-node one also holds the
+GRPO + vLLM layout. What they do, and why:
 
 - **One ``srun`` task per node runs the launcher** (``accelerate launch``, or ``torchrun`` on CPUs, see
   :mod:`persetrain.launch.accelerate`). Several nodes meet at a static rendezvous on the first node of the
@@ -34,8 +35,8 @@ from persetrain.io import InputError
 from persetrain.launch.accelerate import deepspeed_file_args
 from persetrain.launch.inputs import LaunchError, recipe_value
 from persetrain.launch.plan import LaunchPlan, plan_launch
+from persetrain.resources import sbatch_templates
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "launch"
 DEFAULT_PORT = 29500
 VLLM_PORT = 8000
 
@@ -237,10 +238,10 @@ def _template(options: SlurmOptions) -> jinja2.Template:
     if options.template is not None:
         if not options.template.is_file():
             raise InputError(options.template, "no such sbatch template")
-        loader = jinja2.FileSystemLoader([str(options.template.parent), str(TEMPLATES)])
+        loader = jinja2.FileSystemLoader([str(options.template.parent), str(sbatch_templates())])
         name = options.template.name
     else:
-        loader = jinja2.FileSystemLoader(str(TEMPLATES))
+        loader = jinja2.FileSystemLoader(str(sbatch_templates()))
         name = "multi_node.sbatch.j2" if options.nodes > 1 else "single_node.sbatch.j2"
     return jinja2.Environment(
         loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
