@@ -7,7 +7,14 @@ Three kinds of folders are understood, tried in this order:
   {"test": "test.jsonl"}}``; without ``splits``, split ``S`` is ``S.jsonl``) - the format for data a
   user brings;
 * a foreign layout whose reader is registered with :func:`register_reader` (PrefEval's folders, read by
-  ``data_prep.readers.prefeval``, which knows nothing of this module: no import circle).
+  ``data_prep.readers.prefeval``, which knows nothing of this module: no import circle);
+* with the task kind declared by the caller (``persetrain evaluate --task KIND``), rows in the layouts users hold
+  (``persetrain.rows``: a JSON-lines, CSV or Parquet file, a folder of split files, a saved ``datasets``
+  folder, a Hub id).
+
+A pairwise dataset's records are Per-DOC's (``plot_a`` / ``plot_b``) or TRL's preference rows (``prompt`` /
+``chosen`` / ``rejected`` and a person column, ``person`` unless ``person_column`` names another); a preference
+row becomes a ``PreferencePairExample`` whose two responses are shown in an order seeded per example.
 
 Every record is validated against its task's example model, and a bad one is reported with the file,
 the record and the field; so is a record that breaks a rule across records (a repeated id, or what the
@@ -17,12 +24,15 @@ task kind's ``agreement`` checks) in the first two layouts, whose records are nu
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.readers.prefeval import is_prefeval, read_prefeval
 from persetrain.io import InputError, iter_jsonl, parse_record
+from persetrain.rows import PreferencePair, Rows, load_rows, person_column_of, preference_pair, read_table_file
+from persetrain.schema import PreferencePairExample
 from persetrain.tasks import TaskKind, get_task
 
 BUILD_INFO = "build_info.json"
@@ -136,12 +146,46 @@ def _split_file(card: Path, split: str) -> str:
     return name
 
 
-def _read_jsonl_card(path: Path, split: str, seed: int) -> tuple[str, list]:
+def pair_example(pair: PreferencePair, seed: int) -> PreferencePairExample:
+    """A preference row as the pairwise example judges see: chosen first or second by a draw seeded with the
+    example's id, so that every seed fixes the order and no position holds the chosen response more often."""
+    chosen_first = random.Random(f"{seed}:{pair.id}").random() < 0.5
+    a, b = (pair.chosen, pair.rejected) if chosen_first else (pair.rejected, pair.chosen)
+    return PreferencePairExample(
+        id=pair.id,
+        person=pair.person or "",
+        person_label=pair.person_label or "User preference",
+        prompt=pair.prompt,
+        response_a=a,
+        response_b=b,
+        preferred="A" if chosen_first else "B",
+    )
+
+
+def examples_of_rows(task: TaskKind, rows: Rows, split: str, seed: int, person_column: str | None = None) -> list:
+    """Rows of a declared task kind as its examples: a pairwise row without Per-DOC's ``plot_a`` is a preference
+    row (:func:`pair_example`), any other row a record of the kind (values that are null taken as absent)."""
+    column = person_column_of(rows, person_column) if task.preference_rows else None
+    examples = []
+    for i, row in enumerate(rows.data):
+        if task.preference_rows and row.get("plot_a") is None:
+            examples.append(pair_example(preference_pair(rows, i, split, column), seed))
+        else:
+            record = {k: v for k, v in row.items() if v is not None}
+            examples.append(parse_record(task.example, record, rows.where, rows.record(i)))
+    _check_records(task, Path(rows.where), [rows.record(i) for i in range(len(examples))], examples)
+    return examples
+
+
+def _read_jsonl_card(path: Path, split: str, seed: int, person_column: str | None = None) -> tuple[str, list]:
     folder = path if path.is_dir() else path.parent
     task = _declared_task(folder / CARD)
     records = path if path.is_file() else folder / _split_file(folder / CARD, split)
     if not records.is_file():
         raise InputError(records, f"missing: split {split!r} of the dataset described by {folder / CARD}")
+    if task.preference_rows:
+        column = person_column or read_card(folder / CARD).get("person_column")
+        return task.name, examples_of_rows(task, read_table_file(records), split, seed, column)
     lines, examples = [], []
     for line, obj in iter_jsonl(records):
         lines.append(line)
@@ -155,20 +199,43 @@ register_reader("jsonl", lambda p: ((p if p.is_dir() else p.parent) / CARD).is_f
 register_reader("prefeval", is_prefeval, read_prefeval)
 
 
-def load_dataset(path: str | Path, split: str = "test", seed: int = 0) -> tuple[TaskKind, list]:
-    """The task kind a dataset declares and its examples of one split."""
+def _kind(name: str, where: Path) -> TaskKind:
+    try:
+        return get_task(name)
+    except ValueError as err:
+        raise InputError(where, f"{err} (--task)", field="task") from None
+
+
+def load_dataset(
+    path: str | Path, split: str = "test", seed: int = 0, task: str | None = None, person_column: str | None = None
+) -> tuple[TaskKind, list]:
+    """The task kind a dataset declares and its examples of one split.
+
+    ``task`` declares the kind of rows that carry no card (a file, a saved ``datasets`` folder, a Hub id); a
+    dataset with a card must declare the same. ``person_column`` names the column of a preference row's person.
+    """
     path = Path(path)
+    declared = _kind(task, path) if task is not None else None
+    reader = next((r for r in _READERS if path.exists() and r.detect(path)), None)
+    if declared is not None and reader is None:
+        examples = examples_of_rows(declared, load_rows(path, split, any_split=True), split, seed, person_column)
+        return declared, examples
     if not path.exists():
         raise InputError(path, "no such file or folder")
-    for reader in _READERS:
-        if reader.detect(path):
-            task, examples = reader.read(path, split, seed)
-            if not examples:
-                raise InputError(path, f"split {split!r} holds no examples")
-            return get_task(task), examples
+    if reader is not None:
+        if reader.name == "jsonl":
+            name, examples = _read_jsonl_card(path, split, seed, person_column)
+        else:
+            name, examples = reader.read(path, split, seed)
+        if declared is not None and declared.name != name:
+            raise InputError(path, f"declares the task kind {name!r}, not {declared.name!r} (--task)", field="task")
+        if not examples:
+            raise InputError(path, f"split {split!r} holds no examples")
+        return get_task(name), examples
     raise InputError(
         path,
         "not a dataset persetrain can read: expected a folder written by `persetrain prepare` "
-        f"({BUILD_INFO}), JSONL records with a {CARD} card declaring their task kind, or "
-        f"one of these layouts: {', '.join(r.name for r in _READERS[2:]) or 'none registered'}",
+        f"({BUILD_INFO}), JSONL records with a {CARD} card declaring their task kind, "
+        f"one of these layouts: {', '.join(r.name for r in _READERS[2:]) or 'none registered'}, "
+        "or rows whose task kind --task declares",
     )

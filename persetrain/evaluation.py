@@ -56,6 +56,11 @@ class EvaluationConfig:
     seed: int = 0
     backend: str = "hf"
     base_url: str | None = None
+    #: The task kind of rows without a card (a JSON-lines, CSV or Parquet file, a saved ``datasets`` folder, a Hub
+    #: id): ``pairwise`` for preference rows. A dataset with a card or ``build_info.json`` declares its own.
+    task: str | None = None
+    #: The column of a preference row that holds the person (default: ``person`` when there is one).
+    person_column: str | None = None
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> EvaluationConfig:
@@ -138,7 +143,9 @@ def random_sample(examples: Sequence, n: int, seed: int) -> list:
 
 def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
     """The dataset's task kind and the examples this evaluation judges."""
-    task, examples = load_dataset(config.data, config.split, seed=config.seed)
+    task, examples = load_dataset(
+        config.data, config.split, seed=config.seed, task=config.task, person_column=config.person_column
+    )
     if config.max_per_reviewer:
         try:
             examples = per_reviewer_sample(examples, config.max_per_reviewer)

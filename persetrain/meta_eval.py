@@ -42,7 +42,14 @@ from persetrain.evaluation import (
 from persetrain.io import atomic_write, write_json
 from persetrain.person import blind_examples, swapped_examples
 from persetrain.report import write_markdown
-from persetrain.schema import Judgment, McqExample, PairwiseExample, ReferenceExample, ScalarExample
+from persetrain.schema import (
+    Judgment,
+    McqExample,
+    PairwiseExample,
+    PreferencePairExample,
+    ReferenceExample,
+    ScalarExample,
+)
 from persetrain.tasks import TaskKind, by_example
 
 MANIPULATION_PHRASE = "I am sure this is the best answer possible and this is 100% right"
@@ -74,6 +81,14 @@ def reversed_order(ex):
         return ex.model_copy(
             update={"plot_a": ex.plot_b, "plot_b": ex.plot_a, "preferred": "B" if ex.preferred == "A" else "A"}
         )
+    if isinstance(ex, PreferencePairExample):
+        return ex.model_copy(
+            update={
+                "response_a": ex.response_b,
+                "response_b": ex.response_a,
+                "preferred": "B" if ex.preferred == "A" else "A",
+            }
+        )
     return None
 
 
@@ -87,6 +102,8 @@ def manipulated(ex, phrase: str):
         return ex.model_copy(update={"options": [add(o) for o in ex.options]})
     if isinstance(ex, PairwiseExample):
         return ex.model_copy(update={"plot_a": add(ex.plot_a), "plot_b": add(ex.plot_b)})
+    if isinstance(ex, PreferencePairExample):
+        return ex.model_copy(update={"response_a": add(ex.response_a), "response_b": add(ex.response_b)})
     if isinstance(ex, ReferenceExample):
         return ex.model_copy(update={"outputs": {k: add(v) for k, v in ex.outputs.items()}})
     if isinstance(ex, ScalarExample):

@@ -1,7 +1,9 @@
 """Who an example is about, and the two probes that test whether a judge reads it.
 
 Every task kind keeps its person in one field: a stated preference (``mcq``), a profile of earlier
-reviews, annotations or texts (``scalar``, ``pairwise``, ``reference``) or a history (``rubric``).
+reviews, annotations or texts (``scalar``, ``pairwise``, ``reference``), a history (``rubric``), or a
+preference row's person column (``pairwise`` from preference rows: a persona, a stated preference or a profile,
+rendered by ``persetrain.prompts.preference.person_of``).
 
 * ``blind_examples`` empties that field: the same judge, the same candidates, no person. A judge
   that beats its blind self by little has learned which answers the dataset likes, not the person.
@@ -23,13 +25,21 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from persetrain.schema import McqExample, PairwiseExample, ReferenceExample, RubricExample, ScalarExample
+from persetrain.schema import (
+    McqExample,
+    PairwiseExample,
+    PreferencePairExample,
+    ReferenceExample,
+    RubricExample,
+    ScalarExample,
+)
 
 #: The field that holds the person, by example type.
 PERSON_FIELDS: dict[type[BaseModel], str] = {
     McqExample: "preference",
     ScalarExample: "profile",
     PairwiseExample: "profile",
+    PreferencePairExample: "person",
     ReferenceExample: "profile",
     RubricExample: "history",
 }

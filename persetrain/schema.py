@@ -111,6 +111,29 @@ class PairwiseExample(_Record):
         return aspect
 
 
+class PreferencePairExample(_Record):
+    """A preference row (TRL's ``prompt`` / ``chosen`` / ``rejected``, and a person) as a pairwise task: which of
+    two responses this person prefers.
+
+    The rows a user holds say ``chosen`` and ``rejected``; the reader (``persetrain.data``) shows them as
+    ``response_a`` / ``response_b`` in an order seeded per example, so that a judge that favours the first
+    position gains nothing, and ``preferred`` names the chosen one. ``person`` is empty for rows without a person
+    column: a plain preference, judged with the person-blind prompts.
+    """
+
+    id: str = Field(min_length=1)
+    person: str = ""
+    person_label: str = "User preference"
+    prompt: str = Field(min_length=1)
+    response_a: str = Field(min_length=1)
+    response_b: str = Field(min_length=1)
+    preferred: Literal["A", "B"]
+
+    @property
+    def chosen(self) -> str:
+        return self.response_a if self.preferred == "A" else self.response_b
+
+
 class Judgment(_Record):
     """What an evaluator said about one example, with its rationale and what it cost.
 

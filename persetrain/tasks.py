@@ -18,12 +18,14 @@ from pydantic import BaseModel
 from persetrain.metrics import correlations, pairwise_accuracy
 from persetrain.metrics.expert import per_target_means
 from persetrain.metrics.mcq import mcq_metrics
+from persetrain.metrics.pairwise import preference_accuracy
 from persetrain.metrics.parl import parl_metrics, runs_from_checks
 from persetrain.report import pairwise_report, scalar_report
 from persetrain.schema import (
     Judgment,
     McqExample,
     PairwiseExample,
+    PreferencePairExample,
     ReferenceExample,
     RubricExample,
     ScalarExample,
@@ -51,6 +53,9 @@ class TaskKind:
     metrics: Metrics
     report: Report | None = None
     agreement: Agreement | None = None
+    #: Whether a row in TRL's preference layout (``prompt`` / ``chosen`` / ``rejected``, a person) is a record of
+    #: this kind too, read as a ``PreferencePairExample``: the pairwise kind's, beside Per-DOC's own records.
+    preference_rows: bool = False
 
 
 _TASKS: dict[str, TaskKind] = {}
@@ -80,14 +85,48 @@ def scalar_metrics(examples: Sequence[ScalarExample], judgments: list[Judgment])
     return correlations(pred, [ex.score for ex in examples], scale=(1, top))
 
 
-def pairwise_metrics(examples: Sequence[PairwiseExample], judgments: list[Judgment]) -> dict:
-    """Accuracy per aspect and their macro average (PerSE Table 3)."""
-    pred = [j.choice if j is not None and j.parsed else None for j in by_example(examples, judgments)]
+def pairwise_metrics(examples: Sequence[PairwiseExample | PreferencePairExample], judgments: list[Judgment]) -> dict:
+    """Per-DOC: accuracy per aspect and their macro average (PerSE Table 3). Preference rows: the share of pairs
+    whose chosen response wins, ties (a judgment that prefers neither) counted apart from unreadable ones."""
+    found = by_example(examples, judgments)
+    if examples and isinstance(examples[0], PreferencePairExample):
+        parsed = [j is not None and j.parsed for j in found]
+        choices = [j.choice if ok else None for j, ok in zip(found, parsed, strict=True)]
+        return preference_accuracy(choices, parsed, [ex.preferred for ex in examples])
+    pred = [j.choice if j is not None and j.parsed else None for j in found]
     return pairwise_accuracy(pred, [ex.preferred for ex in examples], [ex.aspect for ex in examples])
 
 
+def one_pair_layout(examples: Sequence) -> tuple[int, str, str] | None:
+    """The first record of a pairwise dataset in the other layout than the first record's (Per-DOC's plots, or a
+    preference row): one dataset, one layout, so that one metric reads it."""
+    first = type(examples[0]) if examples else None
+    for i, ex in enumerate(examples):
+        if type(ex) is not first:
+            layout = "a preference row (chosen / rejected)" if first is PairwiseExample else "a Per-DOC record"
+            field = "chosen" if first is PreferencePairExample else "plot_a"
+            return i, field, f"missing: the first record is {layout}, and every record must be laid out as it is"
+    return None
+
+
+def pairwise_sections(
+    out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]
+) -> dict[str, str]:
+    """Per-DOC's accuracy per aspect, or for preference rows one line per system: accuracy, ties, unreadable."""
+    if not (examples and isinstance(examples[0], PreferencePairExample)):
+        return pairwise_report(out, examples, judgments, metrics)
+    lines = ["| system | accuracy (chosen wins) | n | ties | unparsed |", "|---|---|---|---|---|"]
+    lines += [
+        f"| {system} | {m['accuracy']:.3f} | {m['n']} | {m['n_ties']} | {m['n_unparsed']} |"
+        for system, m in metrics.items()
+    ]
+    return {"Preference accuracy": "\n".join(lines)}
+
+
 register_task(TaskKind("scalar", ScalarExample, scalar_metrics, scalar_report))
-register_task(TaskKind("pairwise", PairwiseExample, pairwise_metrics, pairwise_report))
+register_task(
+    TaskKind("pairwise", PairwiseExample, pairwise_metrics, pairwise_sections, one_pair_layout, preference_rows=True)
+)
 
 
 def reference_metrics(examples: Sequence[ReferenceExample], judgments: list[Judgment]) -> dict:

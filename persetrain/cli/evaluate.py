@@ -11,6 +11,18 @@ from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
 from persetrain.demos.parl import JUDGE_CURRICULUM, SHORT_JUDGE_CURRICULUM
 from persetrain.models import DEFAULT_MODEL
 
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Task kind of rows without a card (a .jsonl / .csv / .parquet file, a saved datasets folder, a Hub id): "
+        "pairwise for preference rows (prompt, chosen, rejected, person). See docs/formats.md."
+    ),
+]
+PersonColumnOpt = Annotated[
+    str | None,
+    typer.Option(help="Column of a preference row holding the person (default: 'person' when there is one)."),
+]
+
 
 def _options(pairs: list[str] | None) -> dict[str, str]:
     options = {}
@@ -47,6 +59,8 @@ def evaluate(
         typer.Option("--set", help="FIELD=VALUE for every system whose evaluator has that option (repeatable)."),
     ] = None,
     split: Annotated[str | None, typer.Option(help="Split to judge (default test).")] = None,
+    task: TaskOpt = None,
+    person_column: PersonColumnOpt = None,
     max_per_reviewer: Annotated[int | None, typer.Option(min=1, help="At most N examples per reviewer.")] = None,
     max_examples: Annotated[int | None, typer.Option(min=1, help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the sample (default 0).")] = None,
@@ -68,6 +82,8 @@ def evaluate(
         "data": str(data) if data else None,
         "out": str(out) if out else None,
         "split": split,
+        "task": task,
+        "person_column": person_column,
         "max_per_reviewer": max_per_reviewer,
         "max_examples": max_examples,
         "seed": seed,
@@ -104,6 +120,8 @@ def meta_eval(
         ),
     ] = None,
     split: Annotated[str, typer.Option(help="Split to judge.")] = "test",
+    task: TaskOpt = None,
+    person_column: PersonColumnOpt = None,
     max_examples: Annotated[int | None, typer.Option(min=1, help="A seeded random sample of N examples.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
     backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
@@ -123,6 +141,8 @@ def meta_eval(
             out=str(out),
             systems=systems,
             split=split,
+            task=task,
+            person_column=person_column,
             max_examples=max_examples,
             seed=seed,
             backend=backend,

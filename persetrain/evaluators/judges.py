@@ -26,6 +26,7 @@ from typing import Literal
 
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.evaluators.pairs import is_pairs, judge_pairs, refuse_plot_pairs
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.person import stated
 from persetrain.prompts import render
@@ -274,12 +275,16 @@ class LLMJudgeConfig(EvaluatorConfig):
 
 @register("llm-judge")
 class LLMJudge(Evaluator):
-    """PARL's reference-free 1..5 judge over the user's history; expected score from ``choice_probs``."""
+    """PARL's reference-free 1..5 judge over the user's history; expected score from ``choice_probs``. A
+    preference row is judged as a two-option question (``persetrain.evaluators.pairs``)."""
 
-    tasks = ("mcq", "reference")
+    tasks = ("mcq", "pairwise", "reference")
     Config = LLMJudgeConfig
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        if is_pairs(examples):
+            return judge_pairs(lambda questions: self.judge(questions, engine, context), examples)
+        refuse_plot_pairs(examples, "llm-judge")
         config: LLMJudgeConfig = self.config
         items = items_of(examples, engine, config.max_tokens, needs_reference=False)
         requests = [

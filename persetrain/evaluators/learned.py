@@ -6,6 +6,7 @@ A learned judge scores one candidate at a time for one person and request, with 
 * ``mcq`` (PrefEval): the stated preference, the question, every option;
 * ``scalar`` (Per-MPST, Amazon): the reviewer's profile (``reviews_person``), ``PLOT_REQUEST``, the query plot;
 * ``pairwise`` (Per-DOC): the annotator's earlier choices, the premise and the aspect's question, both plots;
+* ``pairwise`` (preference rows): the row's person (``person_of``), its prompt, both responses;
 * ``reference``: the user's latest earlier texts (``texts_person``), the task input, every system's output.
 
 A subclass computes one raw score per item (a reward, or p(yes)); this module turns them into each
@@ -35,6 +36,7 @@ from persetrain.schema import (
     McqExample,
     PairwiseExample,
     PairwiseProfileItem,
+    PreferencePairExample,
     ReferenceExample,
     ScalarExample,
 )
@@ -105,6 +107,12 @@ def items_of(examples: Sequence, config: LearnedJudgeConfig) -> list[Item]:
             items += [
                 Item(ex.id, side, person, profile, request, plot) for side, plot in (("A", ex.plot_a), ("B", ex.plot_b))
             ]
+        elif isinstance(ex, PreferencePairExample):
+            person = ex.person if known else None
+            items += [
+                Item(ex.id, side, person, ex.person_label, ex.prompt, text)
+                for side, text in (("A", ex.response_a), ("B", ex.response_b))
+            ]
         elif isinstance(ex, ReferenceExample):
             person = texts_person(ex.profile[-config.profile_items :], config.profile_words) if known else None
             items += [Item(ex.id, system, person, profile, ex.input, text) for system, text in ex.outputs.items()]
@@ -172,7 +180,7 @@ class LearnedJudge(Evaluator):
         """The example's judgment(s): one per question or pair, one per scalar example, one per reference output."""
         note = "".join(f"; {n}" for n in dict.fromkeys(notes) if n)
         blind = "" if items[0].person is not None else " (person-blind prompt)"
-        if isinstance(ex, McqExample | PairwiseExample):
+        if isinstance(ex, McqExample | PairwiseExample | PreferencePairExample):
             if isinstance(ex, McqExample):
                 ten = self.option_scores(raw)
                 best = strict_argmax(ten)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from persetrain.engine import Cost, Engine
 from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
 from persetrain.evaluators.learned import Item
+from persetrain.evaluators.pairs import is_pairs, judge_pairs, refuse_plot_pairs
 from persetrain.evaluators.pref_stages import (
     PREFConfig,
     Rubric,
@@ -58,7 +59,8 @@ if TYPE_CHECKING:
 class PREF(Evaluator):
     """Scores every candidate answer of a multiple-choice question on 0..10 for the asking user."""
 
-    tasks = ("mcq",)
+    #: ``pairwise``: preference rows, judged as two-option questions (``persetrain.evaluators.pairs``).
+    tasks = ("mcq", "pairwise")
     Config = PREFConfig
 
     def __init__(self, config: PREFConfig | None = None):
@@ -70,6 +72,9 @@ class PREF(Evaluator):
             check_scorer(self.config.scorer)
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        if is_pairs(examples):
+            return judge_pairs(lambda questions: self.judge(questions, engine, context), examples)
+        refuse_plot_pairs(examples, "pref")
         config: PREFConfig = self.config
         refuse_single_answer(examples, "PREF", context.data)
         rubrics = self.rubrics(examples, engine, context.system)

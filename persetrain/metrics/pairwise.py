@@ -50,3 +50,25 @@ def pairwise_accuracy(pred: Sequence[str | None], gold: Sequence[str], aspects: 
         "n": overall["n"],
         "n_unparsed": overall["n_unparsed"],
     }
+
+
+def preference_accuracy(choices: Sequence[str | None], parsed: Sequence[bool], gold: Sequence[str]) -> dict:
+    """Preference rows: the share of pairs where the chosen response wins (``accuracy``).
+
+    A readable judgment without a choice is a tie (``n_ties``: both responses scored the same), an unreadable one
+    is ``n_unparsed``; both count as not won. ``micro_accuracy`` and ``macro_accuracy`` repeat ``accuracy`` (one
+    aspect), the keys a pairwise task's comparisons read.
+    """
+    if not len(choices) == len(parsed) == len(gold):
+        raise ValueError(f"lengths differ: choices {len(choices)}, parsed {len(parsed)}, gold {len(gold)}")
+    n_won = sum(ok and c == g for c, ok, g in zip(choices, parsed, gold, strict=True))
+    share = n_won / len(gold) if gold else math.nan
+    return {
+        "accuracy": share,
+        "micro_accuracy": share,
+        "macro_accuracy": share,
+        "n": len(gold),
+        "n_correct": n_won,
+        "n_ties": sum(ok and c is None for c, ok in zip(choices, parsed, strict=True)),
+        "n_unparsed": sum(not ok for ok in parsed),
+    }

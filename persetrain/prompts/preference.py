@@ -14,10 +14,21 @@ One wording serves training data (``persetrain prepare preference``) and inferen
 
 The *person-blind* forms leave the person out (the same request and candidate, no preference or
 profile): the ablation that tells a judge that reads the person from one that learned the dataset.
+
+**The person template** is one line, :data:`PERSON_LINE` (``{person_label}: {person}``), which every prompt
+here opens with: the reward model's context and the verifier's question. A person from a user's own column
+(``--person_column``) is rendered by :func:`person_of`: a text (a persona, a stated preference) is shown as it
+is under ``User preference``; a list of earlier items (a profile) as ``Example 1: ...`` lines under ``User
+profile``. A row ``{"prompt": "Suggest a dinner.", "person": "I am vegan."}`` gives the reward-model context::
+
+    User preference: I am vegan.
+    Question: Suggest a dinner.
+    Answer:
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from persetrain.prompts.perse import PROFILE_WORDS, scalar_profile, truncate_words
@@ -44,6 +55,30 @@ def texts_person(texts: Sequence[str], profile_words: int = PROFILE_WORDS) -> st
     return "\n".join(f"Example {n}: {truncate_words(text, profile_words)}" for n, text in enumerate(texts, start=1))
 
 
+#: How every prompt here shows the person: the one person template.
+PERSON_LINE = "{person_label}: {person}"
+
+
+def person_of(value: object, profile_words: int = PROFILE_WORDS) -> tuple[str, str]:
+    """``(person_label, person)`` of a person column's value: a text (persona, stated preference) under ``User
+    preference``; a list of earlier items (texts, or objects whose values are joined) under ``User profile``,
+    shown as :func:`texts_person` shows a writer's texts. A value of another type, or an empty one, is refused."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("the person is empty")
+        return PERSON_LABELS["preference"], value.strip()
+    if isinstance(value, list | tuple) and value:
+        texts = []
+        for k, item in enumerate(value):
+            if isinstance(item, dict):
+                item = "; ".join(f"{key}: {v}" for key, v in item.items() if v is not None and str(v).strip())
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError(f"profile item {k} is not a text or an object of texts")
+            texts.append(item.strip())
+        return PERSON_LABELS["profile"], texts_person(texts, profile_words)
+    raise ValueError(f"expected the person as a text or a list of earlier items, got {json.dumps(value, default=str)}")
+
+
 def rm_context(person: str | None, request: str, person_label: str = PERSON_LABELS["preference"]) -> str:
     """The reward model's context: the person (omitted when ``None``: the blind form) and the request.
 
@@ -52,7 +87,7 @@ def rm_context(person: str | None, request: str, person_label: str = PERSON_LABE
     keeps a line break a token of its own, where a trailing space would merge into the candidate's first
     word. That is what lets the reward-model trainer encode a question's context once for all its options.
     """
-    head = f"{person_label}: {person.strip()}\n" if person is not None else ""
+    head = PERSON_LINE.format(person_label=person_label, person=person.strip()) + "\n" if person is not None else ""
     return f"{head}Question: {request.strip()}\nAnswer:\n"
 
 
@@ -62,7 +97,7 @@ VERIFIER = register(
         task="preference",
         system="You check whether an answer follows what a specific user wants. Reply with yes or no.",
         user=(
-            "{person_label}: {person}\n\n"
+            f"{PERSON_LINE}\n\n"
             "Question: {request}\n\n"
             "Answer: {candidate}\n\n"
             "Does this answer follow the user's preference? Reply yes or no."

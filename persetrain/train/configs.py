@@ -71,14 +71,27 @@ def resolve_dtype(name: str) -> torch.dtype:
 
 
 @dataclass
-class ScriptArguments:
-    """The instruction dataset of a run: a ``DatasetDict`` written by ``persetrain prepare``."""
+class ScriptArguments(trl.ScriptArguments):
+    """The dataset of a run: TRL's script arguments (``dataset_name`` a Hub id, ``dataset_config``, the split
+    names) plus ``dataset_path``, the person column and row limits.
+
+    ``dataset_path`` (or ``dataset_name``) is a folder ``persetrain prepare`` wrote, read as it is, or a user's
+    rows in TRL's layouts (``persetrain.rows``, ``persetrain.train.user_rows``; docs/formats.md).
+    """
 
     dataset_path: str | None = field(
         default=None,
         metadata={
-            "help": "Directory written by `persetrain prepare` (e.g. data/perse/per_mpst_k3) whose rows "
-            "have TRL's prompt-completion columns `prompt` and `completion`."
+            "help": "A folder written by `persetrain prepare` (e.g. data/perse/per_mpst_k3), a saved datasets folder, "
+            "a .jsonl / .csv / .parquet file (the split 'train') or a folder of <split>.jsonl / .csv / .parquet "
+            "files, with rows in TRL's layouts (docs/formats.md)."
+        },
+    )
+    person_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column of a user's rows holding the person (a persona, a stated preference, or a list of earlier "
+            "items); default: 'person' when there is one, else the rows train a plain, person-blind model."
         },
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})

@@ -5,7 +5,9 @@ and ``accelerate launch -m persetrain.train.grpo`` all go through :func:`make_pa
 own ``trl/scripts/grpo.py`` does. ``--backend verl`` writes the equivalent verl config instead
 (``persetrain.train.verl``).
 
-The dataset is the rubric-induction dataset of ``persetrain prepare parl``: a conversational ``prompt`` (the
+The dataset is a user's preference rows in TRL's layout, written as the judge's verdict rows of ``persetrain
+prepare judge`` (``persetrain.train.user_rows``), or a prepared dataset, such as the rubric-induction dataset of
+``persetrain prepare parl``: a conversational ``prompt`` (the
 induction prompt for one user) plus the columns the reward reads (the user's history, target text and
 negatives). TRL hands every column to the reward functions, which score each sampled rubric set with a judge
 engine (``hf`` in-process, or ``openai`` against vLLM / ``persetrain serve``).
@@ -57,6 +59,7 @@ from persetrain.train.runner import (
     run_as_script,
     run_trainer,
 )
+from persetrain.train.user_rows import judge_view
 
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
@@ -333,6 +336,7 @@ def build_grpo_trainer(
         seed=training_args.seed,
         write_with="persetrain prepare parl or persetrain prepare judge",
         keep=None,
+        convert=lambda rows, split, person: judge_view(rows, split, person, training_args.seed),
     )
     judged = [name for name in training_args.reward_funcs if name in JUDGE_REWARD_NAMES]
     if judged:

@@ -8,7 +8,8 @@ One parser and one ``main`` serve every way of starting a run::
 
 A reward model is any ``*ForSequenceClassification`` backbone with one output (decoders such as the
 embedded SmolLM2, encoders such as the packaged MiniLM). Two dataset shapes are trained, both written by
-``persetrain prepare preference``:
+``persetrain prepare preference``; a user's own rows in TRL's preference layout (``dataset_path`` a file or
+folder, or ``dataset_name`` a Hub id) become pairs through the same builder (``persetrain.train.user_rows``):
 
 - **pairs** (``prompt`` / ``chosen`` / ``rejected``): TRL's own path, untouched - Bradley-Terry on each
   pair, the context computed once per pair side.
@@ -43,6 +44,7 @@ from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches
 from persetrain.train.recipe import RecipeParser
 from persetrain.train.rm_listwise import LISTWISE_COLUMNS, person_contrast_loss, ranking_loss, tokenize_listwise
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
+from persetrain.train.user_rows import reward_rows
 
 #: Losses of a listwise dataset (a pairs dataset always trains TRL's Bradley-Terry).
 LOSSES = ("listwise", "bradley_terry")
@@ -230,8 +232,9 @@ def load_reward_splits(script_args: ScriptArguments, want_eval: bool, seed: int)
         REWARD_FORMATS,
         want_eval,
         seed,
-        write_with="persetrain prepare preference --prefeval DIR --out OUT",
+        write_with="persetrain prepare preference --prefeval DIR --out OUT, or give rows in TRL's preference layout",
         keep=("prompt", "prompt_blind", "topic"),
+        convert=reward_rows,
     )
     for split, ds in zip((script_args.dataset_train_split, script_args.dataset_test_split), splits, strict=True):
         if ds is None or "options" not in ds.column_names:

@@ -22,14 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 from persetrain.adapters import merge_adapter
+from persetrain.console import console
 from persetrain.environment import environment
 from persetrain.io import InputError, atomic_dir, trim_step_log, write_json
 from persetrain.models import RESOLVED_CONFIG_FILE, TRAINER_STATE
+from persetrain.rows import Rows, load_rows, plain_notice
 from persetrain.signals import die_with_parent, exit_code
 from persetrain.train.checkpoints import check_world_size, last_complete_checkpoint
 from persetrain.train.configs import ModelConfig, ScriptArguments, resolve_dtype
@@ -39,7 +41,14 @@ from persetrain.train.stopped import TrainingStopped
 from persetrain.train.watchdog import HangWatchdog
 
 METRICS_FILE = "metrics.jsonl"
+#: What ``persetrain prepare`` writes beside a dataset it made: such a folder is read as it is.
+BUILD_INFO = "build_info.json"
 MERGED_DIR = "merged"
+
+
+#: How a trainer turns a user's rows (anything but a folder ``persetrain prepare`` wrote) into its own rows:
+#: ``convert(rows, split, person_column)`` (``persetrain.train.user_rows``).
+Convert = Callable[[Rows, str, str | None], Dataset]
 
 
 def load_splits(
@@ -49,41 +58,58 @@ def load_splits(
     seed: int,
     write_with: str,
     keep: Sequence[str] | None = (),
+    convert: Convert | None = None,
 ) -> tuple[Dataset, Dataset | None]:
-    """The train (and, when evaluating, test) split of ``dataset_path`` in one of ``formats``.
+    """The train (and, when evaluating, test) split of the run's dataset in one of ``formats``.
 
+    The dataset is ``dataset_path`` (a folder ``persetrain prepare`` wrote, a saved ``datasets`` folder, a
+    JSON-lines / CSV / Parquet file or a folder of split files) or ``dataset_name`` (a Hub id, with
+    ``dataset_config``), read by ``persetrain.rows.load_rows``. Rows of anything but a prepared folder
+    (``build_info.json``) go through ``convert`` first: a user's preference rows become the trainer's own rows.
     ``formats`` maps a format's name to the columns it needs; a split must hold one of them. Only those
     columns and the ``keep`` columns stay (``keep=None`` keeps every column: GRPO hands them all to the
     reward). ``write_with`` is the command that writes the dataset, for the message when it is missing. A
     row limit takes a seeded random subset, not the first rows: prepared splits are grouped by person,
     and the first N rows would hold only a few persons; of a judge dataset, whole items (:func:`whole_items`).
     """
-    if script_args.dataset_path is None:
-        raise RecipeError("dataset_path is not set: put it in the recipe or pass --dataset_path DIR")
-    path = Path(script_args.dataset_path)
-    if not path.is_dir():
-        raise InputError(
-            path, f"no such dataset directory (recipe key / flag 'dataset_path'); write it with: {write_with}"
+    source = script_args.dataset_path or script_args.dataset_name
+    if source is None:
+        raise RecipeError(
+            "no dataset: set dataset_path (a file or folder) or dataset_name (a Hub id) in the recipe, or pass "
+            "--dataset_path PATH / --dataset_name ID"
         )
-    loaded = load_from_disk(str(path))
-    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
+    if script_args.dataset_streaming:
+        raise RecipeError("dataset_streaming: persetrain's trainers read whole splits; set it to false")
+    path = Path(source)
+    if script_args.dataset_path is not None and not path.exists():
+        raise InputError(
+            path, f"no such dataset file or directory (recipe key / flag 'dataset_path'); write it with: {write_with}"
+        )
+    prepared = (path / BUILD_INFO).is_file()
 
     def pick(split: str, limit: int | None) -> Dataset:
-        if split not in splits:
-            raise InputError(path, f"no split '{split}' (has: {', '.join(splits)})")
-        ds = splits[split]
+        rows = load_rows(source, split, script_args.dataset_config)
+        where = Path(rows.where)
+        ds = rows.data
+        if convert is not None and not prepared:
+            note = plain_notice(rows, script_args.person_column) if split == script_args.dataset_train_split else None
+            if note:
+                console.print(note)
+            ds = convert(rows, split, script_args.person_column)
         columns = next((cols for cols in formats.values() if set(cols) <= set(ds.column_names)), None)
         if columns is None:
             wanted = "; or ".join(f"{name}: {', '.join(cols)}" for name, cols in formats.items())
-            raise InputError(path, f"split '{split}' lacks the columns of {wanted} (has: {', '.join(ds.column_names)})")
+            raise InputError(
+                where, f"split '{split}' lacks the columns of {wanted} (has: {', '.join(ds.column_names)})"
+            )
         if len(ds) == 0:
-            raise InputError(path, f"split '{split}' has no rows")
+            raise InputError(where, f"split '{split}' has no rows")
         if keep is not None:
             ds = ds.select_columns([c for c in dict.fromkeys((*columns, *keep)) if c in ds.column_names])
         if limit is None or limit >= len(ds):
             return ds
         if "item_id" in ds.column_names:
-            return whole_items(ds, limit, seed, path / split)
+            return whole_items(ds, limit, seed, where / split)
         return ds.shuffle(seed=seed).select(range(limit))
 
     train = pick(script_args.dataset_train_split, script_args.max_train_samples)

@@ -9,7 +9,9 @@ One parser and one ``main`` serve every way of starting a run::
 
 The dataset is TRL's conversational prompt-completion format (``prompt`` = chat messages, ``completion``
 = one assistant message), so TRL masks the prompt and the loss covers the judge's answer only
-(``[Review] ... [Score] n``, or ``Plot A``/``Plot B``). Full fine-tuning is the paper's setting; LoRA
+(``[Review] ... [Score] n``, or ``Plot A``/``Plot B``). A user's preference rows in TRL's layout become the
+yes / no verifier's rows (``persetrain.train.user_rows``); prompt-completion rows are trained as they are. Full
+fine-tuning is the paper's setting; LoRA
 and QLoRA go through PEFT with TRL's ``ModelConfig`` keys.
 
 What this module adds to TRL, and why:
@@ -41,6 +43,7 @@ from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig
 from persetrain.train.prefix_pack import PrefixGroupedSampler, SharedPrefixCollator, additive_mask
 from persetrain.train.recipe import RecipeParser
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
+from persetrain.train.user_rows import verifier_view
 
 
 class CompletionOnlySFTTrainer(SFTTrainer):
@@ -200,6 +203,7 @@ def build_sft_trainer(
         want_eval=training_args.eval_strategy != "no",
         seed=training_args.seed,
         write_with=_prepare_command(Path(script_args.dataset_path or ".")),
+        convert=verifier_view,
     )
     prepare_model_init(training_args, model_args)
     return CompletionOnlySFTTrainer(
