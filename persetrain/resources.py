@@ -72,8 +72,11 @@ def _find(name: str | os.PathLike, folder: str, what: str) -> Path:
     for candidate in (base / relative, base / f"{relative}.yaml"):
         if not given.is_absolute() and candidate.is_file():
             return candidate
-    names = shipped_names(folder)
-    close = difflib.get_close_matches(relative.removesuffix(".yaml"), names, n=4, cutoff=0.5)
+    names, wanted = shipped_names(folder), relative.removesuffix(".yaml")
+    # Names holding what was typed (a prefix such as perse/cpu), then the nearest spellings.
+    close = [name for name in names if wanted in name]
+    close += [name for name in difflib.get_close_matches(wanted, names, n=4, cutoff=0.5) if name not in close]
+    close = close[:4]
     if close:
         hint = f"close names: {', '.join(close)}"
     elif folder == RECIPES:

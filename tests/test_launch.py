@@ -15,6 +15,7 @@ from datasets import Dataset, DatasetDict
 from persetrain.io import InputError
 from persetrain.launch import LaunchError, local_command, plan_launch
 from persetrain.launch.slurm import SlurmOptions, plan_slurm, render_sbatch
+from persetrain.train.recipe import RecipeError, read_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
@@ -49,6 +50,7 @@ def test_cpu_recipe_command_and_overrides():
     )
 
 
+@pytest.mark.slow
 def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp_path):
     recipe = _recipe(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4)
     command = local_command(plan_launch(recipe, num_processes=2))
@@ -192,6 +194,7 @@ def test_a_dataset_the_trainer_would_refuse_is_refused_before_any_process_starts
     ]
 
 
+@pytest.mark.slow
 def test_missing_files_are_one_line_errors(tmp_path):
     result = _persetrain("launch", "--config", "recipes/none.yaml", "--dry-run")
     assert result.returncode == 2 and (result.stdout + result.stderr).strip() == (
@@ -214,6 +217,7 @@ def test_missing_files_are_one_line_errors(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_path):
     """From any folder: ``perse/NAME`` is recipes/perse/NAME.yaml, ``deepspeed_zero3`` accelerate_configs/'s; a
     recipe path that exists wins over a shipped name, and a recipe's own relative config name is found beside it."""
@@ -225,6 +229,10 @@ def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_pat
     assert plan_launch("recipes/perse/cpu_smollm2_per-mpst-k3.yaml", check_data=False).recipe_path == (
         Path("recipes/perse/cpu_smollm2_per-mpst-k3.yaml")  # from the checkout root: the path as given
     )
+    # The trainers take the same names (persetrain sft --config perse/NAME).
+    assert read_recipe("perse/cpu_smollm2_per-mpst-k3") == yaml.safe_load(CPU_RECIPE.read_text())
+    with pytest.raises(RecipeError, match=r"^perse/cpu: no such recipe file, nor a shipped recipe .*close names: "):
+        read_recipe("perse/cpu")
     own = tmp_path / "perse" / "llama2-7b-chat_per-mpst-k3.yaml"
     own.parent.mkdir()
     own.write_text(yaml.safe_dump({"accelerate_config": "cpu", "per_device_train_batch_size": 2}))
@@ -236,6 +244,7 @@ def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_pat
     )
 
 
+@pytest.mark.slow
 def test_recipes_lists_every_shipped_recipe_with_its_model_method_and_scale():
     result = _persetrain("recipes")
     assert result.returncode == 0, result.stderr
@@ -321,6 +330,7 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
         plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=8), check_data=False)
 
 
+@pytest.mark.slow
 def test_the_readme_slurm_example_runs_once_its_data_is_there_and_a_dry_run_checks_what_a_submission_does(
     tmp_path, tiny_dataset
 ):
@@ -358,6 +368,7 @@ def test_the_readme_slurm_example_runs_once_its_data_is_there_and_a_dry_run_chec
     assert "--per_device_train_batch_size 1" in script
 
 
+@pytest.mark.slow
 def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):
     recipe = tmp_path / "grpo.yaml"
     recipe.write_text(
@@ -398,6 +409,7 @@ def tiny_dataset(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_launch_runs_two_cpu_processes_as_one_ddp_group(tiny_llama_dir, tiny_dataset, tmp_path):
     """``persetrain launch --num-processes 2`` on a CPU: two gloo ranks sharing the data, not two lone runs.
 

@@ -25,11 +25,13 @@ import difflib
 import os
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import yaml
 from trl import TrlParser
+
+from persetrain.io import InputError
+from persetrain.resources import recipe_file
 
 #: Recipe keys that configure the launch, not a trainer's dataclasses.
 LAUNCH_KEYS = ("env", "accelerate_config")
@@ -55,10 +57,12 @@ def _pop_config_path(args: list[str]) -> str | None:
 
 
 def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a recipe file as a mapping; syntax errors name the file and the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"{path}: recipe not found")
+    """Read a recipe file as a mapping; syntax errors name the file and the line. ``path`` may also be a shipped
+    recipe's name (``perse/cpu_smollm2_per-mpst-k3``, :mod:`persetrain.resources`), as ``persetrain launch`` takes."""
+    try:
+        path = recipe_file(path)
+    except InputError as err:  # one line listing close names
+        raise RecipeError(str(err)) from None
     try:
         recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
