@@ -253,6 +253,32 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
     assert drawn != {v["id"] for v in load_from_disk(str(tmp_path / "bal0"))["train"] if v["gold"] == "no"}
 
 
+def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judges_each_checkpoint(
+    prefeval_out, tmp_path
+):
+    """Beside the verdict rows, `prepare judge` writes the validation topics' whole questions (``questions``), an
+    ``mcq`` dataset `persetrain evaluate` reads: from PrefEval itself, and from the ``listwise`` view beside a
+    ``prepare preference`` verifier view (a yes / no row holds one candidate, not its question). A verifier dataset
+    with no such view has none."""
+    from persetrain.data import load_dataset
+
+    task, questions = load_dataset(prefeval_out / "questions", "validation")
+    assert task.name == "mcq" and len(questions) == QUESTIONS[HOLDOUT]
+    assert {q.id for q in questions} == set(load_from_disk(str(prefeval_out))["validation"]["item_id"])
+    assert {q.topic for q in questions} == {HOLDOUT}
+    views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
+    prepare_judge(tmp_path / "yes-no", verifier=[views["verifier"]], balance_yes_no=True)
+    _, from_view = load_dataset(tmp_path / "yes-no" / "questions", "validation")
+    listwise = load_from_disk(str(views["listwise"]))["validation"]
+    assert [q.model_dump(include={"id", "options", "gold"}) for q in sorted(from_view, key=lambda q: q.id)] == [
+        {"id": row["id"], "options": row["options"], "gold": row["gold"]}
+        for row in sorted(listwise, key=lambda row: row["id"])
+    ]
+    alone = _verifier(tmp_path / "alone", {"train": [_check("a", "yes")], "validation": [_check("b", "no")]})
+    prepare_judge(tmp_path / "no-questions", verifier=[alone])
+    assert not (tmp_path / "no-questions" / "questions").exists()
+
+
 # ------------------------------------------------------------------------------------------- errors
 def _one_line(err: pytest.ExceptionInfo) -> str:
     message = str(err.value)

@@ -18,6 +18,7 @@ from datasets import load_from_disk
 
 from data_prep.judge.prepare import prepare_judge
 from data_prep.preference.prepare import prepare_preference
+from persetrain.console import console
 from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
 from persetrain.evaluation import EvaluationConfig, evaluate
@@ -301,3 +302,115 @@ def test_the_embedded_judge_trains_and_mcq_letter_reads_it(judge_data, tmp_path)
         )
     )
     assert 0.0 <= metrics["systems"]["rl"]["accuracy"] <= 1.0
+
+
+def spread_then_equal(completions, trainer_state, **_) -> list[float]:
+    """A reward that collapses on purpose: 0 / 1 within every group (rollouts of a prompt are consecutive, 2 of
+    each) for the first 3 steps, then 0 everywhere, so that every group's rewards are equal from step 4 on."""
+    if trainer_state.global_step < 3:
+        return [float(k % 2) for k in range(len(completions))]
+    return [0.0] * len(completions)
+
+
+def _events(out: Path, event: str) -> list[dict]:
+    return [r for r in map(json.loads, (out / METRICS_FILE).read_text().splitlines()) if r.get("event") == event]
+
+
+def _adapter(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+COLLAPSING = ("--reward_funcs", "judge-verdict", "test_judge_rl.spread_then_equal", "--reward_weights", "0", "1")
+COLLAPSE_WATCH = ("--save_strategy", "steps", "--save_steps", "1", "--collapse_window", "2", "--logging_steps", "1")
+
+
+def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_checkpoint(
+    tiny_llama_dir, yes_no_data, tmp_path
+):
+    """Every group's rewards equal from step 4: the window of steps 4-5 is a collapse, written once to metrics.jsonl
+    and the console; rollback stops the run there and its final model is checkpoint-3, saved before the window (HF's
+    rotation kept it under save_total_limit 1, and deleted the others at the end). Each step logs the equal groups'
+    share and the verdicts' entropy."""
+    out = tmp_path / "rollback"
+    argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
+    argv[argv.index("--max_steps") + 1] = "8"
+    argv += ["--collapse_action", "rollback", "--validation_evaluator", "", "--save_total_limit", "1"]
+    with console.capture() as captured:
+        result = run_grpo(argv)
+    assert result.global_step == 5 and result.exit_code == 0
+    steps = _logged(out)
+    assert [r["frac_reward_zero_std"] for r in steps] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert all(r["judge/verdict_entropy"] >= 0 for r in steps)
+    [collapse] = _events(out, "collapse")
+    assert (collapse["step"], collapse["onset"], collapse["ends_with_step"], collapse["action"]) == (
+        5,
+        4,
+        3,
+        "rollback",
+    )
+    assert captured.get().count("collapse at step 5") == 1
+    assert result.metrics["chosen_step"] == 3
+    assert _same_weights(_adapter(out), _adapter(out / "checkpoint-3"))
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]  # HF keeps only the chosen one
+
+
+def test_a_collapse_can_stop_the_run_or_only_be_written(tiny_llama_dir, yes_no_data, tmp_path):
+    """stop: the run ends at the collapse with its last weights; warn: the collapse is written and training goes on."""
+    for action, last in (("stop", 5), ("warn", 6)):
+        out = tmp_path / action
+        argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
+        argv[argv.index("--max_steps") + 1] = "6"
+        result = run_grpo([*argv, "--collapse_action", action, "--validation_evaluator", ""])
+        assert result.global_step == last and "chosen_step" not in result.metrics
+        assert [r["step"] for r in _events(out, "collapse")] == [5]
+        assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{last}"))
+
+
+def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_best(
+    tiny_llama_dir, yes_no_data, tmp_path
+):
+    """The yes / no recipe judges each saved checkpoint with the verifier on the held-out topic's questions that
+    `prepare judge` wrote, writes validation/accuracy to metrics.jsonl, and ends with the best one (the earliest of
+    equal ones): the final adapter is that checkpoint's, merged once, and the run's metrics name it."""
+    out = tmp_path / "validated"
+    argv = _argv(tiny_llama_dir, yes_no_data, out, recipe=YES_NO_RECIPE)
+    argv[argv.index("--save_strategy") + 1] = "steps"
+    argv[argv.index("--max_steps") + 1] = "3"
+    argv += [
+        "--save_steps",
+        "1",
+        "--validation_max_examples",
+        "6",
+        "--learning_rate",
+        "0.05",
+        "--save_total_limit",
+        "1",
+    ]
+    result = run_grpo(argv)
+    validated = _events(out, "validation")
+    assert [r["step"] for r in validated] == [1, 2, 3]
+    scores = {r["step"]: r["validation/accuracy"] for r in validated}
+    assert all(0.0 <= score <= 1.0 for score in scores.values())
+    best = max(scores, key=lambda step: (scores[step], -step))
+    assert result.metrics["chosen_step"] == best and result.metrics["chosen_metric"] == scores[best]
+    assert validated[-1]["validation/best_step"] == best
+    assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{best}"))
+    assert (out / "merged" / "config.json").is_file()
+    judged = json.loads((out / "validation" / "checkpoint-1" / "metrics.json").read_text())
+    assert judged["n_examples"] == 6
+    assert {q["topic"] for q in load_from_disk(str(yes_no_data / "questions"))["validation"]} == {"travel_restaurant"}
+
+
+def test_verdict_entropy_is_per_prompt():
+    from persetrain.rewards.judge import verdict_entropy
+
+    # two prompts of 4 rollouts: one split 2 / 2 (1 bit), one unanimous (0 bits)
+    parsed = ["yes", "no", "yes", "no", "no", "no", "no", "no"]
+    assert verdict_entropy(parsed, ["a"] * 4 + ["b"] * 4) == pytest.approx(0.5)
+    assert verdict_entropy([None, "A", "B", "C"], ["q"] * 4) == pytest.approx(2.0)

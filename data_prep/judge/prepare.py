@@ -64,6 +64,10 @@ from persetrain.prompts.pref import LETTERS
 from persetrain.prompts.yes_no import YES_NO
 
 SPLITS = (TRAIN, VALIDATION)
+#: Where the validation topics' questions (an ``mcq`` dataset) go inside the judge dataset: a yes / no row holds one
+#: candidate, not its question, and the evaluator that judges each checkpoint of a GRPO run
+#: (``validation_evaluator``) reads whole questions.
+QUESTIONS_DIR = "questions"
 #: The ``source`` of the rows read from a verifier dataset.
 VERIFIER_SOURCE = "parl-verifier"
 
@@ -253,6 +257,38 @@ def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0
     return items, source
 
 
+#: The columns of a validation question (``McqExample``'s), as ``persetrain evaluate`` reads them.
+QUESTION_FIELDS = ("id", "topic", "preference", "question", "options", "gold", "explanation")
+
+
+def group_question(group: Group) -> dict:
+    """A PrefEval group as the ``mcq`` question the evaluators judge, its options in the group's own order."""
+    return {
+        "id": group.id,
+        "topic": group.topic,
+        "preference": group.person,
+        "question": group.request,
+        "options": list(group.options),
+        "gold": group.gold,
+        "explanation": group.explanation,
+    }
+
+
+def listwise_questions(verifier: Path, item_ids: set[str]) -> list[dict]:
+    """The questions of ``item_ids`` from the ``listwise`` view beside a ``prepare preference`` verifier view (the
+    same groups, one row per question); none when ``verifier`` has no such sibling."""
+    listwise = verifier.parent / "listwise"
+    if not (listwise / "build_info.json").is_file():
+        return []
+    data = load_prepared(listwise, "persetrain prepare preference")
+    return [
+        {field: row.get(field, "") for field in QUESTION_FIELDS}
+        for split in data
+        for row in data[split]
+        if str(row["id"]) in item_ids
+    ]
+
+
 def _check_unique(items: Sequence[Item]) -> None:
     """``judge-consistent`` groups rows by ``item_id``: two items with one id would be compared as one question."""
     owner: dict[str, str] = {}
@@ -326,6 +362,15 @@ def prepare_judge(
         sources.append(source)
     _check_unique(items)
     rows = shuffled(items, seed)
+    validation_items = {row["item_id"] for row in rows[VALIDATION]}
+    questions = [
+        group_question(group)
+        for read in reads
+        if read.source["kind"] == "prefeval"
+        for group in read.groups
+        if group.split == VALIDATION
+    ]
+    questions += [q for folder in verifier for q in listwise_questions(Path(folder), validation_items)]
     out = Path(out)
     if not rows[TRAIN]:
         raise InputError(out, "the train split would be empty: every item of the sources fell in validation")
@@ -349,5 +394,17 @@ def prepare_judge(
         )
         write_json(tmp / "build_info.json", info)
         (tmp / "README.md").write_text(readme(info), encoding="utf-8")
-    console.print(f"[green]wrote[/green] judge data -> {out} {info['splits']}")
+        if questions:
+            # The validation topics' questions as the evaluators read them, for GRPO's validation of each checkpoint
+            # (``validation_evaluator``): a yes / no row holds one candidate, not its question.
+            columns = {field: [q[field] for q in questions] for field in QUESTION_FIELDS}
+            DatasetDict({VALIDATION: Dataset.from_dict(columns)}).save_to_disk(str(tmp / QUESTIONS_DIR))
+            write_json(
+                tmp / QUESTIONS_DIR / "build_info.json",
+                {"task": "mcq", "split": VALIDATION, "questions": len(questions), "of": "persetrain prepare judge"},
+            )
+    console.print(
+        f"[green]wrote[/green] judge data -> {out} {info['splits']}"
+        + (f", {len(questions)} validation questions -> {out / QUESTIONS_DIR}" if questions else "")
+    )
     return info["splits"]

@@ -18,6 +18,8 @@ ignores. The columns read are ``verdicts`` (the row's allowed verdicts), ``mode`
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,13 +90,39 @@ def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: 
 def judge_verdict(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """1.0 where the parsed verdict is the row's ``gold``, else 0.0 (an unparsable completion is wrong).
 
-    Logs ``judge/accuracy``, the batch's share of right verdicts, through TRL's ``log_metric``.
+    Logs ``judge/accuracy``, the batch's share of right verdicts, and ``judge/verdict_entropy``
+    (:func:`verdict_entropy`) through TRL's ``log_metric``.
     """
     parsed = _parsed("judge-verdict", completions, columns, ("gold", "verdicts", "mode"))
     rewards = [float(p == gold) for p, gold in zip(parsed, columns["gold"], strict=True)]
     if log_metric is not None and rewards:
         log_metric("judge/accuracy", sum(rewards) / len(rewards))
+        log_metric("judge/verdict_entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
     return rewards
+
+
+def verdict_entropy(parsed: Sequence[str | None], prompts: Sequence | None) -> float:
+    """The mean over prompts of the entropy (bits) of the verdicts sampled for it (an unparsable one counts as a
+    verdict of its own).
+
+    Why: a judge whose every rollout of a prompt gives one verdict has a group with equal rewards, and no gradient;
+    this falling to 0 is the collapse TRL's ``frac_reward_zero_std`` then shows. TRL's ``entropy`` is the policy's
+    mean token entropy, the verdict's and the end-of-sequence token's together. ``prompts``: what tells a row's
+    prompt (the ``id`` column, else the prompts); each prompt's rollouts are consecutive in TRL's batch.
+    """
+    groups: list[Counter] = []
+    last = object()
+    for i, verdict in enumerate(parsed):
+        key = prompts[i] if prompts is not None else i
+        if not groups or key != last:
+            groups.append(Counter())
+            last = key
+        groups[-1][verdict] += 1
+    entropies = []
+    for counts in groups:
+        n = sum(counts.values())
+        entropies.append(-sum(c / n * math.log2(c / n) for c in counts.values()))
+    return sum(entropies) / len(entropies)
 
 
 def judge_format(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:

@@ -47,6 +47,7 @@ from trl import GRPOTrainer, get_peft_config, get_quantization_config
 from persetrain.console import console
 from persetrain.io import InputError, read_step_log
 from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
+from persetrain.train.callbacks import COLLAPSE_ACTIONS, CheckpointChoice, CollapseCallback, ValidationCallback
 from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
@@ -117,6 +118,47 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         metadata={
             "help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
             "resumed run re-scores nothing it already scored. With several processes, one file each: NAME.rankK.sqlite."
+        },
+    )
+    collapse_action: str = field(
+        default="warn",
+        metadata={
+            "help": "What a collapse does (collapse_window logged steps in which, on average, at least "
+            "collapse_equal_share of the groups had equal rewards): warn (logged, training goes on), stop (training "
+            "stops), rollback (training stops and ends with the last checkpoint saved before the window began). "
+            "Always written to metrics.jsonl (event: collapse) and the console, once.",
+            "choices": list(COLLAPSE_ACTIONS),
+        },
+    )
+    collapse_window: int = field(default=20, metadata={"help": "Logged steps a collapse is judged over."})
+    collapse_equal_share: float = field(
+        default=0.95,
+        metadata={"help": "Mean share of groups with equal rewards (TRL's frac_reward_zero_std) that is a collapse."},
+    )
+    validation_evaluator: str | None = field(
+        default=None,
+        metadata={
+            "help": "Judge every saved checkpoint with this evaluator (verifier, mcq-letter: the one that will read "
+            "the judge) on validation_data, log validation/accuracy to metrics.jsonl and end the run with the best "
+            "checkpoint saved before any collapse. Default: off."
+        },
+    )
+    validation_data: str | None = field(
+        default=None,
+        metadata={
+            "help": "The questions validation_evaluator judges (any dataset persetrain evaluate reads); default "
+            "<dataset_path>/questions, the validation topics' questions `persetrain prepare judge` writes."
+        },
+    )
+    validation_split: str = field(default="validation", metadata={"help": "The split of validation_data judged."})
+    validation_max_examples: int | None = field(
+        default=None, metadata={"help": "Judge a seeded sample of this many validation questions (default: all)."}
+    )
+    end_with_chosen_checkpoint: bool = field(
+        default=True,
+        metadata={
+            "help": "End the run with the checkpoint validation (or a collapse's rollback) chose, instead of the "
+            "last step's weights."
         },
     )
 
@@ -320,6 +362,49 @@ def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
     return ds.map(render, desc="render prefixed prompts")
 
 
+def guard_callbacks(script_args: ScriptArguments, training_args: GRPOConfig) -> list[TrainerCallback]:
+    """The collapse watch and, with ``validation_evaluator``, each checkpoint judged on held-out questions
+    (``persetrain.train.callbacks``); both choose the checkpoint the run ends with."""
+    choice = CheckpointChoice()
+    found: list[TrainerCallback] = [
+        CollapseCallback(
+            choice, training_args.collapse_window, training_args.collapse_equal_share, training_args.collapse_action
+        )
+    ]
+    if training_args.validation_evaluator:
+        from data_prep.judge.prepare import QUESTIONS_DIR
+        from persetrain.evaluators.registry import registered
+
+        if training_args.validation_evaluator not in registered():
+            raise RecipeError(
+                f"validation_evaluator: unknown evaluator {training_args.validation_evaluator!r}; expected one of "
+                f"{', '.join(registered())}"
+            )
+        if training_args.save_strategy == "no":
+            console.print(
+                "[yellow]validation_evaluator judges each saved checkpoint, and save_strategy is no: nothing is "
+                "validated[/yellow]"
+            )
+            return found
+        data = training_args.validation_data or str(Path(script_args.dataset_path) / QUESTIONS_DIR)
+        if not Path(data).exists():
+            raise InputError(
+                data,
+                "no validation questions (recipe key / flag 'validation_data'); `persetrain prepare judge` writes "
+                "the validation topics' questions to <dataset>/questions when its source has them",
+            )
+        found.append(
+            ValidationCallback(
+                choice,
+                training_args.validation_evaluator,
+                data,
+                training_args.validation_split,
+                training_args.validation_max_examples,
+            )
+        )
+    return found
+
+
 def build_grpo_trainer(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
@@ -357,6 +442,7 @@ def build_grpo_trainer(
         )
     )
     reward_funcs = build_reward_funcs(training_args)
+    callbacks = [*callbacks, *guard_callbacks(script_args, training_args)]
     prepare_model_init(training_args, model_args)
     quantization = get_quantization_config(model_args)
     if quantization is not None:

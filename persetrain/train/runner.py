@@ -145,6 +145,15 @@ def whole_items(ds: Dataset, limit: int, seed: int, where: Path) -> Dataset:
     return ds.select(picked)
 
 
+def append_record(path: Path, record: dict) -> None:
+    """Append one JSON line to a run log (``metrics.jsonl``), flushed at once; other callbacks' events
+    (a collapse, a checkpoint's validation) go through here too."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+        f.flush()
+
+
 class JsonlMetricsCallback(TrainerCallback):
     """Append every logged record to ``<output_dir>/metrics.jsonl``, flushed at once.
 
@@ -160,10 +169,7 @@ class JsonlMetricsCallback(TrainerCallback):
         self.step_logs = [Path(p) for p in step_logs]
 
     def _append(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-            f.flush()
+        append_record(self.path, record)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -325,6 +331,13 @@ def _finish(
             metrics=dict(result.metrics),
             stopped_by_signal=stopped_by_signal,
         )
+    if getattr(training_args, "end_with_chosen_checkpoint", False) and trainer.state.best_model_checkpoint:
+        # The checkpoint a callback chose (persetrain.train.callbacks: validated, before any collapse) becomes the
+        # final model, by HF's own loader, before the one save and merge below.
+        trainer._load_best_model()
+        result.metrics["chosen_step"] = trainer.state.best_global_step
+        if trainer.state.best_metric is not None:  # a validated choice (a rollback alone has no score)
+            result.metrics["chosen_metric"] = trainer.state.best_metric
     trainer.save_model(str(output_dir))  # model (or adapter) + tokenizer; gathered from the shards when sharded
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
