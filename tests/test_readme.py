@@ -31,6 +31,9 @@ from pathlib import Path
 import pytest
 import typer
 
+from persetrain import resources
+from persetrain.io import InputError
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 GUIDES = [
@@ -134,8 +137,15 @@ ALL_COMMANDS = [command for guide in GUIDES for command in documented_commands(g
 
 # ----------------------------------------------------------------------------------------------- checks
 def _existing_file(path: str | os.PathLike, what: str) -> Path:
-    assert (REPO / path).is_file(), f"{what} {path} does not exist"
-    return REPO / path
+    """A file a command names: a path from the checkout's root, or a shipped recipe's or accelerate config's name."""
+    if (REPO / path).is_file():
+        return REPO / path
+    shipped = {"recipe": resources.recipe_file, "accelerate config": resources.accelerate_config_file}.get(what)
+    assert shipped is not None, f"{what} {path} does not exist"
+    try:
+        return shipped(path)
+    except InputError as err:
+        raise AssertionError(f"{what} {path} does not exist: {err}") from None
 
 
 def _recipe(args: list[str]) -> str | None:
