@@ -7,6 +7,7 @@ commands on :data:`app`; :mod:`persetrain.cli` imports them in the order ``perse
 
 from __future__ import annotations
 
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Annotated
 
@@ -45,7 +46,7 @@ app = typer.Typer(
     help="Train and run learned evaluators of personalized text.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
     cls=_ErrorsAsOneLine,
 )
 
@@ -59,8 +60,20 @@ BaseUrlOpt = Annotated[
 CacheOpt = Annotated[Path | None, typer.Option(help="SQLite request cache; a re-run skips finished calls.")]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"persetrain {installed_version('persetrain')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False) -> None:
+def main(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the installed version and exit."),
+    ] = False,
+) -> None:
     set_quiet(quiet)
 
 

@@ -1,16 +1,20 @@
 """``persetrain rubrics``, ``sft``, ``rm`` and ``grpo``: PARL rubric data and the trainers, which parse their own
-arguments (every recipe key and TRL argument passes through)."""
+arguments (every recipe key and TRL argument passes through, and ``--help`` lists them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine
 from persetrain.console import console
 from persetrain.models import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from persetrain.train.recipe import RecipeParser
 
 rubrics_app = typer.Typer(help="PARL rubrics: induce, validate and score.", no_args_is_help=True)
 app.add_typer(rubrics_app, name="rubrics")
@@ -137,31 +141,60 @@ def rubrics_judge_accuracy(
     console.print(json.dumps(result.as_dict()))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def sft(ctx: typer.Context) -> None:
-    """Fine-tune a judge: ``persetrain sft --config recipes/perse/X.yaml [--any_trl_arg value ...]``.
+#: The trainers take every recipe key as a flag and parse their own arguments, ``--help`` included (TRL's parser
+#: lists every key with its type, default and help; typer's would list none).
+TRAINER_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+HELP_FLAGS = ("-h", "--help")
 
-    Every TRL / transformers training argument and every recipe key can be given on the command line,
-    where it overrides the recipe. Same parser and ``main`` as ``python -m persetrain.train.sft``.
+
+def _help_if_asked(ctx: typer.Context, make_parser: Callable[[], RecipeParser]) -> None:
+    """With ``--help``: the trainer's parser's help and this command's own options, then exit 0.
+
+    The parser's help lists every recipe key by dataclass; with ``--config``, its defaults are the recipe's.
     """
-    from persetrain.train.sft import run_sft
+    if not any(flag in ctx.args for flag in HELP_FLAGS):
+        return
+    parser = make_parser()
+    group = parser.add_argument_group(f"{ctx.command_path} options", "Options of this command, not recipe keys.")
+    for option in ctx.command.params:
+        if option.param_type_name == "option":
+            flags = [*option.opts, *option.secondary_opts]
+            if option.is_flag:
+                group.add_argument(*flags, action="store_true", help=option.help)
+            else:
+                group.add_argument(*flags, metavar=option.name.upper(), default=option.default, help=option.help)
+    parser.parse_args_and_config(list(ctx.args))  # prints the help and exits
 
+
+@app.command(context_settings=TRAINER_CONTEXT)
+def sft(ctx: typer.Context) -> None:
+    """Fine-tune a judge: persetrain sft --config recipes/perse/X.yaml [--KEY VALUE ...].
+
+    Every recipe key (TRL's SFTConfig and ModelConfig, transformers' TrainingArguments, persetrain's own) is
+    also a flag, which overrides the recipe; --help lists them all. Same parser and main as
+    python -m persetrain.train.sft.
+    """
+    from persetrain.train.sft import make_parser, run_sft
+
+    _help_if_asked(ctx, make_parser)
     run_sft(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings=TRAINER_CONTEXT)
 def rm(ctx: typer.Context) -> None:
-    """Train a reward model: ``persetrain rm --config recipes/rm/X.yaml [--any_trl_arg value ...]``.
+    """Train a reward model: persetrain rm --config recipes/rm/X.yaml [--KEY VALUE ...].
 
-    TRL's ``RewardTrainer`` on pairs, or the listwise one-forward-per-question path on listwise data
-    (``persetrain prepare preference``). Same parser and ``main`` as ``python -m persetrain.train.rm``.
+    TRL's RewardTrainer on pairs, or the listwise one-forward-per-question path on listwise data (persetrain
+    prepare preference). Every recipe key is also a flag; --help lists them all. Same parser and main as
+    python -m persetrain.train.rm.
     """
-    from persetrain.train.rm import run_rm
+    from persetrain.train.rm import make_parser, run_rm
 
+    _help_if_asked(ctx, make_parser)
     run_rm(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings=TRAINER_CONTEXT)
 def grpo(
     ctx: typer.Context,
     backend: Annotated[
@@ -169,11 +202,14 @@ def grpo(
     ] = "trl",
     run: Annotated[bool, typer.Option(help="With --backend verl: also run verl.trainer.main_ppo.")] = False,
 ) -> None:
-    """Train a rubric generator with GRPO: ``persetrain grpo --config recipes/parl/X.yaml [--any_trl_arg value ...]``.
+    """Train a rubric generator with GRPO: persetrain grpo --config recipes/parl/X.yaml [--KEY VALUE ...].
 
-    Same parser and ``main`` as ``python -m persetrain.train.grpo``; every recipe key can be overridden here.
+    Every recipe key is also a flag; --help lists them all. Same parser and main as python -m
+    persetrain.train.grpo.
     """
+    from persetrain.train.grpo import make_parser, run_grpo
 
+    _help_if_asked(ctx, make_parser)
     if backend == "verl":
         from persetrain.train.verl import main as write_verl
 
@@ -181,6 +217,4 @@ def grpo(
         return
     if backend != "trl":
         raise ValueError(f"--backend {backend!r}: expected trl or verl")
-    from persetrain.train.grpo import run_grpo
-
     run_grpo(list(ctx.args)).trained_model()  # stopped by a signal: one `stopped:` line, exit 128 + signal

@@ -192,7 +192,15 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
 
 def make_parser(prog: str | None = None) -> RecipeParser:
     """The parser of every GRPO entry point (TRL's ``make_parser`` pattern)."""
-    return RecipeParser((ScriptArguments, GRPOConfig, ModelConfig), prog=prog or "persetrain grpo")
+    return RecipeParser(
+        (ScriptArguments, GRPOConfig, ModelConfig),
+        prog=prog or "persetrain grpo",
+        description="Train a rubric generator (PARL) or a verdict judge with TRL's GRPOTrainer.",
+        key_notes={
+            "dataset_path": "GRPO reads a conversational `prompt` and hands every other column to the reward "
+            "functions (persetrain prepare parl: the user's history, text and negatives; persetrain prepare judge)."
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------- rewards

@@ -13,25 +13,31 @@ that no trainer reads:
 
 Precedence, lowest to highest: the dataclass defaults (where precision follows the machine, never a
 library default such as TRL's ``bf16=True``), the recipe, the command line (``--learning_rate 2e-5``).
-:class:`RecipeParser` is TRL's ``TrlParser`` with three differences: a key no dataclass knows is an
-error naming the recipe file and the key (TRL's message names neither, and a misspelt key that is
-silently ignored trains a different model than the one the recipe describes), a value the dataclasses
-reject is a :class:`RecipeError` naming where it came from, and ``--config=PATH`` works too.
+:class:`RecipeParser` is TRL's ``TrlParser`` with these differences: a key no dataclass knows is an
+error naming the recipe file and the key, with the closest known key (TRL's message names neither, and a
+misspelt key that is silently ignored trains a different model than the one the recipe describes); a value of
+the wrong type is one line naming the file (or the command line) and the key, before any work
+(:mod:`persetrain.train.recipe_keys`); a value the dataclasses reject is a :class:`RecipeError` naming where it
+came from; ``--config=PATH`` works too; and ``--help`` lists every key with its type, default and help, one
+group per dataclass (:mod:`persetrain.train.recipe_help`).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
 
 import yaml
 from trl import TrlParser
 
 from persetrain.io import InputError
 from persetrain.resources import recipe_file
+from persetrain.train.recipe_help import RecipeHelpFormatter, arrange_help
+from persetrain.train.recipe_keys import KeyValueError, key_types
 
 #: Recipe keys that configure the launch, not a trainer's dataclasses.
 LAUNCH_KEYS = ("env", "accelerate_config")
@@ -76,18 +82,53 @@ def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return recipe
 
 
+def _closest(name: str, known: Iterable[str]) -> str:
+    """The "; did you mean 'X'?" of a misspelt name: the closest known one, or nothing when none is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 class RecipeParser(TrlParser):
     """``TrlParser`` whose recipe keys are checked, so that a recipe trains exactly what it says.
 
-    After :meth:`parse_args_and_config`, ``recipe_path`` and ``accelerate_config`` hold what the
-    recipe named (None without a recipe), for messages and for the launcher.
+    ``key_notes`` adds this trainer's note to a shared key's help (``dataset_path``: the columns it reads). After
+    :meth:`parse_args_and_config`, ``recipe_path`` and ``accelerate_config`` hold what the recipe named (None
+    without a recipe), for messages and for the launcher.
     """
 
     recipe_path: str | None = None
     accelerate_config: str | None = None
 
+    def __init__(self, dataclass_types, key_notes: Mapping[str, str] | None = None, **kwargs):
+        kwargs.setdefault("usage", "%(prog)s [--config RECIPE.yaml] [--KEY VALUE ...]")
+        kwargs.setdefault("formatter_class", RecipeHelpFormatter)
+        super().__init__(dataclass_types, **kwargs)
+        self.key_types = key_types(self.dataclass_types, self._actions)
+        for action in self._actions:
+            if action.dest in self.key_types and action.nargs != 0:
+                action.type = self.key_types[action.dest]
+        arrange_help(self, self.key_types, key_notes or {})
+
     def known_keys(self) -> set[str]:
-        return {action.dest for action in self._actions if action.dest != "help"}
+        """Every key a recipe may set: the fields of the parser's dataclasses."""
+        return set(self.key_types)
+
+    def error(self, message: str) -> NoReturn:
+        """A bad flag is one line naming the flag (argparse would print the whole usage first, a hundred lines)."""
+        raise RecipeError("command line: " + re.sub(r"^argument (--?[\w-]+)(/--?[\w-]+)*: ", r"\1: ", message))
+
+    def check_recipe_values(self, config_path: str, recipe: dict[str, Any]) -> dict[str, Any]:
+        """The recipe's trainer keys, each checked against its type and converted as the command line would be."""
+        keys = self.known_keys()
+        values = {}
+        for key, value in recipe.items():
+            if key not in keys:
+                raise RecipeError(f"{config_path}: unknown key '{key}'{_closest(key, keys | set(LAUNCH_KEYS))}")
+            try:
+                values[key] = self.key_types[key].from_recipe(value)
+            except KeyValueError as err:
+                raise RecipeError(f"{config_path}: key '{key}': {err}") from None
+        return values
 
     def parse_args_and_config(
         self,
@@ -108,17 +149,20 @@ class RecipeParser(TrlParser):
             if not isinstance(env, dict):
                 raise RecipeError(f"{config_path}: 'env' must be a mapping of variable names to values")
             self.accelerate_config = recipe.pop("accelerate_config", None)
-            keys = self.known_keys()
-            for key in recipe:
-                if key not in keys:
-                    close = difflib.get_close_matches(key, sorted(keys | set(LAUNCH_KEYS)), n=1)
-                    hint = f"; did you mean '{close[0]}'?" if close else ""
-                    raise RecipeError(f"{config_path}: unknown key '{key}'{hint}")
+            values = self.check_recipe_values(config_path, recipe)
             for name, value in env.items():
                 os.environ.setdefault(str(name), str(value))
-            self.set_defaults_with_config(**recipe)
+            self.set_defaults_with_config(**values)
+        _, remaining = self.parse_known_args(args)  # before any dataclass is built: a bad flag fails before work
+        if remaining and not return_remaining_strings:
+            flag = next((arg.split("=", 1)[0] for arg in remaining if arg.startswith("-")), remaining[0])
+            known = [option for action in self._actions for option in action.option_strings]
+            raise RecipeError(f"command line: unknown option '{flag}'{_closest(flag, known)}")
         try:
-            return self.parse_args_into_dataclasses(args=args, return_remaining_strings=return_remaining_strings)
-        except ValueError as err:  # an unknown flag, or a value the dataclasses reject (bf16 on a CPU)
+            *parsed, remaining = self.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+        except ValueError as err:  # a value the dataclasses reject (bf16 on a CPU)
             source = " + ".join(filter(None, [config_path, "command line" if args else None])) or "arguments"
             raise RecipeError(f"{source}: {err}") from err
+        if return_remaining_strings:
+            return (*parsed, remaining)
+        return tuple(parsed)

@@ -186,7 +186,15 @@ def check_backbone(model_name_or_path: str) -> None:
 
 def make_parser(prog: str | None = None) -> RecipeParser:
     """The parser of every reward-model entry point (TRL's ``make_parser`` pattern)."""
-    return RecipeParser((ScriptArguments, RMConfig, ModelConfig), prog=prog or "persetrain rm")
+    return RecipeParser(
+        (ScriptArguments, RMConfig, ModelConfig),
+        prog=prog or "persetrain rm",
+        description="Train a reward model with TRL's RewardTrainer, on pairs or on listwise questions.",
+        key_notes={
+            "dataset_path": "The reward model reads listwise rows `prompt` / `options` / `gold` (persetrain prepare "
+            "preference: <out>/listwise) or TRL's pairs `prompt` / `chosen` / `rejected` (<out>/pairs)."
+        },
+    )
 
 
 def build_rm_trainer(

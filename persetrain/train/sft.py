@@ -172,7 +172,15 @@ class CompletionOnlySFTTrainer(SFTTrainer):
 
 def make_parser(prog: str | None = None) -> RecipeParser:
     """The parser of every SFT entry point (TRL's ``make_parser`` pattern)."""
-    return RecipeParser((ScriptArguments, SFTConfig, ModelConfig), prog=prog or "persetrain sft")
+    return RecipeParser(
+        (ScriptArguments, SFTConfig, ModelConfig),
+        prog=prog or "persetrain sft",
+        description="Fine-tune a judge with TRL's SFTTrainer (the loss on the completion only).",
+        key_notes={
+            "dataset_path": "SFT reads TRL's prompt-completion columns `prompt` and `completion` (persetrain prepare "
+            "perse, verifier or judge); a user's preference rows become the yes / no verifier's rows."
+        },
+    )
 
 
 def _prepare_command(dataset_path: Path) -> str:
