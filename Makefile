@@ -38,7 +38,7 @@ demo: setup
 
 # The two venvs install side by side (-j2): most of a fresh checkout's setup is unpacking wheels into them, one
 # process each, and neither reads the other's. The Debian packages go one at a time (apt holds one lock).
-test: slurm-packages wordnet-packages
+test: slurm-packages wordnet-packages browser-packages
 	$(MAKE) -j2 setup verl-env
 	$(MAKE) lint
 	$(PY) -m pytest -q tests
@@ -61,6 +61,15 @@ wordnet-packages:
 	@if ! { test -f /usr/share/wordnet/data.noun && test -f /usr/share/wordnet/index.sense; }; then \
 		$(SUDO) apt-get update -q && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q wordnet-base wordnet-sense-index; \
+	fi
+
+# tests/test_view.py opens `persetrain view` in a real headless browser (selenium drives Debian's chromium through
+# its chromedriver), so `make test` installs both when they are missing; once there, this is a no-op.
+.PHONY: browser-packages
+browser-packages:
+	@if ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then \
+		$(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
 	fi
 
 LINTED := persetrain data_prep tests benchmarks

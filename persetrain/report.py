@@ -122,6 +122,34 @@ def pairwise_report(
     return {"Pairwise accuracy per aspect": pairwise_table(metrics)}
 
 
+def wrong_examples(records: Mapping[str, Sequence[Mapping]], k: int = 3) -> dict[str, str]:
+    """A few examples each system got wrong (its records with ``correct`` false): the gold, its choice, the start
+    of its rationale; none for tasks without a gold choice. The rest are one filter away in ``view.html``."""
+    blocks = []
+    for system, found in records.items():
+        wrong = [r for r in found if r.get("correct") is False]
+        if not wrong:
+            continue
+        lines = [f"**{system}**: {len(wrong)} of {len(found)} wrong; the first {min(k, len(wrong))}:", ""]
+        for r in wrong[:k]:
+            said = "unreadable" if not r.get("parsed", True) else (r.get("choice_label") or "no choice (a tie)")
+            rationale = " ".join((r.get("explanation") or "").split())[:240]
+            lines.append(
+                f"- `{r['example_id']}`: gold {r.get('gold_label') or r.get('gold')}, chose {said}. {rationale}"
+            )
+        blocks.append("\n".join(lines))
+    return {"Wrong examples": "\n\n".join(blocks)} if blocks else {}
+
+
+#: The report's pointer to its run's page (``persetrain view``'s export, written beside it).
+BROWSE = (
+    "Every example with its person, candidates, gold and each system's verdict, rationale, details and probe "
+    "outcomes, with filters (wrong only, systems disagree, flipped by a probe): [view.html](view.html), one "
+    "self-contained file; `persetrain view RUN_DIR` serves the same page, `persetrain compare RUN_A RUN_B` compares "
+    "two runs."
+)
+
+
 def write_markdown(path: Path, title: str, sections: Mapping[str, str]) -> Path:
     body = [f"# {title}", ""]
     for heading, text in sections.items():

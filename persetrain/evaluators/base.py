@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import yaml
 
@@ -70,6 +70,9 @@ class Evaluator(ABC):
     #: False for evaluators whose model the engine cannot run (a reward model is a sequence classifier,
     #: not a language model): they get no engine and load ``JudgeContext.model`` themselves.
     uses_engine: ClassVar[bool] = True
+    #: How its prompt names a question's options: "letters" (A, B, ...), "numbers" (1, 2, ...), or None for a
+    #: judge that sees each option alone. Judgment records give the chosen option's label in these terms.
+    option_labels: ClassVar[Literal["letters", "numbers"] | None] = None
 
     def __init__(self, config: EvaluatorConfig | None = None):
         self.config = config if config is not None else self.Config()

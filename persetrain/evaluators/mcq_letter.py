@@ -22,6 +22,7 @@ class McqLetter(Evaluator):
     """Reads which option letter the model would answer with."""
 
     tasks = ("mcq",)
+    option_labels = "letters"
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         refuse_single_answer(examples, "mcq-letter", context.data)

@@ -62,6 +62,7 @@ class PREF(Evaluator):
     #: ``pairwise``: preference rows, judged as two-option questions (``persetrain.evaluators.pairs``).
     tasks = ("mcq", "pairwise")
     Config = PREFConfig
+    option_labels = "numbers"
 
     def __init__(self, config: PREFConfig | None = None):
         super().__init__(config)

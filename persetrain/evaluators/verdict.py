@@ -48,6 +48,7 @@ class Verdict(Evaluator):
 
     tasks = ("mcq",)
     Config = VerdictConfig
+    option_labels = "letters"
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         config: VerdictConfig = self.config
