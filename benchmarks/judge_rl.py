@@ -49,6 +49,7 @@ from collections import Counter
 from pathlib import Path
 from string import ascii_uppercase
 
+from common import emit  # beside this script
 from learned_judges import (
     GIVEN,
     RM_RECIPES,
@@ -307,7 +308,7 @@ def main() -> None:
         "n_eval": judged["n_examples"],
     }
     write_json(args.out / "result.json", result)
-    print(json.dumps(result))
+    emit(result)
 
 
 if __name__ == "__main__":

@@ -316,6 +316,20 @@ def test_guides_name_only_files_that_exist(guide):
     assert not missing, f"{guide.relative_to(REPO)} names files that do not exist: {missing}"
 
 
+def test_every_benchmark_script_is_in_the_table():
+    """A script in benchmarks/ is a canonical benchmark: a row of the README's table, ``make_parser()`` for its
+    documented commands, the shared timers of ``common.py`` and its closing JSON line from ``common.emit``."""
+    lines = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8").splitlines()
+    rows = " ".join(line.split("|")[1] for line in lines if line.startswith("| `"))  # the table's first column
+    for script in sorted((REPO / "benchmarks").glob("*.py")):
+        if script.name == "common.py":
+            continue
+        source = script.read_text(encoding="utf-8")
+        assert f"`{script.name}" in rows, f"benchmarks/{script.name} has no row in benchmarks/README.md's table"
+        assert "from common import" in source and "emit(" in source, f"{script.name} does not end with common.emit"
+        assert "def make_parser(" in source, f"{script.name} has no make_parser()"
+
+
 def test_readme_shows_every_kind_of_command():
     argvs = [c.argv for c in documented_commands(README)]
     assert len(argvs) >= 25
