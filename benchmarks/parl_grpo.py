@@ -20,6 +20,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from common import emit  # beside this script
+
 from persetrain.console import set_quiet
 from persetrain.data import load_dataset
 from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig, parse_curriculum, run_parl_demo
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     set_quiet(args.quiet)
     results = grpo_run(args)
-    print(json.dumps(results))
+    emit(results)
     return results
 
 
