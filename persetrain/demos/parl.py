@@ -63,8 +63,8 @@ SUMMARY, REPORT = "summary.json", "report.md"
 #: The verifier's default rule curriculum (``ParlDemoConfig.judge_curriculum``).
 JUDGE_CURRICULUM = "all:900"
 #: The short form's verifier: two rules. One rule's checks left the ln 2 plateau by step 50 and two rules' by step
-#: ~80 with the loss near 0 by ~150, where all seven rules took ~500 steps (``benchmarks/README.md``, "Rules first
-#: two at a time").
+#: ~80 with the loss near 0 by ~150, where all seven rules took ~500 steps
+#: (``docs/findings/2026-11-27-parl-verifier-curriculum.md``).
 SHORT_JUDGE_CURRICULUM = "colon+lowercase:150"
 
 
@@ -98,13 +98,13 @@ class ParlDemoConfig:
     #: checks of ``rules`` (``()``: every rule) from the previous stage's merged model, seed ``seed + stage``.
     #: The default is the recipe's single stage on all seven rules: over three samples of users it scored higher
     #: on average and in the worst case than two rules first (``colon+lowercase:300,all:300,all:300``), which
-    #: left the loss's ln 2 plateau less often (``benchmarks/README.md``, "Three samples, both schedules").
+    #: left the loss's ln 2 plateau less often (``docs/findings/2026-11-27-parl-verifier-curriculum.md``).
     judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
     #: Also train the verifier on distractor rules (``prepare verifier --distractors``): generic properties no user
     #: plants, so that it answers "no" to a rule a text does not satisfy, not only to the signatures it knows. Off:
     #: a verifier given 400 steps with them learned the kinds it saw, not the unseen ones, and GRPO judged by it made
-    #: sets no more personal (``benchmarks/README.md``, "Distractor rules for the verifier"); trained from scratch
-    #: with them, the 900 steps scored 0.669 on the signature checks against 0.737 ("Both options from scratch").
+    #: sets no more personal; trained from scratch with them, the 900 steps scored 0.669 on the signature checks
+    #: against 0.737 (``docs/findings/2026-11-27-parl-distractors-user-negatives.md``).
     judge_distractors: bool = False
     #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
     #: verifier misreads changes from seed to seed, and their mean p(yes) can err less (0.934 from 0.884 and 0.827),
@@ -124,12 +124,13 @@ class ParlDemoConfig:
     #: Rows per user in the truth warm start, each with its own rule order and wordings.
     warmstart_copies: int = 2
     #: Two epochs over the 23 training users, one a step: with the recipe's temperature 1.0 that raised the users'
-    #: valid sets (0.348 -> 0.543, p 0.003); 12 steps did not, at 1.0 or 0.6 (``benchmarks/README.md``).
+    #: valid sets (0.348 -> 0.543, p 0.003); 12 steps did not, at 1.0 or 0.6
+    #: (``docs/findings/2026-11-27-parl-grpo-temperature.md``).
     grpo_steps: int = 46
     #: Users (prompts) per GRPO step, each with the recipe's ``num_generations`` rollouts, as gradient accumulation
     #: over one generation batch. With one user a step, a step's rollouts mostly all fit or all miss that user's
     #: history; several users give most steps both. 12 steps of 4 users did not raise the valid share
-    #: (``benchmarks/README.md``, "Four users a GRPO step").
+    #: (``docs/findings/2026-11-27-parl-grpo-users-per-step.md``).
     grpo_prompts: int = 1
     #: Other users' own texts per training row that join the reward's negatives (``prepare parl --user-negatives``):
     #: a rubric set must then tell the user from other users, not only from the generators' generic outputs. Off:
@@ -163,8 +164,9 @@ class ParlDemoConfig:
 
 FORMS = ("short", "full")
 #: The short form's sizes over :class:`ParlDemoConfig`'s (the full form), measured to end within 15 minutes on 2
-#: cores (``benchmarks/README.md``, "The short form"): the two-rule judge, a warm start on 8 users' true rules,
-#: 4 GRPO steps, Max-Diff over 2 induction seeds on 4 held-out users with rubric sets of at most 256 tokens.
+#: cores (``docs/findings/2026-11-29-parl-reward-and-short-demo.md``): the two-rule judge, a warm start on 8
+#: users' true rules, 4 GRPO steps, Max-Diff over 2 induction seeds on 4 held-out users with rubric sets of at
+#: most 256 tokens.
 SHORT_FORM: dict[str, object] = {
     "judge_curriculum": parse_curriculum(SHORT_JUDGE_CURRICULUM),
     "warmstart_users": 8,
