@@ -39,8 +39,14 @@ def _paired_systems(a: Run, b: Run) -> list[tuple[str, str]]:
     )
 
 
+def _count(key: str) -> bool:
+    last = key.rsplit(".", 1)[-1]
+    return last == "n" or last.startswith("n_")
+
+
 def _numbers(metrics: Mapping) -> dict[str, float]:
-    return {k: v for k, v in flat_numbers(metrics).items() if not k.split(".")[-1].startswith("n")}
+    """A system's metrics as numbers by dotted key, counts (``n``, ``n_unparsed``) left out."""
+    return {k: v for k, v in flat_numbers(metrics).items() if not _count(k)}
 
 
 def _scores(task, examples: Sequence, judged: Sequence[list], idx: Sequence[int]) -> dict[str, float]:
