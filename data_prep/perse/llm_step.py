@@ -2,19 +2,21 @@
 
 The three steps share one shape: build a request per record, generate in batches, check each answer,
 retry the ones whose answer failed the check with a new seed, and give up on a record after a
-bounded number of tries. Progress is kept twice: finished records go to an append-only JSONL
-(``persetrain.io.ResumableJsonl``) so a rerun skips them, and the engine's request cache keeps the
-raw generations of a batch that was interrupted midway.
+bounded number of tries (the loop of ``persetrain.engine.retry``). Progress is kept twice: finished
+records go to an append-only JSONL (``persetrain.io.ResumableJsonl``) so a rerun skips them, and the
+engine's request cache keeps the raw generations of a batch that was interrupted midway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from persetrain.console import track, warn
+from persetrain.console import warn
+from persetrain.engine.retry import RetrySchedule, generate_parsed
 from persetrain.engine.types import ChatRequest, GenerationParams
 from persetrain.io import ResumableJsonl
 
@@ -52,38 +54,22 @@ def run_step(
     ``params.seed + t`` and a temperature of at least ``retry_temperature``, so a retry can answer
     differently, while a rerun of the whole step repeats the same calls and hits the cache.
     """
-    if max_tries < 1:
-        raise ValueError("max_tries must be at least 1")
+    schedule = RetrySchedule(tries=max_tries, temperature=retry_temperature)
     with ResumableJsonl(out_path, key="id") as out:
         pending = [key for key in requests if key not in out.done]
-        for attempt in range(max_tries):
-            if not pending:
-                break
-
-            def for_try(p: GenerationParams, attempt: int = attempt) -> GenerationParams:
-                return (
-                    p
-                    if attempt == 0
-                    else p.model_copy(
-                        update={"seed": p.seed + attempt, "temperature": max(p.temperature, retry_temperature)}
-                    )
-                )
-
-            batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
-            still: list[str] = []
-            label = name if attempt == 0 else f"{name} (retry {attempt})"
-            for batch in track(batches, description=label):
-                batch_params = [for_try(params if isinstance(params, GenerationParams) else params[k]) for k in batch]
-                generations = engine.generate([requests[k] for k in batch], batch_params, description=name)
-                for key, generation in zip(batch, generations, strict=True):
-                    fields = check(key, generation.text)
-                    if fields is None:
-                        still.append(key)
-                    else:
-                        out.append({"id": key, **fields})
-            pending = still
-        for key in pending:
+        found = generate_parsed(
+            engine,
+            [requests[key] for key in pending],
+            params if isinstance(params, GenerationParams) else [params[key] for key in pending],
+            [partial(check, key) for key in pending],
+            schedule,
+            name,
+            batch_size=batch_size,
+            on_parsed=lambda i, parsed: out.append({"id": pending[i], **parsed.value}),
+        )
+        failed = [key for key, parsed in zip(pending, found, strict=True) if parsed.value is None]
+        for key in failed:
             warn(f"{name}: no usable answer for record {key!r} after {max_tries} tries; it is left out")
         path = out.finalize()
         records = {r["id"]: r for r in out.records if r["id"] in requests}
-    return StepResult(records=records, failed=pending, path=path)
+    return StepResult(records=records, failed=failed, path=path)

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Literal
 
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
+from persetrain.engine.retry import Parsed, RetrySchedule, generate_parsed, none_on_error
 from persetrain.evaluators.base import EvaluatorConfig, JudgeContext
 from persetrain.evaluators.expert_parsing import cut_words, parse_aspects, parse_json_field, refuse_unfinished
 from persetrain.evaluators.learned import Item
@@ -119,36 +120,21 @@ class ExPerTJudge:
         params: list[GenerationParams],
         parse: Callable[[str], object] | list[Callable[[str], object]],
         description: str,
-    ) -> list[tuple[object | None, str, Cost, int]]:
-        """(parsed value or None, last text, summed cost, attempts) per request, retrying failures.
+    ) -> list[Parsed]:
+        """(parsed value or None, last text, summed cost, tries) per request, retrying failures.
 
-        ``parse`` (one for all requests, or one per request) raises ValueError on an unreadable answer.
+        ``parse`` (one for all requests, or one per request) raises ValueError on an unreadable answer. The
+        first try is greedy (seeded with ``seed``, which greedy decoding ignores); retry k samples at
+        ``k * retry_temperature_step`` with seed ``seed + k``.
         """
-        parsers = parse if isinstance(parse, list) else [parse] * len(requests)
-        results: list = [[None, "", Cost(), 0] for _ in requests]
-        todo = list(range(len(requests)))
-        for attempt in range(self.config.max_retries + 1):
-            if not todo:
-                break
-            temperature = attempt * self.config.retry_temperature_step
-            batch_params = [
-                p.model_copy(update={"temperature": temperature, "seed": self.config.seed + attempt})
-                for p in (params[i] for i in todo)
-            ]
-            label = description if attempt == 0 else f"{description} (retry {attempt})"
-            outputs = self.engine.generate([requests[i] for i in todo], batch_params, description=label)
-            failed = []
-            for i, gen in zip(todo, outputs, strict=True):
-                results[i][1], results[i][2], results[i][3] = gen.text, results[i][2] + gen.cost, attempt + 1
-                try:
-                    results[i][0] = parsers[i](gen.text)
-                except (ValueError, KeyError, TypeError):
-                    failed.append(i)
-            todo = failed
-        return [tuple(r) for r in results]
+        c = self.config
+        parsers = [none_on_error(p) for p in parse] if isinstance(parse, list) else none_on_error(parse)
+        schedule = RetrySchedule(tries=c.max_retries + 1, temperature=0.0, temperature_step=c.retry_temperature_step)
+        seeded = [p.model_copy(update={"temperature": 0.0, "seed": c.seed}) for p in params]
+        return generate_parsed(self.engine, requests, seeded, parsers, schedule, description)
 
     # ------------------------------------------------------------------ steps
-    def extract(self, items: list[tuple[str, str]]) -> list[tuple[list[dict] | None, str, Cost, int]]:
+    def extract(self, items: list[tuple[str, str]]) -> list[Parsed]:
         """Aspects of each distinct (task input, text)."""
         c = self.config
         schema = aspects_schema(c.max_aspects, c.max_evidence)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from persetrain.engine.retry import RetrySchedule, generate_parsed
 from persetrain.engine.types import Cost, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.metrics.parl import GT
@@ -101,24 +102,18 @@ def induce(
         ex.id: induction_request(ex.task, [h.input for h in ex.history], [h.output for h in ex.history], id=ex.id)
         for ex in examples
     }
-    texts: dict[str, str] = {}
-    costs: dict[str, Cost] = {ex.id: Cost() for ex in examples}
-    pending = [ex.id for ex in examples]
-    for attempt in range(config.max_tries):
-        if not pending:
-            break
-        p = (
-            params
-            if attempt == 0
-            else params.model_copy(update={"seed": seed + 1000 * attempt, "temperature": max(params.temperature, 0.7)})
-        )
-        generations = engine.generate([requests[i] for i in pending], p, description=f"rubrics (try {attempt + 1})")
-        still = []
-        for id, g in zip(pending, generations, strict=True):
-            texts[id], costs[id] = g.text, costs[id] + g.cost
-            if parse_rubric(g.text).rules is None:
-                still.append(id)
-        pending = still
+    # a retry's seed steps by 1000, off the seeds seed + run of the other runs
+    schedule = RetrySchedule(tries=config.max_tries, temperature=0.7, seed_stride=1000)
+    found = generate_parsed(
+        engine,
+        list(requests.values()),
+        params,
+        lambda text: parse_rubric(text).rules,
+        schedule,
+        "rubrics",
+    )
+    texts = {id: f.text for id, f in zip(requests, found, strict=True)}
+    costs = {id: f.cost for id, f in zip(requests, found, strict=True)}
 
     parsed = {ex.id: parse_rubric(texts[ex.id]) for ex in examples}
     checks: list[tuple[str, str, str, str]] = []

@@ -1,7 +1,7 @@
-"""PREF's answers read back: the JSON of each stage parsed (None when unreadable), and retried until it parses.
+"""PREF's answers read back: the JSON of each stage parsed (None when unreadable).
 
-Kept apart from the stages (``evaluators.pref_stages``) so that what counts as a readable answer can be
-read and tested without an engine.
+Kept apart from the stages (``evaluators.pref_stages``, which retry what fails with
+``persetrain.engine.retry``) so that what counts as a readable answer can be read and tested without an engine.
 """
 
 from __future__ import annotations
@@ -9,43 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
 from persetrain.prompts.pref import ADDED_PREFIX, SCORE_MAX, SCORE_MIN
-
-
-def generate_parsed(
-    engine: Engine,
-    requests: Sequence[ChatRequest],
-    params: Sequence[GenerationParams],
-    parsers: Sequence[Callable[[str], object | None]],
-    retries: int,
-    temperature: float,
-    description: str,
-) -> list[tuple[object | None, str, Cost]]:
-    """(parsed value or None, last text, cost of every attempt) per request, retrying what fails.
-
-    ``parsers[i]`` reads request i's text (None: unreadable). Retries sample with a new seed each
-    time (a greedy retry would repeat the same text).
-    """
-    results: list[list] = [[None, "", Cost()] for _ in requests]
-    todo = list(range(len(requests)))
-    for attempt in range(retries + 1):
-        if not todo:
-            break
-        attempt_params = [
-            params[i] if attempt == 0 else params[i].model_copy(update={"temperature": temperature, "seed": attempt})
-            for i in todo
-        ]
-        label = description if attempt == 0 else f"{description} (retry {attempt})"
-        generations = engine.generate([requests[i] for i in todo], attempt_params, description=label)
-        failed = []
-        for i, generation in zip(todo, generations, strict=True):
-            value = parsers[i](generation.text)
-            results[i] = [value, generation.text, results[i][2] + generation.cost]
-            if value is None:
-                failed.append(i)
-        todo = failed
-    return [tuple(r) for r in results]
 
 
 def _json(text: str) -> object | None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from persetrain.engine import ChatRequest, Cost, Engine, GenerationParams
+from persetrain.engine.retry import RetrySchedule, generate_parsed
 from persetrain.evaluators.base import EvaluatorConfig
-from persetrain.evaluators.pref_parsing import generate_parsed, parse_factors, parse_scores, parse_weights
+from persetrain.evaluators.pref_parsing import parse_factors, parse_scores, parse_weights
 from persetrain.prompts.pref import (
     SCORE_CHOICES,
     alignment_request,
@@ -49,6 +50,10 @@ class PREFConfig(EvaluatorConfig):
     #: ``verifier:MODEL`` (p(yes)). It reads the preference followed by the stage 1-2 guideline as the person,
     #: one candidate at a time (so no rotations are needed); ``variant=base`` leaves it the plain trained judge.
     scorer: str | None = None
+
+    def retries(self) -> RetrySchedule:
+        """The first attempt greedy, then ``max_retries`` samples at ``retry_temperature`` (seeds 1, 2, ...)."""
+        return RetrySchedule(tries=self.max_retries + 1, temperature=self.retry_temperature)
 
 
 def rotate(options: Sequence[str], shift: int) -> list[str]:
@@ -104,8 +109,7 @@ def _coverage(engine, examples, config: PREFConfig, costs, notes, system) -> lis
         [coverage_request(q) for q in questions],
         [params] * len(questions),
         [parse_factors] * len(questions),
-        config.max_retries,
-        config.retry_temperature,
+        config.retries(),
         f"{system}: stage 1 (coverage)",
     )
     by_question = dict(zip(questions, found, strict=True))
@@ -114,7 +118,7 @@ def _coverage(engine, examples, config: PREFConfig, costs, notes, system) -> lis
         first.setdefault(ex.question, i)
     result = []
     for i, ex in enumerate(examples):
-        value, _, cost = by_question[ex.question]
+        value, cost = by_question[ex.question].value, by_question[ex.question].cost
         if first[ex.question] == i:
             costs[i] = costs[i] + cost
         if value is None:
@@ -138,12 +142,11 @@ def _alignment(engine, examples, factors, config: PREFConfig, costs, notes, syst
         requests,
         params,
         [parse_weights(list(factors[i])) for i in todo],
-        config.max_retries,
-        config.retry_temperature,
+        config.retries(),
         f"{system}: stage 2 (user alignment)",
     )
     result: list[dict[str, int] | None] = [None] * len(examples)
-    for i, (value, _, cost) in zip(todo, found, strict=True):
+    for i, (value, _, cost, _) in zip(todo, found, strict=True):
         costs[i] = costs[i] + cost
         if value is None:
             notes[i].append(f"stage 2 unparsed after {config.max_retries} retries: factors shown unweighted")
@@ -216,8 +219,7 @@ def score_by_text(
         requests,
         params,
         [parse_scores(len(options)) for options in shown],
-        config.max_retries,
-        config.retry_temperature,
+        config.retries(),
         f"{system}: stage 3 (scores)",
     )
-    return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
+    return [f.value for f in found], [f.text for f in found], [f.cost for f in found]
