@@ -6,7 +6,7 @@ SYNTHETIC sample users' headlines (``persetrain prepare sample`` -> ``prepare pa
 same order (token order, which is what shared-prefix packing batches by), ``--rows`` rows per step:
 
 - ``padded``: per-row SFT, each row its own padded sequence (``CompletionOnlySFTTrainer``);
-- ``shared``: ``shared_prefix_packing: true`` (``persetrain.train.prefix_pack``): one packed trie per batch.
+- ``shared``: ``shared_prefix_packing: true`` (``persetrain.prefix_pack``): one packed trie per batch.
 
 Each path times ``--steps`` optimizer steps after two warm-up steps and keeps its best; ``--rounds``
 repeats both, interleaved, and keeps each one's best (a shared 2-core machine moves with its load).

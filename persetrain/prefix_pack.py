@@ -1,9 +1,18 @@
-"""Shared-prefix packing for SFT: rows whose prompts share a head compute it once, in one packed forward.
+"""The one shared-prefix packer: rows that share a head attend to one copy of it, each row seeing exactly the tokens
+and positions it would see alone.
 
-Why: a yes/no verifier is trained on many checks of one text. PARL's judge prompt is the system message,
-the task input and the text (~200 tokens), then the rule and the answer (~30), and the verifier data asks
-every rule of a text in that prompt. Per-row SFT computes the ~200 shared tokens once per rule; here each
-distinct token path is computed once per batch.
+Three users, one layout rule. The engine's scoring (``persetrain.engine.hf.pack``) runs tails end to end in one row
+after their prefix's cached states (:func:`chains_visible`); SFT's ``shared_prefix_packing`` merges a batch's rows
+into a prefix trie (:func:`prefix_trie`); a reward model's listwise batch (``persetrain.reward_model.batches``) runs
+its options after their question's cached context. Each builds which key a token may see, and :func:`attention_mask`
+turns that into the mask the model takes, with the model's sliding window applied by position: a mask given to the
+model replaces its own, so the window must be applied here or a windowed model (Mistral, Qwen2 with
+``use_sliding_window``, Gemma 2/3) would attend further back than it does alone.
+
+Why a trie for SFT: a yes/no verifier is trained on many checks of one text. PARL's judge prompt is the system
+message, the task input and the text (~200 tokens), then the rule and the answer (~30), and the verifier data asks
+every rule of a text in that prompt. Per-row SFT computes the ~200 shared tokens once per rule; here each distinct
+token path is computed once per batch.
 
 How: the batch's rows (prompt + completion token ids) are merged into a prefix trie. Every trie node is one
 position of a single packed row; a position attends to itself and its ancestors (a 4-D attention mask,
@@ -20,8 +29,41 @@ CPU or one GPU trains, cost far less in attention than the repeated heads cost i
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
+
+
+def sliding_window(config: Any) -> int | None:
+    """The model's attention window in positions, or None when it attends to every earlier position."""
+    if not getattr(config, "use_sliding_window", True):  # Qwen2 declares a window it does not use by default
+        return None
+    return getattr(config, "sliding_window", None) or None
+
+
+def attention_mask(
+    visible: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, config: Any, dtype: torch.dtype
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive mask a model takes for ``visible`` (bool ``[B, 1, Q, K]``: query attends to key), with the model's
+    sliding window applied: a query sees no key ``sliding_window`` or more positions back (positions ``[B, Q]`` and
+    ``[B, K]``). A model whose layers mix windowed and full attention (``layer_types``) gets one mask per layer type."""
+    full = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, torch.finfo(dtype).min)
+    window = sliding_window(config)
+    if not window:
+        return full
+    too_far = query_positions[:, None, :, None] - key_positions[:, None, None, :] >= window
+    sliding = full.masked_fill(too_far, torch.finfo(dtype).min)
+    if "sliding_attention" in (getattr(config, "layer_types", None) or []):
+        return {"full_attention": full, "sliding_attention": sliding}
+    return sliding
+
+
+def chains_visible(lengths: Sequence[int], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Tails of ``lengths`` laid end to end: ``[T, T]`` bool (a token sees its own tail's earlier tokens and itself)
+    and each token's offset in its tail ``[T]`` (its position after the shared prefix)."""
+    segment = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    offset = torch.cat([torch.arange(n, device=device) for n in lengths])
+    return (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :]), offset
 
 
 def prefix_trie(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> dict[str, torch.Tensor]:
@@ -77,13 +119,6 @@ class SharedPrefixCollator:
         batch = prefix_trie([(e["input_ids"], e["labels"]) for e in examples])
         batch["shift_labels"] = batch["labels"]
         return batch
-
-
-def additive_mask(tree_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The bool mask as the additive float mask every attention implementation reads (eager ignores bools)."""
-    return torch.zeros(tree_mask.shape, dtype=dtype, device=tree_mask.device).masked_fill(
-        ~tree_mask, torch.finfo(dtype).min
-    )
 
 
 class PrefixGroupedSampler(torch.utils.data.Sampler[int]):

@@ -1,4 +1,6 @@
-"""Shared-prefix packing for SFT: the prefix trie, and the packed loss and gradients equal to per-row SFT's."""
+"""The shared-prefix packer: the prefix trie, the packed loss and gradients equal to per-row SFT's, and a sliding
+window applied by position wherever a packed row's mask replaces the model's own (the SFT trie, a reward model's
+shared context; the engine's packed tails are checked in ``tests/test_engine.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import torch
 from datasets import Dataset, DatasetDict
 from numerics import close, tensor_tolerance
 
-from persetrain.train.prefix_pack import PrefixGroupedSampler, prefix_trie
+from persetrain.prefix_pack import PrefixGroupedSampler, attention_mask, prefix_trie
+from persetrain.reward_model.batches import ListwiseCollator, option_rewards
 from persetrain.train.sft import build_sft_trainer, make_parser
 
 TEXTS = ["Wow: Brentaville unveils engine!", "did marton open a clinic?", "Zorenford school opens gym (4)"]
@@ -101,6 +104,7 @@ def test_packed_loss_and_gradients_equal_per_row_sft(tiny_llama_dir, checks_dir,
         torch.testing.assert_close(grad, padded_grads[name], **tensor_tolerance(1e-5, 1e-4), msg=name)
 
 
+@pytest.mark.slow
 def test_packed_run_learns_and_logs(tiny_llama_dir, checks_dir, tmp_path):
     trainer = _trainer(
         tiny_llama_dir,
@@ -126,3 +130,91 @@ def test_shared_prefix_packing_refuses_sequence_packing(tmp_path):
         make_parser().parse_args_and_config(
             ["--output_dir", str(tmp_path), "--shared_prefix_packing", "true", "--packing", "true"]
         )
+
+
+def _windowed(family: str, vocab: int, head: str = "lm"):
+    """A random 2-layer model with an 8-position window on every layer (Mistral) or on its second (Qwen2)."""
+    from transformers import (
+        MistralConfig,
+        MistralForCausalLM,
+        MistralForSequenceClassification,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen2ForSequenceClassification,
+    )
+
+    shape = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        sliding_window=8,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    if family == "mistral":
+        config, classes = MistralConfig(**shape), (MistralForCausalLM, MistralForSequenceClassification)
+    else:
+        config = Qwen2Config(**shape, use_sliding_window=True, max_window_layers=1)
+        classes = (Qwen2ForCausalLM, Qwen2ForSequenceClassification)
+        assert config.layer_types == ["full_attention", "sliding_attention"]
+    if head == "score":
+        config.num_labels = 1
+    model = classes[head == "score"](config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_a_trie_row_sees_what_each_row_sees_alone_under_a_sliding_window(family):
+    """Rows 20-30 tokens long under an 8-token window: the packed trie's logits at every row's tokens equal the row's
+    own forward, which they do only when the window is applied by depth (the trie's positions)."""
+    model = _windowed(family, vocab=64)
+    generator = torch.Generator().manual_seed(0)
+    head = torch.randint(1, 64, (14,), generator=generator).tolist()
+    rows = [head + torch.randint(1, 64, (n,), generator=generator).tolist() for n in (6, 12, 16)]
+    batch = prefix_trie([(row, [-100] * len(row)) for row in rows])
+    positions = batch["position_ids"]
+    mask = attention_mask(batch["tree_mask"], positions, positions, model.config, model.dtype)
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=positions, attention_mask=mask).logits[0]
+        for row in rows:
+            alone = model(input_ids=torch.tensor([row])).logits[0]
+            node, nodes = -1, []
+            for token in row:  # the trie's node of each of the row's tokens: parents come before children
+                node = next(
+                    i
+                    for i in range(node + 1, len(positions[0]))
+                    if batch["input_ids"][0, i] == token
+                    and positions[0, i] == len(nodes)
+                    and (node < 0 or batch["tree_mask"][0, 0, i, node])
+                )
+                nodes.append(node)
+            torch.testing.assert_close(packed[nodes], alone, **tensor_tolerance(1e-5, 1e-4))
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_a_shared_context_scores_as_whole_rows_under_a_sliding_window(family, embedded_tokenizer):
+    """A reward model's options after contexts of different lengths (the shorter right-padded) and longer than the
+    window: the shared-context rewards equal one whole row per option."""
+    model = _windowed(family, vocab=len(embedded_tokenizer), head="score")
+    model.config.pad_token_id = embedded_tokenizer.pad_token_id
+    generator = torch.Generator().manual_seed(1)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(1, 1000, (n,), generator=generator).tolist()
+
+    rows = [
+        {"context_ids": ids(20), "option_ids": [ids(5), ids(9), ids(3)], "gold": 0},
+        {"context_ids": ids(11), "option_ids": [ids(12), ids(4)], "gold": 1},
+    ]
+    with torch.no_grad():
+        shared = option_rewards(model, ListwiseCollator(embedded_tokenizer)(rows))
+        whole = option_rewards(model, ListwiseCollator(embedded_tokenizer, share_context=False)(rows))
+    valid = torch.tensor([[True, True, True], [True, True, False]])
+    torch.testing.assert_close(shared[valid], whole[valid], **tensor_tolerance(1e-5, 1e-4))

@@ -7,6 +7,9 @@ into the context through its cached keys and values). An encoder attends both wa
 be shared; it scores one whole row per option. Training (``persetrain.train.rm``) and scoring
 (``persetrain.reward_model.scorer``) share this module, so a checkpoint is read the way it was trained.
 
+A windowed decoder (Mistral, ...) gets the options' mask from ``persetrain.prefix_pack``, which applies its
+sliding window by position, as it applies in a row of its own.
+
 The rewards are the model's own pooled logits (the last non-padding token of each option, as
 ``*ForSequenceClassification`` pools), so PEFT, DDP and DeepSpeed wrappers, whose hooks run in
 ``forward``, work unchanged.
@@ -17,8 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from persetrain.models import cache_argument
+from persetrain.prefix_pack import attention_mask, sliding_window
 from persetrain.reward_model.inputs import is_encoder
 
 
@@ -95,13 +100,21 @@ def option_rewards(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return rewards.masked_scatter(batch["option_mask"], out.logits.float().reshape(-1))
     context_mask = batch["context_mask"]
     positions = torch.arange(context_mask.size(1), device=context_mask.device).expand_as(context_mask)
-    context = model(input_ids=batch["context_ids"], attention_mask=context_mask, position_ids=positions, use_cache=True)
+    windowed = sliding_window(_unwrapped(model).config)
+    # a windowed model's own cache would keep only its windowed layers' last positions, padding included; a cache
+    # without the model's config keeps every position, and the options' mask applies the window
+    own_cache = cache_argument(model, DynamicCache()) if windowed else {}
+    context = model(
+        input_ids=batch["context_ids"], attention_mask=context_mask, position_ids=positions, use_cache=True, **own_cache
+    )
     cache = context.cache if hasattr(context, "cache") else context.past_key_values
     cache.batch_repeat_interleave(k)
     option_ids = batch["option_ids"]
     lengths = context_mask.sum(1).repeat_interleave(k)
     option_positions = lengths[:, None] + torch.arange(option_ids.size(1), device=option_ids.device)
     attention = torch.cat([context_mask.repeat_interleave(k, 0), batch["option_attention"]], dim=1)
+    if windowed:
+        attention = _windowed_option_mask(model, context_mask.repeat_interleave(k, 0), batch, option_positions)
     out = model(
         input_ids=option_ids,
         attention_mask=attention,
@@ -110,3 +123,29 @@ def option_rewards(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         **cache_argument(model, cache),
     )
     return out.logits.reshape(b, k).float()
+
+
+def _unwrapped(model):
+    """The model inside DDP-style wrappers (PEFT models answer for their base model themselves)."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def _windowed_option_mask(model, context_mask: torch.Tensor, batch: dict, option_positions: torch.Tensor):
+    """The options' mask over their padded context and themselves, with the model's sliding window applied by
+    position. The model's own mask would measure the window in cache slots, which counts a shorter context's
+    padding as distance; this mask sees what each option sees in a row of its own."""
+    options = batch["option_attention"].bool()
+    width, n = context_mask.size(1), options.size(1)
+    causal = torch.ones((n, n), dtype=torch.bool, device=options.device).tril()
+    visible = torch.cat(
+        [
+            context_mask.bool()[:, None, None, :].expand(-1, 1, n, -1),
+            causal[None, None] & options[:, None, None, :],
+        ],
+        dim=-1,
+    )
+    keys = torch.cat([torch.arange(width, device=options.device).expand(len(options), -1), option_positions], dim=1)
+    unwrapped = _unwrapped(model)
+    return attention_mask(visible, option_positions, keys, unwrapped.config, unwrapped.dtype)

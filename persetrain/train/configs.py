@@ -181,7 +181,7 @@ class SFTConfig(HardwarePrecision, RunSwitches, trl.SFTConfig):
         default=False,
         metadata={
             "help": "Pack each batch as a prefix trie: rows whose prompts share a head compute it once "
-            "(persetrain.train.prefix_pack). For data that asks many short questions of one long prompt, "
+            "(persetrain.prefix_pack). For data that asks many short questions of one long prompt, "
             "such as the rule verifier's; per_device_train_batch_size still counts rows."
         },
     )

@@ -39,8 +39,8 @@ from transformers import TrainerCallback
 from trl import SFTTrainer, get_peft_config, get_quantization_config
 
 from persetrain.models import load_tokenizer, local_weights_dir
+from persetrain.prefix_pack import PrefixGroupedSampler, SharedPrefixCollator, attention_mask
 from persetrain.train.configs import ModelConfig, ScriptArguments, SFTConfig
-from persetrain.train.prefix_pack import PrefixGroupedSampler, SharedPrefixCollator, additive_mask
 from persetrain.train.recipe import RecipeParser
 from persetrain.train.runner import RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 from persetrain.train.user_rows import verifier_view
@@ -109,16 +109,16 @@ class CompletionOnlySFTTrainer(SFTTrainer):
         return self._nll(logits, targets[keep], inputs, num_items_in_batch)
 
     def _trie_loss(self, model, inputs, num_items_in_batch):
-        """The loss of a :func:`persetrain.train.prefix_pack.prefix_trie` batch: one forward over the trie, each
+        """The loss of a :func:`persetrain.prefix_pack.prefix_trie` batch: one forward over the trie, each
         (row, completion token) read from the logits of the position that predicts it."""
         ids, positions = inputs["input_ids"], inputs["label_positions"]
         keep = torch.zeros_like(ids, dtype=torch.bool)
         keep[0, positions] = True
-        dtype = self.accelerator.unwrap_model(model).dtype
+        unwrapped, depths = self.accelerator.unwrap_model(model), inputs["position_ids"]
         outputs = model(
             input_ids=ids,
-            position_ids=inputs["position_ids"],
-            attention_mask=additive_mask(inputs["tree_mask"], dtype),
+            position_ids=depths,
+            attention_mask=attention_mask(inputs["tree_mask"], depths, depths, unwrapped.config, unwrapped.dtype),
             use_cache=False,
             logits_to_keep=keep,
         )

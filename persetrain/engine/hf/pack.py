@@ -15,6 +15,7 @@ from transformers import DynamicCache
 from persetrain.engine.hf.kv import cache_kwargs, right_padded
 from persetrain.engine.hf.plan import Shape
 from persetrain.engine.prefix_cache import LayerStates
+from persetrain.prefix_pack import attention_mask, chains_visible
 
 
 @dataclass(frozen=True)
@@ -87,51 +88,32 @@ class Forward:
         of 3: ten 30-token tails after a 500-token prefix 0.73 s packed vs 1.05 s as a padded batch;
         thirty 40-token tails after a 300-token prefix 2.82 s in packs of at most 300 tokens, 3.21 s in
         one pack, 2.97 s padded. Hence packs no longer than the prefix. The mask replaces the model's
-        own, so it applies the model's sliding window itself (:meth:`windowed`).
+        own, so it applies the model's sliding window itself (``persetrain.prefix_pack.attention_mask``).
         """
         lengths = [[len(t) for t in pack.tails] for pack in packs]
         width = max(sum(n) for n in lengths)
         past = max(pack.prefix_len for pack in packs)
-        dtype, device = self.model.dtype, self.device
+        device = self.device
         ids = torch.full((len(packs), width), self.pad_id, device=device)
         positions = torch.zeros((len(packs), width), dtype=torch.long, device=device)
-        mask = torch.full((len(packs), 1, width, past + width), torch.finfo(dtype).min, dtype=dtype, device=device)
+        visible = torch.zeros((len(packs), 1, width, past + width), dtype=torch.bool, device=device)
         diagonal = torch.arange(width, device=device)
-        mask[:, 0, diagonal, past + diagonal] = 0  # padding positions see themselves: no all-masked row
+        visible[:, 0, diagonal, past + diagonal] = True  # padding positions see themselves: no all-masked row
         for row, (pack, n) in enumerate(zip(packs, lengths, strict=True)):
             total = sum(n)
-            segment = torch.repeat_interleave(
-                torch.arange(len(pack.tails), device=device), torch.tensor(n, device=device)
-            )
-            offset = torch.cat([torch.arange(k, device=device) for k in n])
-            visible = (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :])
+            own, offset = chains_visible(n, device)
             ids[row, :total] = torch.tensor([token for tail in pack.tails for token in tail], device=device)
             positions[row, :total] = offset + pack.prefix_len
-            mask[row, 0, :total, : pack.prefix_len] = 0
-            mask[row, 0, :total, past : past + total].masked_fill_(visible, 0)
+            visible[row, 0, :total, : pack.prefix_len] = True
+            visible[row, 0, :total, past : past + total] |= own
         cache = right_padded([pack.states for pack in packs], [pack.prefix_len for pack in packs], past)
+        keys = torch.cat([torch.arange(past, device=device).expand(len(packs), -1), positions], dim=1)
         out = self.model.base_model(
             input_ids=ids,
             position_ids=positions,
-            attention_mask=self.windowed(mask, positions),
+            attention_mask=attention_mask(visible, positions, keys, self.model.config, self.model.dtype),
             **cache_kwargs(self.model.base_model, cache),
         )
         return Packed(
             [list(out.last_hidden_state[row, : sum(n)].split(n)) for row, n in enumerate(lengths)], cache, past
         )
-
-    def windowed(self, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-        """``mask`` (over the padded prefix, then the new tokens at ``positions``) with the model's sliding
-        window applied: a token sees no key ``sliding_window`` or more positions back. Models whose
-        layers mix windowed and full attention (``layer_types``) get one mask per layer type."""
-        config = self.model.config
-        window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
-        if not window:
-            return mask
-        past = mask.shape[-1] - positions.shape[1]
-        keys = torch.cat([torch.arange(past, device=self.device).expand(len(positions), -1), positions], dim=1)
-        too_far = positions[:, None, :, None] - keys[:, None, None, :] >= window
-        sliding = mask.masked_fill(too_far, torch.finfo(mask.dtype).min)
-        if "sliding_attention" in (getattr(config, "layer_types", None) or []):
-            return {"full_attention": mask, "sliding_attention": sliding}
-        return sliding
