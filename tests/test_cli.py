@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from numerics import DTYPE
 from typer.testing import CliRunner
 
@@ -128,6 +129,7 @@ def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.slow
 def test_a_hub_id_that_cannot_be_reached_says_how_to_get_the_weights():
     # A real process, so that HF_HUB_OFFLINE is read at import as it is for a user; offline fails at
     # once, where the unreachable network would take the Hub client's retries.

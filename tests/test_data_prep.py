@@ -518,6 +518,7 @@ def test_title_probe_matching_and_summary_cleaning():
 
 
 # --------------------------------------------------------------------------------------------- with the real model
+@pytest.mark.slow
 def test_llm_steps_end_to_end_with_the_embedded_model(sample, tmp_path):
     """anonymize -> summarize -> title probe on 2 plots with the real 135M model, then a rerun that
     must be served entirely from the step outputs and the engine cache."""

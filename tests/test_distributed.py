@@ -49,7 +49,7 @@ COMMON = ("--logging_steps", "1", "--disable_tqdm", "true", "--report_to", "none
 #: Steps of the SFT runs: enough that a signal sent after the first few lands before the end.
 STEPS = 24
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def _launch_argv(recipe: Path, config: str, *overrides: str) -> list[str]:

@@ -255,6 +255,7 @@ def test_sampling_is_seeded_per_request_not_per_batch(tiny_engine):
     assert other_seed != alone
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("fp32_compute")
 def test_requests_join_and_leave_a_running_batch_and_generate_what_they_would_alone():
     """Continuous batching on the embedded model, whose answers end at different lengths. The token budget holds
@@ -360,6 +361,7 @@ def test_identical_requests_in_one_call_are_computed_once(tiny_llama_dir):
     assert engine.cost.calls == 4 and written[2].text == written[0].text and written[2].cached
 
 
+@pytest.mark.slow
 def test_structured_json_on_embedded_model():
     """End to end on the real embedded model: the schema holds even for a 135M model."""
     engine = load_engine()

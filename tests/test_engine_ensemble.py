@@ -20,6 +20,7 @@ def _requests() -> list[ChatRequest]:
     return [judge_request("news", "A town news item.", text, rule) for text in texts for rule in rules]
 
 
+@pytest.mark.slow
 def test_ensemble_probs_are_the_mean_of_its_members(tiny_llama_dir, tmp_path):
     members = [str(tiny_llama_dir), DEFAULT_MODEL]
     requests, choices = _requests(), ["yes", "no"]
@@ -41,6 +42,7 @@ def test_ensemble_probs_are_the_mean_of_its_members(tiny_llama_dir, tmp_path):
     assert not any(r.cached for r in member.choice_probs(requests, choices))
 
 
+@pytest.mark.slow
 def test_chunked_rounds_equal_one_round(tiny_llama_dir):
     """Requests go through the members in chunks (progress, cache); the chunking changes no answer."""
     members = [str(tiny_llama_dir), DEFAULT_MODEL]

@@ -76,6 +76,7 @@ def _log(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_grpo_with_parl_reward(tiny_llama_dir, parl_news, tmp_path):
     out = tmp_path / "run"
     result = run_grpo(_argv(tiny_llama_dir, parl_news, out, "--reward_funcs", "parl-a", "--max_train_samples", "4"))
@@ -182,6 +183,7 @@ def test_each_prompt_prefilled_once_generates_trl_greedy_rollouts(tiny_llama_dir
     assert len({tuple(c) for c in ours}) == 2 and all(ours)  # greedy: one rollout per prompt, and they differ
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("fp32_compute")
 def test_rollouts_of_several_users_decode_as_one_batch_as_trl_does(parl_news, tmp_path):
     """The embedded model, greedy: four users' PARL prompts cut to different lengths (so that the batch holds
@@ -203,6 +205,7 @@ def test_rollouts_of_several_users_decode_as_one_batch_as_trl_does(parl_news, tm
     assert len({tuple(c) for c in ours}) == 4  # one greedy rollout per user, and the users' differ
 
 
+@pytest.mark.slow
 def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_states(parl_news, tmp_path):
     """Sampled rollouts of one prompt (the embedded model, top-k 2) where some end mid-way, so that the batch
     shrinks after the rollouts have diverged. The end-of-sequence token is one that a first run (same seed, no
@@ -258,6 +261,7 @@ def test_rollouts_leave_the_batch_at_their_end_and_continue_from_their_own_state
         assert all(token in allowed[k].tolist() for k, token in enumerate(rollout))
 
 
+@pytest.mark.slow
 def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
     """A generator trained against a PerSE judge: the reward is the judge's expected 1-10 score."""
     profile = [
@@ -313,6 +317,7 @@ def test_shipped_recipes_parse(recipe):
     assert training.reward_funcs and model.model_name_or_path
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_with_every_step_logged_once(tiny_llama_dir, parl_news, tmp_path):
     """SIGKILL after checkpoint-2, in step 3 or later; the same command again resumes and trims both logs.
 

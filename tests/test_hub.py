@@ -146,6 +146,7 @@ def adapter_checkpoint(tmp_path_factory, tiny_llama_dir) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_checkpoint):
     result = _push(
         hub,
@@ -185,6 +186,7 @@ def test_push_adapter_with_card_private_on_a_branch(hub, tmp_path, adapter_check
     assert f"{commit['repo']}/commit/" in result.stdout
 
 
+@pytest.mark.slow
 def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(
     hub, tmp_path, adapter_checkpoint, tiny_llama_dir
 ):
@@ -211,6 +213,7 @@ def test_merge_pushes_full_weights_that_compute_what_the_adapter_does(
     assert torch.allclose(got, expected, atol=1e-4) and not torch.allclose(got, plain, atol=1e-2)
 
 
+@pytest.mark.slow
 def test_push_prepared_dataset_as_parquet(hub, tmp_path, prepared_root):
     from datasets import load_dataset, load_from_disk
 
@@ -232,6 +235,7 @@ def test_push_prepared_dataset_as_parquet(hub, tmp_path, prepared_root):
     assert pushed["train"][0]["completion"] == original["train"][0]["completion"]
 
 
+@pytest.mark.slow
 def test_synthetic_dataset_whose_card_has_no_tags_gets_the_tag(hub, tmp_path, prepared_root):
     import shutil
 
@@ -245,6 +249,7 @@ def test_synthetic_dataset_whose_card_has_no_tags_gets_the_tag(hub, tmp_path, pr
     assert "- synthetic" in card and "# A card without metadata" in card
 
 
+@pytest.mark.slow
 def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_checkpoint):
     out = tmp_path / "upload"
     result = _push(
@@ -256,6 +261,7 @@ def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_chec
     assert "dry run:" in result.stdout
 
 
+@pytest.mark.slow
 def test_no_token_and_no_weights_are_one_line_errors(hub, tmp_path, adapter_checkpoint):
     result = _push(hub, tmp_path, str(adapter_checkpoint), "--repo-id", "alice/x", token=None)
     output = (result.stdout + result.stderr).strip()
@@ -271,6 +277,7 @@ def test_no_token_and_no_weights_are_one_line_errors(hub, tmp_path, adapter_chec
     assert hub.commits == []
 
 
+@pytest.mark.slow
 def test_an_upload_folder_never_replaces_what_it_is_built_from(hub, tmp_path, adapter_checkpoint):
     """The upload folder is replaced whole: one that is the checkpoint, or holds it, is refused before anything is
     written (one line from `push`), and a build that fails (a merge into a base that does not exist) leaves the
@@ -299,6 +306,7 @@ def test_an_upload_folder_never_replaces_what_it_is_built_from(hub, tmp_path, ad
     assert sorted(p.name for p in out.iterdir()) == before and not list(tmp_path.glob(".upload.*"))
 
 
+@pytest.mark.slow
 def test_report_to_wandb_logs_offline(tiny_llama_dir, prepared_root, tmp_path):
     """A recipe's `report_to: wandb` works without a wandb account or network: the run is written offline."""
     out = tmp_path / "run"

@@ -85,6 +85,7 @@ def _logged(out: Path) -> list[dict]:
     return [r for r in rows if r.get("event") == "log" and "loss" in r]
 
 
+@pytest.mark.slow
 def test_a_prefixed_prompt_trains_on_the_tokens_mcq_letter_reads(judge_data):
     """TRL renders a conversational prompt with a fresh generation prompt; the judge's verdict prompts end with
     mcq-letter's assistant prefix, so they are rendered by the engine's function instead. TRL's tokens of the
@@ -111,6 +112,7 @@ def test_a_prefixed_prompt_trains_on_the_tokens_mcq_letter_reads(judge_data):
     assert render_prefixed_prompts(plain, tokenizer)["prompt"] == plain["prompt"]
 
 
+@pytest.mark.slow
 def test_a_yes_no_prompt_trains_on_the_tokens_the_verifier_reads(yes_no_data):
     """A yes / no row ends with the user's turn, so TRL renders it with the chat template's generation prompt: the
     same text the ``verifier`` evaluator asks its ``choice_probs`` after, and every spelling it reads as yes or no is
@@ -146,6 +148,7 @@ def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, ye
         assert sorted(r["gold"] for r in prompts.values() if r["item_id"] == item) == ["no", "yes"]
 
 
+@pytest.mark.slow
 def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, tmp_path):
     out = tmp_path / "run"
     result = run_grpo(
@@ -259,6 +262,7 @@ def test_an_overlong_candidate_takes_its_whole_question_with_it(tiny_llama_dir, 
     assert all(kept["item_id"].count(item) == 2 for item in kept_items)
 
 
+@pytest.mark.slow
 def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, judge_data, tmp_path):
     out = tmp_path / "killed"
     argv = _argv(tiny_llama_dir, judge_data, out, "--save_strategy", "steps", "--save_steps", "2")
@@ -281,6 +285,7 @@ def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, 
     assert all("rewards/judge_verdict/mean" in r for r in steps)
 
 
+@pytest.mark.slow
 def test_the_embedded_judge_trains_and_mcq_letter_reads_it(judge_data, tmp_path):
     """End to end on the embedded model: two GRPO steps of the CPU recipe, then ``persetrain evaluate`` with
     ``mcq-letter`` on the merged judge, on the held-out topic's questions."""
@@ -330,6 +335,7 @@ COLLAPSING = ("--reward_funcs", "judge-verdict", "test_judge_rl.spread_then_equa
 COLLAPSE_WATCH = ("--save_strategy", "steps", "--save_steps", "1", "--collapse_window", "2", "--logging_steps", "1")
 
 
+@pytest.mark.slow
 def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_checkpoint(
     tiny_llama_dir, yes_no_data, tmp_path
 ):
@@ -360,6 +366,7 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]  # HF keeps only the chosen one
 
 
+@pytest.mark.slow
 def test_a_collapse_can_stop_the_run_or_only_be_written(tiny_llama_dir, yes_no_data, tmp_path):
     """stop: the run ends at the collapse with its last weights; warn: the collapse is written and training goes on."""
     for action, last in (("stop", 5), ("warn", 6)):
@@ -372,6 +379,7 @@ def test_a_collapse_can_stop_the_run_or_only_be_written(tiny_llama_dir, yes_no_d
         assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{last}"))
 
 
+@pytest.mark.slow
 def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_best(
     tiny_llama_dir, yes_no_data, tmp_path
 ):

@@ -30,6 +30,7 @@ def judge(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_sft_view_trains_the_gold_letter_where_mcq_letter_reads_it(judge, tmp_path):
     """TRL's SFT tokenizes a conversational row as the chat template of prompt + completion and trains on what
     follows the prompt's generation prompt; the first trained token that is not the prefix's is the gold letter's

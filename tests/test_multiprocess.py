@@ -26,6 +26,8 @@ from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.runner import METRICS_FILE
 from persetrain.train.sft import main, make_parser, run_sft
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "perse" / "cpu_smollm2_per-mpst-k3.yaml"
 

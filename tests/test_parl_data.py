@@ -222,6 +222,7 @@ def test_missing_negatives_are_an_error(sample, tmp_path):
         attach_baselines(examples, [partial])
 
 
+@pytest.mark.slow
 def test_rag_retrieves_bm25_top4_and_baselines_resume(sample, tmp_path, tiny_llama_dir):
     from data_prep.parl.baselines import GeneratorSpec, generate_baselines, retrieve
     from persetrain.engine import load_engine

@@ -119,6 +119,7 @@ def test_rubrics_induce_cli(parl_data, tmp_path, tiny_llama_dir):
     assert bad.exit_code == 2 and "not a dataset" in bad.output
 
 
+@pytest.mark.slow
 def test_evaluate_parl_on_the_embedded_model(parl_data, tmp_path):
     """The real pipeline: the 135M model induces rubrics under structured output and judges them."""
     run = tmp_path / "run"

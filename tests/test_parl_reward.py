@@ -272,6 +272,7 @@ def test_checks_of_one_text_share_one_prefix_group(tiny_engine):
         assert group.prefix_len >= len(head) - 2  # the whole head: system prompt, task input and text
 
 
+@pytest.mark.slow
 def test_rubric_judge_reads_both_spellings_as_the_verifier(tmp_path):
     """On the real embedded model, the rubric judge's p(yes) is P(yes) + P(Yes) over the four spellings (asked again
     by hand, every request is a cache hit): the untrained model answers mostly "Yes" / "No", so the lower case

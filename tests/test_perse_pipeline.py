@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from datasets import load_from_disk
 
 from data_prep.perse.prepare import prepare_perse
@@ -22,6 +23,7 @@ from persetrain.prompts.perse import scalar_request
 from persetrain.train.sft import run_sft
 
 
+@pytest.mark.slow
 def test_perse_pipeline_on_embedded_model(tmp_path):
     write_sample_data(
         tmp_path / "raw", seed=1, n_plots=40, n_reviewers=30, reviews_per_reviewer=(7, 8), n_sparse_reviewers=1

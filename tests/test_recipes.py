@@ -118,6 +118,7 @@ def prepared(prepared_root):
     return prepared_root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=_id)
 def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monkeypatch, restore_environ):
     trainer = infer_trainer(read_yaml_mapping(recipe, "recipe"))

@@ -172,6 +172,7 @@ def _write_listwise(path, rows):
     return path
 
 
+@pytest.mark.slow
 def test_rm_trains_the_embedded_model_end_to_end(tmp_path):
     """`persetrain rm` on the real embedded model, with LoRA and the person contrast over two other persons: a
     run directory that loads as a reward model."""
@@ -308,6 +309,7 @@ def test_person_contrast_scores_the_gold_option_under_the_swapped_person(tiny_rm
                 assert rewards[3 + 2 * i + k, 0].item() == pytest.approx(alone.logits.item(), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_push_merges_a_reward_model_adapter_and_cards_it(tiny_llama_dir, tmp_path):
     """`persetrain push --merge` of a LoRA reward model: full classifier weights that score as the adapter does."""
     from peft import PeftModel

@@ -214,6 +214,7 @@ def test_real_data_is_refused_by_the_signature_checkers(parl_news, tmp_path):
         prepare_verifier(tmp_path / "out", parl=[real])
 
 
+@pytest.mark.slow
 def test_judge_accuracy_batched_equals_one_check_at_a_time(verifier_data):
     """The measured accuracy is the engine's p(yes) on each check, thresholded; per rule as well."""
     rows = list(load_from_disk(str(verifier_data))["validation"].select(range(12)))

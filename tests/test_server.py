@@ -366,6 +366,7 @@ def embedded_server() -> Iterator[tuple[str, Engine]]:
         yield f"{url}/v1", Engine(backend)
 
 
+@pytest.mark.slow
 def test_embedded_model_served_matches_local(embedded_server):
     """The real default model through the server scores like the local backend."""
     url, local = embedded_server
@@ -386,6 +387,7 @@ SCHEMA = {
 }
 
 
+@pytest.mark.slow
 def test_json_schema_structured_output(embedded_server):
     url, local = embedded_server
     messages = [
@@ -412,6 +414,7 @@ def test_json_schema_structured_output(embedded_server):
     remote.close()
 
 
+@pytest.mark.slow
 def test_choice_extended_by_a_likely_token(embedded_server):
     """A choice and its extension by the model's favourite next token: P(choice) must drop that mass.
 

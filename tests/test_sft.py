@@ -193,6 +193,7 @@ def test_sliced_loss_equals_full_logits_loss(tiny_llama_dir, dataset_dir, tmp_pa
 # ---------------------------------------------------------------------------------------- whole runs
 
 
+@pytest.mark.slow
 def test_sft_learns_logs_and_saves_a_loadable_model(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "run"
     result = run_sft(
@@ -225,6 +226,7 @@ def test_sft_learns_logs_and_saves_a_loadable_model(tiny_llama_dir, dataset_dir,
     assert model.config.num_hidden_layers == 2 and tokenizer.eos_token == "<|im_end|>"
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_from_latest_checkpoint(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "run"
     common = ["--save_strategy", "steps", "--save_steps", "2", "--learning_rate", "1e-3"]
@@ -241,6 +243,7 @@ def test_interrupted_run_resumes_from_latest_checkpoint(tiny_llama_dir, dataset_
     assert steps_logged == [1, 2, 3, 4]  # appended, not overwritten, and nothing retrained
 
 
+@pytest.mark.slow
 def test_a_run_directory_is_a_model_only_once_its_final_save_is_done(tiny_llama_dir, dataset_dir, tmp_path):
     """The final save writes the model into the run directory in place. A rerun (to resume or extend the run) makes
     the directory unfinished until its own final save is done: a run stopped before it is refused by name, by
@@ -277,6 +280,7 @@ def test_a_run_directory_is_a_model_only_once_its_final_save_is_done(tiny_llama_
     assert resolve(str(out)).kind == "local" and checkpoint_kind(out) == "full"
 
 
+@pytest.mark.slow
 def test_lora_saves_an_adapter_and_a_merged_model(tiny_llama_dir, dataset_dir, tmp_path):
     out = tmp_path / "lora"
     result = run_sft(

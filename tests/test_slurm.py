@@ -21,7 +21,7 @@ from slurm_cluster import PARTITION, SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ from data_prep.synthetic.parl import write_parl_sample
 from persetrain.train.verl import REWARD_FUNCTION, REWARD_MODULE, VERL_VENV_PYTHON
 from persetrain.train.verl import main as write_verl_config
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "parl" / "qwen3-8b_amazon_parl-a.yaml"
 
