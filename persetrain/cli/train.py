@@ -155,14 +155,15 @@ def _help_if_asked(ctx: typer.Context, make_parser: Callable[[], RecipeParser]) 
     if not any(flag in ctx.args for flag in HELP_FLAGS):
         return
     parser = make_parser()
-    group = parser.add_argument_group(f"{ctx.command_path} options", "Options of this command, not recipe keys.")
-    for option in ctx.command.params:
-        if option.param_type_name == "option":
-            flags = [*option.opts, *option.secondary_opts]
-            if option.is_flag:
-                group.add_argument(*flags, action="store_true", help=option.help)
-            else:
-                group.add_argument(*flags, metavar=option.name.upper(), default=option.default, help=option.help)
+    options = [param for param in ctx.command.params if param.param_type_name == "option"]
+    if options:
+        group = parser.add_argument_group(f"persetrain {ctx.info_name} options", "This command's own, not recipe keys.")
+    for option in options:
+        flags = [*option.opts, *option.secondary_opts]
+        if option.is_flag:
+            group.add_argument(*flags, action="store_true", help=option.help)
+        else:
+            group.add_argument(*flags, metavar=option.name.upper(), default=option.default, help=option.help)
     parser.parse_args_and_config(list(ctx.args))  # prints the help and exits
 
 

@@ -6,7 +6,7 @@ dataclass is its own group, as ``HfArgumentParser`` makes one for a dataclass wi
 (script, training and model arguments, the three of every TRL script), and its description says which keys are
 persetrain's own and which defaults persetrain sets, found from the classes that declare them (so a field added
 to a config appears without a change here). A key shows its type (``--learning_rate FLOAT``), and help is plain
-text: Sphinx roles, doc-builder links and double backquotes become the single backquotes of TRL's own help.
+text (:func:`persetrain.helptext.plain_text`).
 """
 
 from __future__ import annotations
@@ -20,27 +20,16 @@ import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from persetrain.helptext import plain_text
+
 if TYPE_CHECKING:
     from persetrain.train.recipe_keys import KeyType
 
 #: A choice metavar longer than this is shown as CHOICE, with the choices listed in the help.
 MAX_CHOICES_WIDTH = 40
 _BUILTIN_NAMES = {int: "INT", float: "FLOAT", str: "STR", bool: "BOOL", dict: "DICT", list: "LIST"}
-#: ":class:`~a.b.C`" (Sphinx) and "[`~a.b.C`]" (doc-builder): "~" shows only the last name.
-_REFERENCE = re.compile(r":[a-z:]+:`(~?)([^`]+)`|\[`(~?)([^`\]]+)`\]")
-_DOUBLE_BACKQUOTES = re.compile(r"``([^`]+)``")
 #: argparse %-formats help: a lone "%" is escaped, "%%" and "%(default)s" are left as they are.
 _UNESCAPED_PERCENT = re.compile(r"(?<!%)%(?![%(])")
-
-
-def plain_text(text: str) -> str:
-    """Help text without doc markup: references as the name they show, in the single backquotes of code."""
-
-    def reference(match: re.Match) -> str:
-        tilde, name = (match.group(1), match.group(2)) if match.group(2) else (match.group(3), match.group(4))
-        return f"`{name.rsplit('.', 1)[-1] if tilde else name}`"
-
-    return _DOUBLE_BACKQUOTES.sub(r"`\1`", _REFERENCE.sub(reference, text))
 
 
 class RecipeHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
