@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -31,9 +33,10 @@ from pydantic import Field, TypeAdapter, ValidationError
 from persetrain.console import console
 from persetrain.data import load_dataset
 from persetrain.environment import environment
-from persetrain.evaluators.base import Evaluator, JudgeContext, config_fields
+from persetrain.evaluators.base import Evaluator, JudgeContext, check_fields, config_fields
 from persetrain.evaluators.registry import SystemSpec, evaluators_for
 from persetrain.io import InputError, atomic_dir, first_error, write_json, write_jsonl
+from persetrain.models import check_causal_lm
 from persetrain.report import metrics_table, write_markdown
 from persetrain.schema import Judgment, reviewer_of
 from persetrain.tasks import TaskKind
@@ -168,9 +171,12 @@ class SystemRun:
     seconds: float
 
 
-def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tuple[SystemSpec, Evaluator]]:
+def build_evaluators(
+    systems: Sequence[SystemSpec], task: TaskKind, backend: str = "hf"
+) -> list[tuple[SystemSpec, Evaluator]]:
     """Every system's evaluator, checked before any model is loaded: names unique, task supported, model of
-    a kind the evaluator reads."""
+    a kind the evaluator reads (a local engine reads a causal LM; a server's model is the server's to check)."""
+
     names = [s.name for s in systems]
     if not systems:
         raise ValueError(
@@ -187,19 +193,86 @@ def build_evaluators(systems: Sequence[SystemSpec], task: TaskKind) -> list[tupl
                 f"{', '.join(evaluators_for(task.name))}"
             )
         if spec.model:
+            if evaluator.uses_engine and backend == "hf":  # several models joined by commas judge as one ensemble
+                for model in spec.model.split(","):
+                    check_causal_lm(model.strip(), f"system {spec.name!r} ({spec.evaluator})")
             evaluator.check_model(spec.model)
         built.append((spec, evaluator))
     return built
 
 
-def check_run_dir(out: Path) -> None:
-    """Refuse a run directory that cannot be one before any data loads or any model judges: the folder is
-    written only at the end of a run, which should not end in a file that stands in the way."""
+#: What a run writes into its directory besides the engine cache; ``--overwrite`` removes these of another run.
+RUN_FILES = ("config.json", "environment.json", "metrics.json", "report.md", "judgments", "plots", "*.png")
+
+
+def run_record(config: EvaluationConfig) -> dict:
+    """The run's ``config.json`` as it reads back: what says whether a run directory holds this run or another."""
+    return json.loads(json.dumps(asdict(config), default=str))
+
+
+def check_run_dir(out: Path, config: EvaluationConfig, overwrite: bool = False) -> bool:
+    """Refuse a run directory that cannot be this run's before any data loads or any model judges; True when it
+    holds another run that ``overwrite`` replaces.
+
+    The folder is written only at the end of a run, which should not end in a file that stands in the way, nor
+    silently replace another run's results: the same config resumes (the engine cache keeps its finished calls), a
+    different one needs ``overwrite``."""
     blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
     if blocker == out:
         raise InputError(out, "is a file, not a run directory")
     if blocker is not None:
         raise InputError(out, f"cannot be a run directory: {blocker} is a file, not a folder")
+    recorded = out / "config.json"
+    if not recorded.is_file():
+        return False
+    try:
+        previous = json.loads(recorded.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        previous = None
+    wanted = run_record(config)
+    if previous == wanted:
+        return False
+    if overwrite:
+        return True
+    keys = (
+        sorted(k for k in {*previous, *wanted} if previous.get(k) != wanted.get(k))
+        if isinstance(previous, dict)
+        else ["(unreadable)"]
+    )
+    raise InputError(
+        recorded,
+        f"holds another run (it differs in {', '.join(keys)}); --overwrite replaces it, or give another --out",
+    )
+
+
+def clear_run(out: Path) -> None:
+    """Remove another run's files (``RUN_FILES``) from ``out``, once this run has judged everything: its plots and
+    reports must not stay beside this run's. The engine cache stays; it is keyed by model and request."""
+    for pattern in RUN_FILES:
+        for path in out.glob(pattern):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def check_data_needs(
+    config: EvaluationConfig, evaluators: Sequence[tuple[SystemSpec, Evaluator]], task: TaskKind, examples: Sequence
+) -> None:
+    """Every system's declared data needs (``Evaluator.needs``: other splits, fields of the judged examples), checked
+    before any model loads, so that a baseline that cannot run fails at once and names itself, not after the other
+    systems have judged."""
+    data = Path(config.data)
+    for spec, evaluator in evaluators:
+        who = f"system {spec.name!r} ({spec.evaluator})"
+        check_fields(evaluator.needs.fields, task.name, examples, who, data)
+        for split, why in evaluator.needs.splits.items():
+            if split == config.split:
+                continue
+            try:
+                load_dataset(data, split, seed=config.seed, task=config.task, person_column=config.person_column)
+            except InputError as err:
+                raise ValueError(f"{err}: {who} {why} ('{split}'), so it cannot judge this dataset") from None
 
 
 def judgments_file(folder: Path, system: str) -> Path:
@@ -299,18 +372,21 @@ def write_report(
     console.print(sections[next(iter(sections))])
 
 
-def evaluate(config: EvaluationConfig, examples: Sequence | None = None) -> dict:
+def evaluate(config: EvaluationConfig, examples: Sequence | None = None, overwrite: bool = False) -> dict:
     """Run every system, compute metrics, write the run directory; return the metrics.
 
     ``examples`` (of the dataset's task kind) replaces the configured sample when a caller has already
-    chosen which examples to judge.
+    chosen which examples to judge. ``overwrite`` lets the run replace another one in ``config.out``.
     """
     out = Path(config.out)
-    check_run_dir(out)
+    replaces = check_run_dir(out, config, overwrite)
     task, sample = load_examples(config)
     examples = list(sample if examples is None else examples)
-    evaluators = build_evaluators(config.systems, task)
+    evaluators = build_evaluators(config.systems, task, config.backend)
+    check_data_needs(config, evaluators, task, examples)
     runs = judge_all(config, evaluators, examples)
+    if replaces:
+        clear_run(out)
     metrics = {
         "kind": task.name,
         "n_examples": len(examples),

@@ -33,7 +33,9 @@ from persetrain.evaluation import (
     EvaluationConfig,
     SystemRun,
     build_evaluators,
+    check_data_needs,
     check_run_dir,
+    clear_run,
     judge_all,
     load_examples,
     system_metrics,
@@ -187,20 +189,21 @@ def probe_accuracy(task: TaskKind, probed: Sequence, run: SystemRun, before: Map
     return {"accuracy": after, "accuracy_change": after - _number(before, key)}
 
 
-def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> dict:
+def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, overwrite: bool = False) -> dict:
     """Run every system and probe, write the run directory, return the metrics.
 
     ``examples`` (of the dataset's task kind) replaces the configured sample when a caller has
-    already chosen which examples to judge.
+    already chosen which examples to judge. ``overwrite`` lets the run replace another one in ``config.out``.
     """
     unknown = sorted(set(config.probes) - set(PROBES))
     if unknown:
         raise ValueError(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
     out = Path(config.out)
-    check_run_dir(out)
+    replaces = check_run_dir(out, config, overwrite)
     task, sample = load_examples(config)
     examples = list(sample if examples is None else examples)
-    evaluators = build_evaluators(config.systems, task)
+    evaluators = build_evaluators(config.systems, task, config.backend)
+    check_data_needs(config, evaluators, task, examples)
     runs = judge_all(config, evaluators, examples)
     judged = {"": runs}
     systems: dict[str, dict] = {}
@@ -238,6 +241,8 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None) -> d
         "phrase": config.phrase,
         "systems": systems,
     }
+    if replaces:
+        clear_run(out)
     write_run(out, config, judged)
     write_json(out / "metrics.json", result)
     write_report(out, task, result)

@@ -54,6 +54,8 @@ def cache_root() -> Path:
 #: A training run directory: the runner writes its configuration first, and the Trainer its state last of the final
 #: save (after the model, tokenizer and metrics), so the state file says that the run's model is all there.
 RESOLVED_CONFIG_FILE = "resolved_config.json"
+#: The suffix of a ``config.json`` architecture with a sequence-classification head: a reward model's.
+SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 TRAINER_STATE = "trainer_state.json"
 
 DTYPE_ENV = "PERSETRAIN_DTYPE"
@@ -273,8 +275,109 @@ def _cache_keyword(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a request that reaches no server raises: huggingface_hub 1.x speaks httpx, 2.x httpx2."""
+    import httpx
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    errors: list[type[BaseException]] = [httpx.TransportError, OfflineModeIsEnabled]
+    try:
+        import httpx2
+    except ImportError:  # huggingface_hub 1.x
+        return tuple(errors)
+    return (*errors, httpx2.TransportError)
+
+
+def hub_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` says that no Hub server answered (offline mode, a refused connection, a timeout)."""
+    return isinstance(err, _transport_errors())
+
+
+@functools.cache
+def hub_cache_only(spec: str) -> bool:
+    """Whether a Hub id is read from the local Hugging Face cache alone (True) or through the Hub (False).
+
+    Why one request here: huggingface_hub retries a connection that fails five times, up to 8 s apart, for every
+    file that ``from_pretrained`` asks for, so an unreachable Hub costs a minute of "Retrying in 8s" lines before
+    its error. One request without retries decides instead: a Hub that answers is used, an unreachable or offline
+    one falls back to the cache, and an id that is neither there nor cached is one line saying which it was.
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError, RemoteEntryNotFoundError, RepositoryNotFoundError
+
+    cached = isinstance(try_to_load_from_cache(spec, "config.json"), str)
+    endpoint = constants.ENDPOINT
+    fetch = f"fetch it on a machine with network access (`persetrain models fetch {spec}`) or give a local directory"
+    if constants.HF_HUB_OFFLINE:
+        if cached:
+            return True
+        raise ModelSpecError(
+            f"{spec}: offline (HF_HUB_OFFLINE is set) and this Hub id is not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}): {fetch}"
+        )
+    try:
+        get_hf_file_metadata(hf_hub_url(spec, "config.json"), retry_on_errors=False)
+    except RepositoryNotFoundError:  # a gated or private repository the token cannot read answers the same
+        raise ModelSpecError(
+            f"{spec}: no such model on {endpoint} (or a private or gated one that your token cannot read)"
+        ) from None
+    except RemoteEntryNotFoundError:
+        raise ModelSpecError(f"{spec}: the repository on {endpoint} has no config.json, so it is no model") from None
+    except HfHubHTTPError as err:
+        if cached:
+            return True
+        status = err.response.status_code if err.response is not None else "?"
+        raise ModelSpecError(
+            f"{spec}: {endpoint} answered HTTP {status} and the id is not in the local cache"
+        ) from None
+    except _transport_errors() as err:
+        if cached:
+            return True
+        raise ModelSpecError(
+            f"{spec}: offline: the Hugging Face Hub at {endpoint} cannot be reached ({err}) and this id is not in the "
+            f"local cache: {fetch}"
+        ) from None
+    return False
+
+
+def architectures(spec: str) -> tuple[str, list[str]]:
+    """Where a spec's ``config.json`` is and the ``architectures`` it names, read before any weights load.
+
+    Embedded and GGUF specs are causal LMs by construction (a GGUF file holds a language model)."""
+    resolved = resolve(spec)
+    if resolved.kind in {"embedded", "gguf"}:
+        return resolved.location, ["ForCausalLM"]
+    if resolved.kind == "hub":
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(spec, "config.json", local_files_only=hub_cache_only(spec)))
+    else:
+        path = Path(resolved.location) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelSpecError(f"{path}: not a readable model config ({err})") from None
+    names = config.get("architectures") if isinstance(config, dict) else None
+    return str(path), [n for n in names or [] if isinstance(n, str)]
+
+
+def check_causal_lm(spec: str, reader: str) -> None:
+    """Refuse, before any weights load, a checkpoint that ``reader`` (an evaluator, a scorer) would read as a
+    causal LM but that is a sequence classifier: its head has no next-token distribution, and loaded as a causal LM
+    it gets a fresh random one, whose answers are scored as if they were the judge's."""
+    where, names = architectures(spec)
+    heads = [n for n in names if n.endswith(SEQUENCE_CLASSIFICATION)]
+    if heads:
+        raise ModelSpecError(
+            f"{where}: field 'architectures': {heads[0]} is a reward model (a sequence classifier, no next-token "
+            f"answer), but {reader} reads a causal LM: judge with it through the rm evaluator"
+        )
+
+
 def _from_pretrained(auto_cls, spec: str, **kwargs):
     location = local_weights_dir(spec)
+    if resolve(spec).kind == "hub":
+        kwargs.setdefault("local_files_only", hub_cache_only(spec))
     try:
         return auto_cls.from_pretrained(location, **kwargs)
     except OSError as err:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from persetrain.evaluation import EvaluationConfig, evaluate, random_sample
 from persetrain.evaluators.registry import SystemSpec
 
 GOLDEN = Path(__file__).parent / "data" / "evaluation_golden"
+PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 runner = CliRunner()
 
 
@@ -156,10 +159,11 @@ def test_a_run_that_fails_leaves_the_folder_as_the_previous_run_left_it(tmp_path
     out = tmp_path / "run"
     assert _run(good, out, "--system", "first=bleu").exit_code == 0
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert _run(bad, out, "--system", "first=bleu").exit_code == 2
+    failed = _run(bad, out, "--system", "first=bleu", "--overwrite")
+    assert failed.exit_code == 2 and ":r1: field 'reference': " in failed.output
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # config names the data judged
 
-    assert _run(good, out, "--system", "second=bleu").exit_code == 0
+    assert _run(good, out, "--system", "second=bleu", "--overwrite").exit_code == 0
     assert [p.name for p in (out / "judgments").iterdir()] == ["second.jsonl"]  # no system of the earlier run
 
 
@@ -257,3 +261,89 @@ def test_random_sample_is_seeded_spread_and_ordered():
     assert first == sorted(first) and len(set(first)) == 10 and max(first) > 10  # not the first ten
     assert random_sample(items, 10, seed=3) == first and random_sample(items, 10, seed=4) != first
     assert random_sample(items, 500, seed=3) == items
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The installed command line in its own process, as a user runs it (stderr is what they read)."""
+    return subprocess.run(
+        [sys.executable, "-m", "persetrain.cli", "-q", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def _one_error(result: subprocess.CompletedProcess) -> str:
+    """The error a refused command printed: a non-zero exit and at most 3 lines on stderr, no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and 1 <= len(lines) <= 3 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+def test_data_needs_of_every_system_are_checked_before_any_judges(prepared_root, tiny_llama_dir, tmp_path):
+    """MF fits on the train split and BLEU reads the reference: a dataset without them is refused, naming the
+    system, before the LLM system listed first has loaded its model (no run folder, so no engine cache either)."""
+    amazon = prepared_root / "data" / "perse" / "amazon_books"  # a zero-shot test split only
+    out = tmp_path / "run"
+    judge = f"judge=perse:{tiny_llama_dir}"
+    error = _one_error(
+        _cli(tmp_path, "evaluate", "--data", str(amazon), "--out", str(out), "--system", judge, "--baseline", "mf")
+    )
+    assert f"{amazon}: has no split 'train'" in error and "system 'mf' (mf)" in error
+    assert not out.exists()
+
+    reviews = _reviews(tmp_path / "reviews", "")
+    error = _one_error(
+        _cli(
+            tmp_path,
+            "evaluate",
+            "--data",
+            str(reviews),
+            "--out",
+            str(out),
+            "--system",
+            f"judge=g-eval:{tiny_llama_dir}",
+            "--baseline",
+            "bleu",
+        )
+    )
+    assert f"{reviews}:r1: field 'reference': system 'bleu' (bleu) compares outputs with the user's own text" in error
+    assert not out.exists()
+
+
+def test_a_checkpoint_of_the_wrong_kind_for_its_evaluator_is_refused_before_it_loads(tiny_llama_dir, tmp_path):
+    """A reward model read as a causal LM would get a fresh random LM head (accuracy 0.333 on four options); a
+    causal LM given to the reward-model evaluator has no scalar head. Both are one line from config.json."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    reward_model = tmp_path / "rm"
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_labels=1
+    )
+    LlamaForSequenceClassification(config).save_pretrained(reward_model)
+    out = tmp_path / "run"
+    args = ("evaluate", "--data", str(PREFEVAL), "--out", str(out), "--max-examples", "2")
+    error = _one_error(_cli(tmp_path, *args, "--evaluator", "mcq-letter", "--model", str(reward_model)))
+    assert f"{reward_model / 'config.json'}: field 'architectures': LlamaForSequenceClassification" in error
+    assert "system" in error and "(mcq-letter) reads a causal LM" in error and "rm evaluator" in error
+    error = _one_error(_cli(tmp_path, *args, "--evaluator", "rm", "--model", str(tiny_llama_dir)))
+    assert f"{tiny_llama_dir / 'config.json'}: field 'architectures': ['LlamaForCausalLM']: not a reward model" in error
+    assert not out.exists()
+
+
+def test_an_out_that_holds_another_run_is_refused_unless_overwritten(prepared_root, tmp_path):
+    """The same config resumes into its folder; another run is refused in one line (the file, the keys that differ
+    and --overwrite) before its data loads, and with --overwrite replaces the earlier run whole."""
+    perse = prepared_root / "data" / "perse"
+    out = tmp_path / "run"
+    first = ("evaluate", "--data", str(perse / "per_mpst_k3"), "--out", str(out), "--baseline", "reviewer-avg")
+    assert runner.invoke(app, ["-q", *first]).exit_code == 0
+    assert (out / "scatter.png").is_file()
+    assert runner.invoke(app, ["-q", *first]).exit_code == 0  # the same run: resumed, not refused
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    other = ("evaluate", "--data", str(perse / "per_doc"), "--out", str(out), "--baseline", "reviewer-avg")
+    error = _one_error(_cli(tmp_path, *other))
+    assert f"{out / 'config.json'}: holds another run (it differs in data)" in error and "--overwrite" in error
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+    assert runner.invoke(app, ["-q", *other, "--overwrite"]).exit_code == 0
+    assert json.loads((out / "config.json").read_text())["data"] == str(perse / "per_doc")
+    assert not (out / "scatter.png").exists()  # the scalar run's plot went with it: per_doc is pairwise

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from data_prep.licenses import License, of_sources
 from data_prep.preference.card import source_lines, source_topic_counts
 from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
 
@@ -76,7 +77,7 @@ def build_info(
         "task": "judge_verdicts",
         "format": FORMAT,
         "mode": settings["mode"],
-        "license": "cc-by-nc-4.0" if any(s["kind"] == "prefeval" for s in sources) else None,
+        **of_sources(sources).info(),
         "synthetic": any(s.get("synthetic") for s in sources),
         "sources": list(sources),
         "params": dict(settings),
@@ -98,7 +99,8 @@ def readme(info: dict) -> str:
     table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
     table.append("| **all rows** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
     table.append("| **items (questions)** | " + " | ".join(str(info["items"][s]) for s in splits) + " |")
-    header = f'---\npretty_name: "{info["title"]}"\n' + (f"license: {info['license']}\n" if info["license"] else "")
+    license = License.from_info(info)
+    header = f'---\npretty_name: "{info["title"]}"\n' + (license.front_matter() if license else "")
     header += "tags:\n- persetrain\n- judge\n- grpo\n- personalized-evaluation\n"
     header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
     synthetic = [s["path"] for s in info["sources"] if s.get("synthetic")]
@@ -140,4 +142,6 @@ def readme(info: dict) -> str:
     ]
     if info["dropped"]:
         parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
+    if license:
+        parts.append(license.section())
     return "\n".join(parts)

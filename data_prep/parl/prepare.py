@@ -28,10 +28,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from data_prep.licenses import AMAZON_REVIEWS, SYNTHETIC, combine, source_terms
 from data_prep.parl.readers import HISTORY_SIZE, read_baselines, read_task
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.parl import TASKS, check_task, induction_messages
 from persetrain.schema import RubricExample
+
+#: The licence of each PARL task's real source (``data_prep.parl.readers``): Amazon's reviews are Amazon's, the
+#: Reddit posts and the news headlines are under their sources' own terms.
+TASK_LICENSES = {
+    "amazon": AMAZON_REVIEWS,
+    "reddit": source_terms("Reddit posts"),
+    "news": source_terms("news headlines"),
+}
 
 
 # ----------------------------------------------------------------------------------- negatives
@@ -176,6 +185,7 @@ def build_parl(
                 "user_negatives": user_negatives,
                 "history_size": max(len(ex.history) for ex in examples),
                 "sources": sources or {},
+                **(SYNTHETIC if synthetic else combine(TASK_LICENSES[ex.task] for ex in examples)).info(),
                 "split_rule": "test when int(sha256(f'{seed}:{user_id}'), 16) % 4 == 0",
             },
         )

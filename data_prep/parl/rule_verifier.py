@@ -52,6 +52,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from data_prep.licenses import SYNTHETIC, License, combine, source_terms
 from data_prep.parl.distractors import RULE_PREFIX, distractor_checks, words
 from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from persetrain.console import console, track
@@ -267,7 +268,9 @@ def _card(info: dict) -> str:
     )
     return "\n".join(
         [
-            '---\npretty_name: "PARL rule verifier data"\ntags:\n- persetrain\n- parl\n- verifier\n'
+            '---\npretty_name: "PARL rule verifier data"\n'
+            + License.from_info(info).front_matter()
+            + "tags:\n- persetrain\n- parl\n- verifier\n"
             + ("- synthetic\n" if info["synthetic"] else "")
             + "---\n",
             "# PARL rule verifier data\n",
@@ -296,6 +299,7 @@ def _card(info: dict) -> str:
             "hand-written ones first, then its composed ones; -1 for labelled rows), `text_kind` (`history-<k>`, "
             "`target`, `negative-<generator>` or `labelled`).",
             "",
+            License.from_info(info).section(),
         ]
     )
 
@@ -345,6 +349,9 @@ def prepare_verifier(
         "name": "parl-verifier",
         "task": "verifier_sft",
         "synthetic": bool(parl),
+        # The PARL datasets a verifier dataset reads are the SYNTHETIC sample's (require_synthetic); labels are the
+        # user's own.
+        **combine([SYNTHETIC] * bool(parl) + [source_terms(f"the labelled rows of {p}") for p in labels]).info(),
         "sources": [str(p) for p in (*parl, *labels)],
         "extra_parl": [str(p) for p in extra_parl],
         "seed": seed,

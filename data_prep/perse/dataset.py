@@ -14,6 +14,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
+from data_prep.licenses import SYNTHETIC, License, source_terms
 from data_prep.perse.builders import BuiltDataset
 from data_prep.perse.reviewer_split import Example
 from persetrain.console import warn
@@ -70,14 +71,13 @@ _COLUMNS = {
 }
 
 
-def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: bool) -> str:
+def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: bool, license: License) -> str:
     filters = "\n".join(
         f"| {f.name} | {f.dropped} {f.unit}{f' ({f.detail})' if f.detail else ''} |" for f in built.filters
     )
     parts = [
-        f'---\npretty_name: "{built.title}"\ntags:\n- persetrain\n- perse\n- personalized-evaluation\n'
-        + ("- synthetic\n" if synthetic else "")
-        + "---\n",
+        f'---\npretty_name: "{built.title}"\n{license.front_matter()}'
+        "tags:\n- persetrain\n- perse\n- personalized-evaluation\n" + ("- synthetic\n" if synthetic else "") + "---\n",
         f"# {built.title}\n",
         f"PerSE {built.task} instruction data built by `data_prep.perse.builders` (persetrain).\n",
     ]
@@ -108,6 +108,7 @@ def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: boo
     ]
     if built.notes:
         parts += ["## Notes\n", "\n".join(f"- {n}" for n in built.notes), ""]
+    parts.append(license.section())
     return "\n".join(parts)
 
 
@@ -116,9 +117,13 @@ def save_dataset(
     out_dir: str | Path,
     sources: Mapping[str, str] | None = None,
     synthetic: bool = False,
+    license: License | None = None,
 ) -> Path:
     """Write ``built`` as a DatasetDict with README.md (card) and build_info.json, whole or not at all
-    (``persetrain.io.atomic_dir``: ``out_dir`` is the previous complete dataset or the new one, never a mix)."""
+    (``persetrain.io.atomic_dir``: ``out_dir`` is the previous complete dataset or the new one, never a mix).
+
+    ``license`` is the source's; without one, SYNTHETIC data is persetrain's own and other data is under its
+    sources' own terms, named as such."""
     empty = [split for split, examples in built.splits.items() if not examples]
     if empty:
         counts = ", ".join(f"{f.name}: {f.dropped} dropped" for f in built.filters) or "no filters"
@@ -127,6 +132,8 @@ def save_dataset(
             "the raw data has too few reviewers or records after filtering"
         )
     sources = dict(sources or {})
+    if license is None:
+        license = SYNTHETIC if synthetic else source_terms(", ".join(sources) or built.title)
     info = {
         "name": built.name,
         "title": built.title,
@@ -137,9 +144,10 @@ def save_dataset(
         "synthetic": synthetic,
         "splits": {s: len(e) for s, e in built.splits.items()},
         "notes": built.notes,
+        **license.info(),
     }
     with atomic_dir(out_dir) as tmp:
         to_dataset_dict(built).save_to_disk(str(tmp))
-        (tmp / "README.md").write_text(dataset_card(built, sources, synthetic), encoding="utf-8")
+        (tmp / "README.md").write_text(dataset_card(built, sources, synthetic, license), encoding="utf-8")
         write_json(tmp / "build_info.json", info)
     return Path(out_dir)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from data_prep.licenses import AMAZON_REVIEWS, SYNTHETIC
 from data_prep.perse.anonymize import anonymize_plots, apply_mapping
 from data_prep.perse.builders import (
     build_amazon_books,
@@ -166,7 +167,8 @@ def _prepare_amazon(
         limit=limit,
     )
     sources = {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)}
-    return {built.name: save_dataset(built, out_dir / built.name, sources, synthetic)}
+    license = SYNTHETIC if synthetic else AMAZON_REVIEWS
+    return {built.name: save_dataset(built, out_dir / built.name, sources, synthetic, license)}
 
 
 def prepare_perse(

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from data_prep.licenses import License, of_sources
+
 #: Per view: the task kind ``build_info.json`` declares, the format, and its columns.
 VIEWS: dict[str, dict[str, str]] = {
     "listwise": {
@@ -87,13 +89,12 @@ def build_info(
     settings: Mapping[str, object],
 ) -> dict:
     """What ``build_info.json`` holds: the task kind (``persetrain.data`` reads it), sources, counts, settings."""
-    prefeval = any(s["kind"] == "prefeval" for s in sources)
     return {
         "name": view,
         "title": f"Preference data ({VIEWS[view]['title']})",
         "task": VIEWS[view]["task"],
         "format": VIEWS[view]["format"],
-        "license": "cc-by-nc-4.0" if prefeval else None,
+        **of_sources(sources).info(),
         "synthetic": any(s.get("synthetic") for s in sources),
         "sources": list(sources),
         "params": dict(settings),
@@ -130,7 +131,8 @@ def readme(info: dict) -> str:
     table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
     table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
     table.append("| **all** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
-    header = f'---\npretty_name: "{info["title"]}"\n' + (f"license: {info['license']}\n" if info["license"] else "")
+    license = License.from_info(info)
+    header = f'---\npretty_name: "{info["title"]}"\n' + (license.front_matter() if license else "")
     header += "tags:\n- persetrain\n- preference\n- personalized-evaluation\n"
     header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
     view = VIEWS[info["name"]]
@@ -158,4 +160,6 @@ def readme(info: dict) -> str:
     ]
     if info["dropped"]:
         parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
+    if license:
+        parts.append(license.section())
     return "\n".join(parts)

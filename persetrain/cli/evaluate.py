@@ -11,6 +11,25 @@ from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
 from persetrain.demos.parl import JUDGE_CURRICULUM, SHORT_JUDGE_CURRICULUM
 from persetrain.models import DEFAULT_MODEL
 
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(help="Replace another run that --out holds (refused without it; a rerun of the same config resumes)."),
+]
+
+
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Task kind of rows without a card (a .jsonl / .csv / .parquet file, a saved datasets folder, a Hub id): "
+        "pairwise for preference rows (prompt, chosen, rejected, person). See docs/formats.md."
+    ),
+]
+PersonColumnOpt = Annotated[
+    str | None,
+    typer.Option(help="Column of a preference row holding the person (default: 'person' when there is one)."),
+]
+
+
 TaskOpt = Annotated[
     str | None,
     typer.Option(
@@ -66,6 +85,7 @@ def evaluate(
     seed: Annotated[int | None, typer.Option(help="Seed of the sample (default 0).")] = None,
     backend: Annotated[str | None, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = None,
     base_url: BaseUrlOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Judge a dataset with registered evaluators (`persetrain evaluators` lists them); write metrics and a report."""
     from persetrain.evaluation import EvaluationConfig, apply_options
@@ -98,7 +118,7 @@ def evaluate(
             raise ValueError("give --data and --out (or --config FILE)")
         run = EvaluationConfig(**{k: v for k, v in flags.items() if v is not None})
     apply_options(run.systems, _options(set_))
-    run_evaluation(run)
+    run_evaluation(run, overwrite=overwrite)
 
 
 @app.command("meta-eval")
@@ -126,6 +146,7 @@ def meta_eval(
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
     backend: Annotated[str, typer.Option(help="Engine backend: hf (local) or openai (a server).")] = "hf",
     base_url: BaseUrlOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Several evaluators on the same labelled data, side by side: agreement, cost, flip rate, manipulation, and
     accuracy with the person removed (blind) or swapped."""
@@ -148,7 +169,8 @@ def meta_eval(
             backend=backend,
             base_url=base_url,
             probes=list(probe or PROBES),
-        )
+        ),
+        overwrite=overwrite,
     )
 
 

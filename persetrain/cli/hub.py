@@ -25,7 +25,13 @@ def push(
     recipe: Annotated[Path | None, typer.Option(help="The recipe it was trained with, quoted in the card.")] = None,
     private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
     revision: Annotated[str | None, typer.Option(help="Branch to push to (created when missing).")] = None,
-    license: Annotated[str, typer.Option(help="License in the card.")] = "apache-2.0",
+    license: Annotated[
+        str | None,
+        typer.Option(
+            help="License in the card (a Hub license id). A model's defaults to apache-2.0; a dataset's is the one "
+            "its sources' build_info.json records, which this cannot change."
+        ),
+    ] = None,
     method: Annotated[
         str | None,
         typer.Option(

@@ -40,6 +40,57 @@ class EvaluatorConfig:
     """Base of every evaluator's config; a method adds its own documented fields."""
 
 
+@dataclass(frozen=True)
+class FieldNeed:
+    """A field that a method reads in every judged example of one task kind: ``problem(value)`` says what is wrong
+    with a value in the method's words, or None when it does."""
+
+    task: str
+    field: str
+    problem: Callable[[Any], str | None]
+
+
+@dataclass(frozen=True)
+class DataNeeds:
+    """What an evaluator reads of a dataset beyond the judged examples' own records: other splits, and fields that
+    must hold for the method. Declared on the class so that the runner checks every system's needs before any model
+    loads or any system judges: a baseline that fits on ``train`` fails at once, not after the LLM systems ran."""
+
+    #: Other splits of the dataset the evaluator reads, each with what it reads it for (MF: "fits its model on").
+    splits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    fields: tuple[FieldNeed, ...] = ()
+
+
+def _candidates_problem(options: Sequence[str]) -> str | None:
+    if len(options) >= 2:
+        return None
+    return f"compares candidate answers, but this example has {len(options)}; give at least two"
+
+
+def _reference_problem(reference: str) -> str | None:
+    if reference.strip():
+        return None
+    return "compares outputs with the user's own text (the reference), and this example has none"
+
+
+#: A question with fewer than two candidates leaves nothing to compare (PREF, mcq-letter, the learned judges...).
+CANDIDATES = FieldNeed("mcq", "options", _candidates_problem)
+#: A reference-task example without the user's own text leaves a reference-based method nothing to compare with.
+REFERENCE = FieldNeed("reference", "reference", _reference_problem)
+
+
+def check_fields(needs: Sequence[FieldNeed], task: str, examples: Sequence, who: str, data: Path) -> None:
+    """Refuse the first example of kind ``task`` that breaks one of ``needs``, naming ``data``, the example and the
+    field; ``who`` (the method or the system) starts the message."""
+    for need in needs:
+        if need.task != task:
+            continue
+        for ex in examples:
+            problem = need.problem(getattr(ex, need.field))
+            if problem:
+                raise InputError(data, f"{who} {problem}", record=ex.id, field=need.field)
+
+
 @dataclass
 class JudgeContext:
     """What a judging call may need besides the examples, supplied by the runner.
@@ -70,6 +121,8 @@ class Evaluator(ABC):
     #: False for evaluators whose model the engine cannot run (a reward model is a sequence classifier,
     #: not a language model): they get no engine and load ``JudgeContext.model`` themselves.
     uses_engine: ClassVar[bool] = True
+    #: Splits and fields it reads beyond the judged examples, checked by the runner before any model loads.
+    needs: ClassVar[DataNeeds] = DataNeeds()
     #: How its prompt names a question's options: "letters" (A, B, ...), "numbers" (1, 2, ...), or None for a
     #: judge that sees each option alone. Judgment records give the chosen option's label in these terms.
     option_labels: ClassVar[Literal["letters", "numbers"] | None] = None
@@ -108,14 +161,7 @@ def refuse_single_answer(examples: Sequence[McqExample], method: str, data: Path
     Every method that compares a question's candidates (PREF, mcq-letter, odd-one-out, the learned judges)
     checks this first, so it lives with the interface they share.
     """
-    for ex in examples:
-        if len(ex.options) < 2:
-            raise InputError(
-                data,
-                f"{method} compares candidate answers, but this example has {len(ex.options)}; give at least two",
-                record=ex.id,
-                field="options",
-            )
+    check_fields([CANDIDATES], "mcq", examples, method, data)
 
 
 def refuse_unlettered(examples: Sequence[McqExample], method: str, letters: int) -> None:

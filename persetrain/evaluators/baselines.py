@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.evaluators.base import DataNeeds, Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.schema import Judgment, PairwiseExample, ScalarExample
 
 REVIEWER_AVG = "reviewer_avg"
@@ -276,6 +276,7 @@ class MatrixFactorization(Evaluator):
     tasks = ("scalar",)
     Config = MFConfig
     needs_model = False
+    needs = DataNeeds(splits={"train": "fits its factors on the training split"})
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         from persetrain.data import load_dataset

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, register
+from persetrain.evaluators.base import REFERENCE, DataNeeds, Evaluator, JudgeContext, register
 from persetrain.evaluators.expert_pipeline import ExPerTConfig, ExPerTJudge
 from persetrain.evaluators.scorers import TrainedScorer, check_scorer
 from persetrain.io import InputError
@@ -81,6 +81,7 @@ def check_reference_examples(examples: Sequence[ReferenceExample], data: Path | 
 class ExPerT(Evaluator):
     tasks = ("reference",)
     Config = ExPerTConfig
+    needs = DataNeeds(fields=(REFERENCE,))
 
     def __init__(self, config: ExPerTConfig | None = None):
         super().__init__(config)

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, refuse_single_answer
+from persetrain.evaluators.base import (
+    CANDIDATES,
+    DataNeeds,
+    Evaluator,
+    EvaluatorConfig,
+    JudgeContext,
+    refuse_single_answer,
+)
 from persetrain.metrics.calibration import apply_calibration, cross_fitted_quantile, linear_calibration
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.person import has_person
@@ -125,6 +132,7 @@ class LearnedJudge(Evaluator):
     """Scores every candidate with a trained model; subclasses say how one item is scored."""
 
     tasks = ("mcq", "pairwise", "scalar", "reference")
+    needs = DataNeeds(fields=(CANDIDATES,))
     Config = LearnedJudgeConfig
 
     def __init__(self, config: LearnedJudgeConfig | None = None):

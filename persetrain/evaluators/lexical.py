@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, register
+from persetrain.evaluators.base import REFERENCE, DataNeeds, Evaluator, JudgeContext, register
 from persetrain.io import InputError
 from persetrain.metrics.text_similarity import bertscore, meteor, rouge_pairs, sentence_bleu
 from persetrain.schema import Judgment, ReferenceExample
@@ -25,6 +25,7 @@ class LexicalMetric(Evaluator):
 
     tasks = ("reference",)
     needs_model = False
+    needs = DataNeeds(fields=(REFERENCE,))
     #: (hypotheses, references) -> one score per pair.
     metric: PairMetric
     label: str

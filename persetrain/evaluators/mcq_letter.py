@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, refuse_unlettered, register
+from persetrain.evaluators.base import (
+    CANDIDATES,
+    DataNeeds,
+    Evaluator,
+    JudgeContext,
+    refuse_single_answer,
+    refuse_unlettered,
+    register,
+)
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.prompts.pref import LETTERS, SCORE_MAX, letter_request
 from persetrain.schema import Judgment, McqExample
@@ -23,6 +31,7 @@ class McqLetter(Evaluator):
 
     tasks = ("mcq",)
     option_labels = "letters"
+    needs = DataNeeds(fields=(CANDIDATES,))
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         refuse_single_answer(examples, "mcq-letter", context.data)

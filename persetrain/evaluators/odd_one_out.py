@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.base import CANDIDATES, DataNeeds, Evaluator, JudgeContext, refuse_single_answer, register
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.metrics.odd_one_out import oddness
 from persetrain.prompts.pref import SCORE_MAX
@@ -25,6 +25,7 @@ class OddOneOut(Evaluator):
 
     tasks = ("mcq",)
     needs_model = False
+    needs = DataNeeds(fields=(CANDIDATES,))
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         refuse_single_answer(examples, "odd-one-out", context.data)

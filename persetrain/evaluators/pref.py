@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import Evaluator, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.base import CANDIDATES, DataNeeds, Evaluator, JudgeContext, refuse_single_answer, register
 from persetrain.evaluators.learned import Item
 from persetrain.evaluators.pairs import is_pairs, judge_pairs, refuse_plot_pairs
 from persetrain.evaluators.pref_stages import (
@@ -62,6 +62,7 @@ class PREF(Evaluator):
     #: ``pairwise``: preference rows, judged as two-option questions (``persetrain.evaluators.pairs``).
     tasks = ("mcq", "pairwise")
     Config = PREFConfig
+    needs = DataNeeds(fields=(CANDIDATES,))
     option_labels = "numbers"
 
     def __init__(self, config: PREFConfig | None = None):

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from persetrain.engine import Engine, GenerationParams
 from persetrain.engine.types import Generation
 from persetrain.evaluators.base import (
+    CANDIDATES,
+    DataNeeds,
     Evaluator,
     EvaluatorConfig,
     JudgeContext,
@@ -48,6 +50,7 @@ class Verdict(Evaluator):
 
     tasks = ("mcq",)
     Config = VerdictConfig
+    needs = DataNeeds(fields=(CANDIDATES,))
     option_labels = "letters"
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:

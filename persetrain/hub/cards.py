@@ -13,6 +13,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, ModelCardData
 
+from data_prep.licenses import License
 from persetrain.hub.errors import HubError
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -224,7 +225,7 @@ def dataset_card(
     splits: dict[str, Any],
     files: dict[str, str],
     *,
-    license: str,
+    license: License,
     method: str,
 ) -> str:
     """The README.md of a pushed dataset: ``prepare``'s README (or a title) with the Hub metadata added.
@@ -239,7 +240,9 @@ def dataset_card(
         else DatasetCard(f"---\n{DatasetCardData().to_yaml()}\n---\n\n# {info.get('title', dataset.name)}\n")
     )
     data = card.data
-    data.license = license
+    data.license = license.spdx
+    if license.spdx == "other":  # the Hub shows these beside a licence of its own terms
+        data.license_name, data.license_link = license.key or "other", license.link
     data.configs = [{"config_name": "default", "data_files": [{"split": s, "path": p} for s, p in files.items()]}]
     if info.get("task"):
         data.task = info["task"]
@@ -252,5 +255,5 @@ def dataset_card(
             + "".join(f"| {s} | {len(r)} |\n" for s, r in splits.items())
             + "\n"
         )
-    body += citation_section(method) + f"\n## License\n\n{license}.\n"
+    body += citation_section(method) + ("" if "## License" in card.text else "\n" + license.section())
     return f"---\n{data.to_yaml()}\n---\n\n{body.lstrip()}"

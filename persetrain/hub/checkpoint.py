@@ -7,7 +7,7 @@ scheduler, RNG and trainer state stay behind: they resume a run, they do not ser
 
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 
 from persetrain.io import InputError
@@ -66,8 +66,16 @@ def check_upload_folder(out: Path, source: Path) -> None:
         raise InputError(out, f"the upload folder would replace {source}, which it is built from; give another --out")
 
 
-def copy_model_files(checkpoint: Path, out: Path) -> None:
-    """Copy the checkpoint's files that serve the model (weights, config, tokenizer), not its training state."""
+def link_model_files(checkpoint: Path, out: Path) -> None:
+    """Put the checkpoint's files that serve the model (weights, config, tokenizer), not its training state, into
+    ``out`` as links: a hard link where ``out`` is on the checkpoint's filesystem, else a symbolic link to it.
+
+    Why links: a 7B checkpoint's weights are gigabytes, which every build (each ``--dry-run``) would copy only for
+    the upload to read them once; a link costs nothing, and the upload reads the same bytes through it.
+    """
     for path in sorted(checkpoint.iterdir()):
         if path.is_file() and not _matches(path, TRAINING_STATE):
-            shutil.copy2(path, out / path.name)
+            try:
+                os.link(path, out / path.name)
+            except OSError:  # another filesystem, or one without hard links
+                (out / path.name).symlink_to(path.resolve())

@@ -10,9 +10,10 @@ import os
 import shutil
 from pathlib import Path
 
+from data_prep.licenses import License
 from persetrain.adapters import is_reward_model, merge_adapter
 from persetrain.hub.cards import dataset_card, model_card
-from persetrain.hub.checkpoint import RESOLVED_CONFIG, check_upload_folder, checkpoint_kind, copy_model_files
+from persetrain.hub.checkpoint import RESOLVED_CONFIG, check_upload_folder, checkpoint_kind, link_model_files
 from persetrain.hub.errors import HubError
 from persetrain.io import InputError, atomic_dir, read_json
 
@@ -65,18 +66,41 @@ def build_model_folder(
         if merge:
             merge_adapter(checkpoint, base, tmp)
         else:
-            copy_model_files(checkpoint, tmp)
+            link_model_files(checkpoint, tmp)
         (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
 
 
+def dataset_license(dataset: Path, info: dict, given: str | None) -> License:
+    """The licence a pushed dataset's card carries: the one its ``build_info.json`` records from its sources, which
+    ``--license`` cannot change (Amazon's reviews stay Amazon's whatever the flag says); ``given`` only for a dataset
+    that records none."""
+    recorded = License.from_info(info)
+    where = dataset / "build_info.json"
+    if recorded is None:
+        if given is None:
+            raise InputError(
+                where, "records no licence for the data: give its sources' licence with --license", field="license"
+            )
+        return License(given, given)
+    if given is not None and given != recorded.spdx:
+        raise InputError(
+            where,
+            f"the data is under {recorded.spdx} ({recorded.name}), its sources' licence; --license {given} cannot "
+            "change it",
+            field="license",
+        )
+    return recorded
+
+
 def build_dataset_folder(
-    dataset: str | os.PathLike, out: str | os.PathLike, *, license: str = "apache-2.0", method: str | None = None
+    dataset: str | os.PathLike, out: str | os.PathLike, *, license: str | None = None, method: str | None = None
 ) -> Path:
     """Write the folder a dataset repository receives: one Parquet file per split and the README.md card.
 
     The card keeps the README ``persetrain prepare`` wrote (sources, filters, settings, the synthetic-data
-    note) and adds the Hub metadata: license, the Parquet ``configs``, the task, and the method's citation.
+    note) and adds the Hub metadata: license (the sources', :func:`dataset_license`), the Parquet ``configs``, the
+    task, and the method's citation.
     """
     from datasets import Dataset, load_from_disk
 
@@ -90,7 +114,7 @@ def build_dataset_folder(
 
     check_upload_folder(out, dataset)
     files = {split: f"data/{split}-00000-of-00001.parquet" for split in splits}
-    card = dataset_card(dataset, info, splits, files, license=license, method=method)
+    card = dataset_card(dataset, info, splits, files, license=dataset_license(dataset, info, license), method=method)
     with atomic_dir(out) as tmp:
         (tmp / "data").mkdir()
         for split, rows in splits.items():

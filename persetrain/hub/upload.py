@@ -11,13 +11,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 from huggingface_hub import HfApi, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
 from persetrain.adapters import is_reward_model
 from persetrain.hub.errors import HubError
 from persetrain.hub.folders import build_dataset_folder, build_model_folder
+from persetrain.models import hub_unreachable
 
 
 @dataclass
@@ -63,11 +63,17 @@ def push_folder(
             revision=revision,
             commit_message=commit_message,
         )
-    except (HfHubHTTPError, httpx.TransportError) as err:
+    except HfHubHTTPError as err:
         # The client's message spans several lines (URL, request id, server text); the first says what failed.
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise HubError(
             f"pushing {folder} to {repo_type} repo {repo_id} on {api.endpoint} failed: {first_line}"
+        ) from None
+    except Exception as err:
+        if not hub_unreachable(err):
+            raise
+        raise HubError(
+            f"pushing {folder} to {repo_type} repo {repo_id} failed: offline: {api.endpoint} cannot be reached ({err})"
         ) from None
     return commit.commit_url
 
@@ -82,7 +88,7 @@ def push(
     recipe: str | os.PathLike | None = None,
     private: bool = False,
     revision: str | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     method: str | None = None,
     out: str | os.PathLike | None = None,
     dry_run: bool = False,
@@ -101,7 +107,13 @@ def push(
     else:
         default = "rm" if is_reward_model(path if path.is_dir() else Path(".")) else "perse"
         build_model_folder(
-            path, folder, merge=merge, metrics=metrics, recipe=recipe, license=license, method=method or default
+            path,
+            folder,
+            merge=merge,
+            metrics=metrics,
+            recipe=recipe,
+            license=license or "apache-2.0",
+            method=method or default,
         )
     url = (
         None
