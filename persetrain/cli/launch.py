@@ -171,7 +171,7 @@ def _submit_slurm(
 
 @app.command()
 def recipes() -> None:
-    """List the shipped recipes: the name `launch --config` and the trainers take, method / trainer, model, scale."""
+    """List the shipped recipes: the name launch --config and the trainers take, method and trainer, model, scale."""
     from persetrain.launch.catalog import shipped_recipes
 
     rows = [("recipe", "method", "model", "scale")]
