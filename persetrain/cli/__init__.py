@@ -7,10 +7,12 @@ One module per area registers its commands on the shared :data:`app` (:mod:`pers
 script; ``python -m persetrain.cli`` runs the same app.
 """
 
-from persetrain.cli.common import app, main
+from persetrain.cli.common import app, main, plain_help
 
 __all__ = ["app", "main"]
 
 # Imported for their side effect, registering their commands on ``app``: ``persetrain --help`` lists them in
 # this order, so it is not sorted.
 from persetrain.cli import models, prepare, train, evaluate, view, launch, hub  # noqa: E402, F401, I001
+
+plain_help(app)

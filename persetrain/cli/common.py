@@ -7,6 +7,7 @@ commands on :data:`app`; :mod:`persetrain.cli` imports them in the order ``perse
 
 from __future__ import annotations
 
+import inspect
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from persetrain.console import console, set_quiet
+from persetrain.helptext import plain_text
 from persetrain.io import InputError
 from persetrain.models import ModelSpecError
 
@@ -75,6 +77,17 @@ def main(
     ] = False,
 ) -> None:
     set_quiet(quiet)
+
+
+def plain_help(commands: typer.Typer) -> None:
+    """Every command's help as plain text: docstrings are written for Sphinx (double backquotes, roles), which typer
+    would show as they are. Called once every command module has registered its commands."""
+    for info in commands.registered_commands:
+        info.help = plain_text(info.help or inspect.getdoc(info.callback) or "")
+    for group in commands.registered_groups:
+        if isinstance(group.typer_instance.info.help, str):
+            group.typer_instance.info.help = plain_text(group.typer_instance.info.help)
+        plain_help(group.typer_instance)
 
 
 def _fail(err: Exception) -> None:
