@@ -11,13 +11,14 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from loopback_server import serving
 
 from persetrain.hub import build_model_folder
@@ -27,6 +28,7 @@ from persetrain.models import ModelSpecError
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
 TOKEN = "hf_persetrain_test_token_0123456789"
+PREFEVAL = REPO / "data" / "prefeval" / "dev"
 
 
 class HubDouble:
@@ -52,6 +54,11 @@ class HubDouble:
             self.repos[repo_id] = body
             prefix = "" if body.get("type", "model") == "model" else f"{body['type']}s/"
             return {"url": f"{self.url}/{prefix}{repo_id}"}
+
+        @app.head("/{namespace}/{name}/resolve/{revision}/{path:path}")
+        async def resolve(namespace: str, name: str, revision: str, path: str):
+            # The Hub's answer for a repository that does not exist (or that the token may not read).
+            return Response(status_code=404, headers={"X-Error-Code": "RepoNotFound"})
 
         @app.post("/api/validate-yaml")
         async def validate_yaml(request: Request):
@@ -97,17 +104,26 @@ def hub():
 
 
 def _push(hub: HubDouble | None, tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+    return _persetrain(tmp_path, "push", *args, endpoint=hub.url if hub is not None else None, token=token)
+
+
+def _persetrain(
+    tmp_path: Path, *args: str, endpoint: str | None = None, token: str | None = TOKEN, offline: bool = False
+) -> subprocess.CompletedProcess:
+    """The command line in its own process, with its own Hugging Face cache and the Hub at ``endpoint``."""
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
         "HF_HOME": str(tmp_path / "hf-home"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    if hub is not None:
-        env["HF_ENDPOINT"] = hub.url
+    if endpoint is not None:
+        env["HF_ENDPOINT"] = endpoint
     if token:
         env["HF_TOKEN"] = token
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "persetrain.cli", "-q", "push", *args],
+        [sys.executable, "-m", "persetrain.cli", "-q", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -259,6 +275,8 @@ def test_dry_run_writes_the_folder_and_sends_nothing(hub, tmp_path, adapter_chec
     assert hub.repos == {} and hub.commits == []
     assert (out / "README.md").is_file() and (out / "adapter_model.safetensors").is_file()
     assert "dry run:" in result.stdout
+    # The weights are linked, not copied: a dry run of a 7B checkpoint costs no gigabytes.
+    assert os.path.samefile(out / "adapter_model.safetensors", adapter_checkpoint / "adapter_model.safetensors")
 
 
 @pytest.mark.slow
@@ -346,3 +364,80 @@ def test_report_to_wandb_logs_offline(tiny_llama_dir, prepared_root, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run_dir] = (out / "wandb").glob("offline-run-*")
     assert list(run_dir.glob("run-*.wandb"))
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: bound once to be free, then closed."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _one_error(result: subprocess.CompletedProcess) -> str:
+    """A refused command: a non-zero exit, at most 3 lines on stderr, no traceback and no retry storm."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and 1 <= len(lines) <= 3, result.stderr
+    assert "Traceback" not in result.stderr and "Retrying" not in result.stderr, result.stderr
+    return result.stderr
+
+
+@pytest.mark.slow
+def test_a_hub_id_that_cannot_be_read_fails_at_once_saying_offline_or_missing(hub, tmp_path, adapter_checkpoint):
+    """One request without retries decides (huggingface_hub would retry a refused connection 5 times per file):
+    offline by HF_HUB_OFFLINE, an endpoint that refuses the connection, and a Hub that answers that there is no
+    such repository are each one line, before any data is judged; a push to an unreachable endpoint too."""
+    evaluate = ("evaluate", "--data", str(PREFEVAL), "--out", str(tmp_path / "run"), "--evaluator", "mcq-letter")
+    evaluate += ("--model", "alice/absent")
+    error = _one_error(_persetrain(tmp_path, *evaluate, offline=True))
+    assert (
+        "alice/absent: offline (HF_HUB_OFFLINE is set) and this Hub id is not in the local Hugging Face cache" in error
+    )
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    error = _one_error(_persetrain(tmp_path, *evaluate, endpoint=closed))
+    assert f"alice/absent: offline: the Hugging Face Hub at {closed} cannot be reached" in error
+    error = _one_error(_persetrain(tmp_path, *evaluate, endpoint=hub.url))
+    assert f"alice/absent: no such model on {hub.url}" in error
+    assert not (tmp_path / "run").exists()
+
+    error = _one_error(_persetrain(tmp_path, "push", str(adapter_checkpoint), "--repo-id", "alice/x", endpoint=closed))
+    assert f"to model repo alice/x failed: offline: {closed} cannot be reached" in error
+
+
+@pytest.mark.slow
+def test_a_dataset_card_carries_its_sources_licence(hub, tmp_path, prepared_root):
+    """Amazon's reviews are not Apache-2.0, PrefEval is CC BY-NC 4.0 and only the SYNTHETIC samples are the
+    project's own: prepare's card says so, push keeps it, and --license cannot relicense the data."""
+    from typer.testing import CliRunner
+
+    from persetrain.cli import app
+
+    def prepare(*args: str) -> None:
+        result = CliRunner().invoke(app, ["-q", "prepare", *args])
+        assert result.exit_code == 0, result.output
+
+    def pushed_card(dataset: Path) -> str:
+        out = tmp_path / "upload" / dataset.name
+        result = _push(hub, tmp_path, str(dataset), "--dataset", "--repo-id", "alice/x", "--dry-run", "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        return (out / "README.md").read_text()
+
+    card = pushed_card(prepared_root / "data" / "perse" / "per_mpst_k3")
+    assert "license: apache-2.0" in card and "SYNTHETIC data generated by" in card
+
+    # Amazon 2018 files as a user downloads them (no ground_truth.json of the synthetic sample beside them).
+    raw = tmp_path / "raw"
+    shutil.copytree(prepared_root / "data" / "raw" / "amazon", raw / "amazon")
+    prepare("perse", "--raw", str(raw), "--out", str(tmp_path / "perse"), "--no-llm", "--no-probe")
+    amazon = tmp_path / "perse" / "amazon_books"
+    for card in ((amazon / "README.md").read_text(), pushed_card(amazon)):
+        assert "license: other" in card and "license_name: amazon-reviews" in card and "apache" not in card
+        assert "## License\n\nAmazon reviews: the terms of Amazon" in card
+    relicensed = _push(hub, tmp_path, str(amazon), "--dataset", "--repo-id", "a/x", "--dry-run", "--license", "mit")
+    error = _one_error(relicensed)
+    assert f"{amazon / 'build_info.json'}: field 'license': the data is under other" in error
+
+    prepare("preference", "--out", str(tmp_path / "preference"), "--prefeval", str(PREFEVAL))
+    listwise = tmp_path / "preference" / "listwise"
+    for card in ((listwise / "README.md").read_text(), pushed_card(listwise)):
+        assert "license: cc-by-nc-4.0" in card and "apache" not in card
+    assert hub.commits == []
