@@ -195,3 +195,156 @@ def rubric_metrics(examples: Sequence[RubricExample], judgments: list[Judgment])
 
 
 register_task(TaskKind("rubric", RubricExample, rubric_metrics))
+
+
+#: Two records of each layout a task kind reads, the one place they are written: ``docs/formats.md`` shows them
+#: (``tests/test_formats.py`` checks that it does, and that each validates as its kind's record) and ``persetrain
+#: evaluators NAME`` prints those of the kinds an evaluator judges. ``(kind, layout) -> two JSON objects``.
+RECORD_EXAMPLES: dict[tuple[str, str], tuple[dict, dict]] = {
+    ("scalar", "Per-MPST / Amazon"): (
+        {
+            "id": "r1:p3",
+            "reviewer_id": "r1",
+            "profile": [{"plot_id": "p1", "plot": "A keeper tends a remote light.", "review": "Calm.", "score": 8}],
+            "query_plot_id": "p3",
+            "query_plot": "A crew races a dust storm across Mars.",
+            "review": "Too rushed.",
+            "score": 3,
+        },
+        {
+            "id": "c7:b2",
+            "reviewer_id": "c7",
+            "profile": [{"plot_id": "b1", "plot": "A cookbook of vegetable dishes.", "review": "Lovely.", "score": 5}],
+            "query_plot_id": "b2",
+            "query_plot": "A thriller set on a night train.",
+            "review": "Gripping.",
+            "score": 4,
+            "score_max": 5,
+        },
+    ),
+    ("pairwise", "Per-DOC"): (
+        {
+            "id": "a1:s9:Ending",
+            "annotator_id": "a1",
+            "aspect": "Ending",
+            "profile": [
+                {
+                    "premise": "A storm.",
+                    "plot_a": "They drown.",
+                    "plot_b": "They sail home.",
+                    "aspect": "Ending",
+                    "preferred": "B",
+                }
+            ],
+            "premise": "A lost dog.",
+            "plot_a": "The dog is never found.",
+            "plot_b": "The dog walks home at dawn.",
+            "preferred": "B",
+        },
+        {
+            "id": "a2:s4:Surprise",
+            "annotator_id": "a2",
+            "aspect": "Surprise",
+            "profile": [
+                {
+                    "premise": "A heist.",
+                    "plot_a": "The thief is caught.",
+                    "plot_b": "The guard was the thief.",
+                    "aspect": "Surprise",
+                    "preferred": "B",
+                }
+            ],
+            "premise": "A locked room.",
+            "plot_a": "The butler did it.",
+            "plot_b": "The victim staged it all.",
+            "preferred": "B",
+        },
+    ),
+    ("pairwise", "preference rows, standard (TRL)"): (
+        {
+            "prompt": "Suggest a dinner.",
+            "chosen": "A lentil curry.",
+            "rejected": "A beef steak.",
+            "person": "I am vegan.",
+        },
+        {
+            "prompt": "Plan my Saturday.",
+            "chosen": "A long easy run.",
+            "rejected": "Sleep in.",
+            "person": "I run marathons.",
+        },
+    ),
+    ("pairwise", "preference rows, conversational with an implicit prompt (TRL)"): (
+        {
+            "chosen": [{"role": "user", "content": "Name a film."}, {"role": "assistant", "content": "Alien."}],
+            "rejected": [{"role": "user", "content": "Name a film."}, {"role": "assistant", "content": "Cars."}],
+            "person": ["Loved The Thing.", "Hated musicals."],
+        },
+        {
+            "chosen": [{"role": "user", "content": "Name a song."}, {"role": "assistant", "content": "Blue Monday."}],
+            "rejected": [{"role": "user", "content": "Name a song."}, {"role": "assistant", "content": "Let It Go."}],
+            "person": ["Collects synth-pop records."],
+        },
+    ),
+    ("mcq", "PrefEval multiple choice"): (
+        {
+            "id": "travel:3",
+            "preference": "I avoid long flights.",
+            "question": "Where should I go this spring?",
+            "options": ["A train tour of the Alps.", "A week in Sydney."],
+            "gold": 0,
+            "topic": "travel",
+        },
+        {
+            "id": "food:8",
+            "preference": "I am allergic to nuts.",
+            "question": "What snack should I pack?",
+            "options": ["Trail mix.", "Apple slices.", "Peanut butter crackers."],
+            "gold": 1,
+            "topic": "food",
+        },
+    ),
+    ("reference", "a user's text and generators' outputs"): (
+        {
+            "id": "amazon:u1",
+            "user_id": "u1",
+            "input": "Review a kettle, 5 stars.",
+            "reference": "Boils fast and looks great.",
+            "profile": ["Sturdy and cheap.", "Arrived late but works."],
+            "outputs": {"rag": "Quick to boil, lovely design.", "non": "This is a kettle."},
+        },
+        {
+            "id": "amazon:u2",
+            "user_id": "u2",
+            "input": "Review a lamp, 2 stars.",
+            "reference": "Flickers after a week.",
+            "profile": ["Broke in a month."],
+            "outputs": {"rag": "It flickers a lot.", "non": "This is a lamp."},
+        },
+    ),
+    ("rubric", "PARL"): (
+        {
+            "id": "news:u1",
+            "task": "news",
+            "user_id": "u1",
+            "history": [{"input": "Rain floods the valley.", "output": "Valley Under Water"}],
+            "input": "Snow closes the pass.",
+            "output": "Pass Shut By Snow",
+            "baselines": {"non": "Snow Closes Mountain Pass"},
+        },
+        {
+            "id": "news:u2",
+            "task": "news",
+            "user_id": "u2",
+            "history": [{"input": "Team wins the cup.", "output": "cup glory for the team"}],
+            "input": "Team loses the final.",
+            "output": "final heartbreak",
+        },
+    ),
+}
+
+
+def record_examples(kind: str) -> dict[str, tuple[dict, dict]]:
+    """``{layout: two records}`` of one task kind (:data:`RECORD_EXAMPLES`)."""
+    get_task(kind)
+    return {layout: records for (name, layout), records in RECORD_EXAMPLES.items() if name == kind}

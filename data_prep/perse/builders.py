@@ -42,6 +42,18 @@ class FilterStep:
     detail: str = ""
 
 
+class NothingLeft(ValueError):
+    """Every record of the raw data was removed by one filter; the message names it (the caller names the file)."""
+
+
+def check_left(left: int, step: FilterStep) -> None:
+    """Raise :class:`NothingLeft` naming ``step`` when it left nothing: an all-filtered file says which filter
+    emptied it, not a chain of counts."""
+    if not left:
+        detail = f"; {step.detail}" if step.detail else ""
+        raise NothingLeft(f"every record was removed by the filter: {step.name} ({step.dropped} {step.unit}{detail})")
+
+
 @dataclass
 class BuiltDataset:
     """Examples per split plus everything the card must say about how they were made."""
@@ -317,11 +329,15 @@ def build_amazon_books(
     core: int = 5,
     limit: int | None = None,
 ) -> BuiltDataset:
-    """Amazon books for zero-shot transfer: 5-core, K = 1, all customers in one ``test`` split.
+    """Amazon books for zero-shot transfer: the ``core``-core (5, the paper's), K = 1, all customers in one
+    ``test`` split.
 
     The paper only evaluates on Amazon (no training), so there is no train split. ``limit`` keeps
-    a seeded sample of that many examples (the paper used 120).
+    a seeded sample of that many examples (the paper used 120). A filter that leaves nothing raises
+    :class:`NothingLeft` naming it.
     """
+    if core < 1:
+        raise ValueError(f"--k-core must be at least 1, not {core}")
     filters: list[FilterStep] = []
     result = k_core(reviews, core)
     filters.append(
@@ -332,6 +348,7 @@ def build_amazon_books(
             f"{result.dropped_users} customers, {result.dropped_items} books",
         )
     )
+    check_left(len(result.reviews), filters[-1])
     unique = _first_of_each(result.reviews, lambda r: (r.reviewer_id, r.asin))
     filters.append(
         FilterStep(
@@ -342,11 +359,13 @@ def build_amazon_books(
     filters.append(
         FilterStep("reviews of books without a description in the metadata", len(unique) - len(described), "reviews")
     )
+    check_left(len(described), filters[-1])
     by_customer: dict[str, list[AmazonReview]] = defaultdict(list)
     for review in described:
         by_customer[review.reviewer_id].append(review)
     few = {u for u, rs in by_customer.items() if len(rs) < k + 1}
     filters.append(FilterStep(f"customers with fewer than {k + 1} usable reviews", len(few), "customers"))
+    check_left(len(by_customer) - len(few), filters[-1])
     examples: list[Example] = []
     for customer in track(sorted(set(by_customer) - few), description="Amazon books"):
         mine = by_customer[customer]

@@ -4,7 +4,7 @@ Raw layout (what ``data_prep.synthetic.perse.write_sample_data`` writes; each so
 
     raw_dir/mpst/plots.{csv,jsonl}      raw_dir/mpst/reviews.{csv,jsonl}
     raw_dir/doc/annotations.{csv,jsonl}
-    raw_dir/amazon/Books.json[.gz] (or Books_5.json[.gz])   raw_dir/amazon/meta_Books.json[.gz]
+    raw_dir/amazon/Books.json[l][.gz] (or Books_5)   raw_dir/amazon/meta_Books.json[l][.gz]  (2018 or 2023 layout)
     raw_dir/ground_truth.json           (synthetic data only: marks the datasets as synthetic)
 
 With an engine, MPST plots are anonymized, then summarized, and a title probe measures how many of
@@ -15,7 +15,7 @@ the raw / anonymized / summarized synopses the model recognises; the LLM outputs
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from data_prep.licenses import AMAZON_REVIEWS, SYNTHETIC
 from data_prep.perse.anonymize import anonymize_plots, apply_mapping
 from data_prep.perse.builders import (
+    NothingLeft,
     build_amazon_books,
     build_per_doc,
     build_per_mpst,
@@ -40,6 +41,15 @@ if TYPE_CHECKING:
     from persetrain.engine import Engine
 
 PlotText = Literal["raw", "anonymized", "summary"]
+#: The raw tables ``prepare perse`` reads and their default columns (``--columns TABLE.FIELD=COLUMN``); Amazon's
+#: are the 2018 dump's, a 2023 file being told by its own columns (``data_prep.readers.amazon.detect_layout``).
+PERSE_TABLES: dict[str, ColumnMap] = {
+    "mpst_plots": mpst.PLOT_COLUMNS,
+    "mpst_reviews": mpst.REVIEW_COLUMNS,
+    "doc": doc.ANNOTATION_COLUMNS,
+    "amazon_reviews": amazon.REVIEW_COLUMNS,
+    "amazon_meta": amazon.META_COLUMNS,
+}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json", ".csv.gz", ".jsonl.gz", ".json.gz")
 
 
@@ -148,24 +158,38 @@ def _prepare_doc(
 
 
 def _prepare_amazon(
-    raw_dir: Path, out_dir: Path, seed: int, profile_words: int, limit: int | None, synthetic: bool
+    raw_dir: Path,
+    out_dir: Path,
+    seed: int,
+    profile_words: int,
+    limit: int | None,
+    synthetic: bool,
+    columns: Mapping[str, ColumnMap] | None = None,
+    core: int = 5,
 ) -> dict[str, Path] | None:
-    """Amazon books from ``amazon/Books`` and ``amazon/meta_Books``; None (with a warning when only one of
-    them is there) otherwise."""
+    """Amazon books from ``amazon/Books`` and ``amazon/meta_Books`` (the 2018 or the 2023 layout, each file told by
+    its own columns; ``columns["amazon_reviews"]`` / ``["amazon_meta"]`` map others); None (with a warning when only
+    one of them is there) otherwise. A filter that leaves nothing is one line naming the reviews file and it."""
+    columns = columns or {}
     books_path = find_table(raw_dir / "amazon", ["Books_5", "Books"])
     meta_path = find_table(raw_dir / "amazon", ["meta_Books"])
     if not (books_path and meta_path):
         if books_path or meta_path:
             warn(f"{raw_dir / 'amazon'}: needs both Books and meta_Books; Amazon skipped")
         return None
-    # The 2018 dump holds rating-only reviews; with no text they can be neither profile nor target.
-    built = build_amazon_books(
-        amazon.read_reviews(books_path, drop_empty_text=True),
-        amazon.read_books(meta_path),
-        seed=seed,
-        profile_words=profile_words,
-        limit=limit,
-    )
+    # The dumps hold rating-only reviews; with no text they can be neither profile nor target.
+    reviews = amazon.read_reviews(books_path, columns.get("amazon_reviews"), drop_empty_text=True)
+    try:
+        built = build_amazon_books(
+            reviews,
+            amazon.read_books(meta_path, columns.get("amazon_meta")),
+            seed=seed,
+            profile_words=profile_words,
+            core=core,
+            limit=limit,
+        )
+    except NothingLeft as err:
+        raise InputError(books_path, str(err)) from None
     sources = {"Amazon reviews": str(books_path), "Amazon metadata": str(meta_path)}
     license = SYNTHETIC if synthetic else AMAZON_REVIEWS
     return {built.name: save_dataset(built, out_dir / built.name, sources, synthetic, license)}
@@ -184,6 +208,8 @@ def prepare_perse(
     doc_columns: ColumnMap | None = None,
     probe: bool = True,
     amazon_limit: int | None = None,
+    amazon_columns: Mapping[str, ColumnMap] | None = None,
+    k_core: int = 5,
     batch_size: int = 16,
     llm_tokens: LLMTokens = LLMTokens(),
 ) -> PrepareResult:
@@ -192,6 +218,8 @@ def prepare_perse(
 
     ``plot_text`` picks what the MPST judge sees: the summary of the anonymized plot (default with an
     engine, as in the paper), the anonymized plot, or the raw synopsis (the only choice without one).
+    ``amazon_columns`` maps the Amazon files' columns (``{"amazon_reviews": {field: column}, "amazon_meta": ...}``)
+    and ``k_core`` is the Amazon core (5, the paper's).
     ``profile_words`` cuts the plots of scalar profiles (Per-MPST, Amazon); Per-DOC profiles keep
     ``PAIRWISE_PROFILE_WORDS``, because a pairwise preference may hinge on a plot's last sentence.
     """
@@ -218,7 +246,16 @@ def prepare_perse(
 
     for written in (
         _prepare_doc(raw_dir, out_dir, seed, doc_columns, synthetic),
-        _prepare_amazon(raw_dir, out_dir, seed, profile_words or PROFILE_WORDS, amazon_limit, synthetic),
+        _prepare_amazon(
+            raw_dir,
+            out_dir,
+            seed,
+            profile_words or PROFILE_WORDS,
+            amazon_limit,
+            synthetic,
+            amazon_columns,
+            k_core,
+        ),
     ):
         if written is not None:
             found_any = True

@@ -1,9 +1,18 @@
-"""Reader for Amazon reviews in the public 2018 JSON-lines layout, and the 5-core filter.
+"""Reader for Amazon reviews in the public 2018 and 2023 JSON-lines layouts, and the k-core filter.
 
-Reviews: one JSON object a line with ``reviewerID``, ``asin``, ``overall`` (1.0-5.0 stars),
-``reviewText`` and ``summary`` (other keys are ignored). Metadata: one object a line with ``asin``,
-``title`` and ``description`` (a string or, as in the 2018 dump, a list of strings that may hold
-HTML). Files may be gzipped (``.json.gz``), as they are distributed.
+Each dump is recognized by its own column names (:data:`LAYOUTS`, :func:`detect_layout`), read from the first
+record (or a CSV header):
+
+* **2018** (McAuley lab, "Amazon Review Data 2018"): reviews with ``reviewerID``, ``asin``, ``overall`` (1.0-5.0
+  stars), ``reviewText``, ``summary`` (and ``unixReviewTime``); metadata with ``asin``, ``title``,
+  ``description`` (a string or a list of strings that may hold HTML).
+* **2023** ("Amazon Reviews 2023"): reviews with ``user_id``, ``parent_asin``, ``rating``, ``title`` (the
+  review's title), ``text`` (and ``timestamp``); metadata with ``parent_asin``, ``title``, ``description`` (a
+  list of strings).
+
+Other keys are ignored. ``columns`` (``persetrain prepare perse --columns FIELD=COLUMN``) maps any of our fields
+to another column, on top of the layout found. Files may be gzipped (``.json.gz``, ``.jsonl.gz``), as they are
+distributed.
 """
 
 from __future__ import annotations
@@ -17,17 +26,65 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from data_prep.readers.tables import ColumnMap, Id, Integral, Text, merged_columns, parse_row, read_rows
+from data_prep.readers.tables import (
+    ColumnMap,
+    Id,
+    Integral,
+    Text,
+    first_columns,
+    merged_columns,
+    parse_row,
+    read_rows,
+)
 from persetrain.console import warn
+from persetrain.io import InputError
 
-REVIEW_COLUMNS: dict[str, str] = {
-    "reviewer_id": "reviewerID",
-    "asin": "asin",
-    "stars": "overall",
-    "text": "reviewText",
-    "summary": "summary",
+#: Our fields -> each dump's column names: reviews, and the metadata file.
+LAYOUTS: dict[str, dict[str, dict[str, str]]] = {
+    "2018": {
+        "reviews": {
+            "reviewer_id": "reviewerID",
+            "asin": "asin",
+            "stars": "overall",
+            "text": "reviewText",
+            "summary": "summary",
+        },
+        "meta": {"asin": "asin", "title": "title", "description": "description"},
+    },
+    "2023": {
+        "reviews": {
+            "reviewer_id": "user_id",
+            "asin": "parent_asin",
+            "stars": "rating",
+            "text": "text",
+            "summary": "title",
+        },
+        "meta": {"asin": "parent_asin", "title": "title", "description": "description"},
+    },
 }
-META_COLUMNS: dict[str, str] = {"asin": "asin", "title": "title", "description": "description"}
+#: The id columns that tell the dumps apart, by file kind, newest first (a 2023 review also holds an ``asin``).
+LAYOUT_IDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "reviews": {"2023": ("user_id", "parent_asin"), "2018": ("reviewerID", "asin")},
+    "meta": {"2023": ("parent_asin",), "2018": ("asin",)},
+}
+REVIEW_COLUMNS = LAYOUTS["2018"]["reviews"]
+META_COLUMNS = LAYOUTS["2018"]["meta"]
+
+
+def detect_layout(path: str | os.PathLike, kind: str, columns: ColumnMap | None = None) -> dict[str, str]:
+    """The column mapping of a reviews or metadata (``kind``) file: its dump's (2018 or 2023, told by the id
+    columns of its first record), with ``columns`` on top. A file of neither layout needs ``columns``, which then
+    go on top of the 2018 names; without them it is one line naming both layouts' columns."""
+    found = first_columns(path)
+    year = next((y for y, ids in LAYOUT_IDS[kind].items() if set(ids) <= found), None)
+    if year is None and not columns:
+        layouts = "; ".join(f"{y}: {', '.join(LAYOUTS[y][kind].values())}" for y in LAYOUT_IDS[kind])
+        raise InputError(
+            path,
+            f"not an Amazon {kind} file of a known layout ({layouts}); it has {', '.join(sorted(found))}: map its "
+            "columns with --columns FIELD=COLUMN",
+        )
+    return merged_columns(LAYOUTS[year or "2018"][kind], columns)
 
 
 class AmazonReview(BaseModel):
@@ -66,10 +123,12 @@ class Book(BaseModel):
 def read_reviews(
     path: str | os.PathLike, columns: ColumnMap | None = None, drop_empty_text: bool = False
 ) -> list[AmazonReview]:
-    """Read reviews. The 2018 dump has reviews without text (rating only); by default they are an
-    error like any empty text, ``drop_empty_text=True`` skips them and says how many.
+    """Read reviews of either layout (:func:`detect_layout`). The dumps hold reviews without text (rating only); by
+    default they are an error like any empty text, ``drop_empty_text=True`` skips them and says how many.
     """
-    cols = merged_columns(REVIEW_COLUMNS, columns)
+    cols = detect_layout(path, "reviews", columns)
+    if cols["text"] not in first_columns(path):  # rating-only reviews lack a text; a file without the column is wrong
+        raise InputError(path, "missing column (holds our 'text')", record=1, field=cols["text"])
     required = ["reviewer_id", "asin", "stars"] + ([] if drop_empty_text else ["text"])
     optional = ["summary"] + (["text"] if drop_empty_text else [])
     reviews, empty = [], 0
@@ -84,8 +143,8 @@ def read_reviews(
 
 
 def read_books(path: str | os.PathLike, columns: ColumnMap | None = None) -> dict[str, Book]:
-    """Read the metadata file into ``asin -> Book``; the 2018 dump repeats some asins, the first wins."""
-    cols = merged_columns(META_COLUMNS, columns)
+    """Read the metadata file (either layout) into ``asin -> Book``; the dumps repeat some ids, the first wins."""
+    cols = detect_layout(path, "meta", columns)
     books: dict[str, Book] = {}
     for line, row in read_rows(path, cols, ["asin"], ["title", "description"]):
         book = parse_row(Book, row, path, line, cols)

@@ -79,6 +79,24 @@ def table_format(path: Path) -> str:
     raise InputError(path, f"unknown table format {suffix!r}; expected .csv, .jsonl or .json (JSON lines)")
 
 
+def first_columns(path: str | os.PathLike) -> set[str]:
+    """The column names of a table: a CSV file's header, or the keys of a JSON-lines file's first record. An empty
+    file is one line saying it holds no records."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "file not found")
+    if table_format(path) == "csv":
+        with open_text(path) as f:
+            header = next(csv.reader(f), None)
+        if header is None:
+            raise InputError(path, "no records")
+        return {h.strip().lstrip("\ufeff") for h in header}
+    first = next(iter_jsonl(path), None)
+    if first is None:
+        raise InputError(path, "no records")
+    return set(first[1])
+
+
 def read_rows(
     path: str | os.PathLike, columns: ColumnMap, required: Sequence[str], optional: Sequence[str] = ()
 ) -> Iterator[tuple[int, dict]]:
@@ -95,7 +113,12 @@ def read_rows(
     if unmapped:
         raise ValueError(f"column mapping lacks fields {unmapped}")
     reader = _csv_rows if table_format(path) == "csv" else _jsonl_rows
-    yield from track(reader(path, columns, required, fields), description=f"read {path.name}")
+    empty = True
+    for row in track(reader(path, columns, required, fields), description=f"read {path.name}"):
+        empty = False
+        yield row
+    if empty:
+        raise InputError(path, "no records")
 
 
 def _csv_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: list[str]):
@@ -174,3 +197,27 @@ def merged_columns(defaults: ColumnMap, overrides: ColumnMap | None) -> dict[str
     if unknown:
         raise ValueError(f"unknown fields in column mapping: {unknown}; known: {sorted(defaults)}")
     return {**defaults, **overrides}
+
+
+def parse_columns(pairs: Sequence[str], tables: Mapping[str, ColumnMap]) -> dict[str, dict[str, str]]:
+    """``--columns`` values as ``{table: {our field: the file's column}}``.
+
+    Each value is ``FIELD=COLUMN`` (every table of the command with that field) or ``TABLE.FIELD=COLUMN`` (one
+    table); ``tables`` maps each table to its default columns, which name the fields it has. A field or table
+    no table has is an error listing what there is, since a misspelt mapping would be silently ignored.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for pair in pairs:
+        key, sep, column = pair.partition("=")
+        if not sep or not key.strip() or not column.strip():
+            raise ValueError(f"--columns {pair!r}: use FIELD=COLUMN or TABLE.FIELD=COLUMN")
+        table, dot, field = key.strip().rpartition(".")
+        if dot and table not in tables:
+            raise ValueError(f"--columns {pair!r}: no table {table!r}; tables: {', '.join(tables)}")
+        owners = [table] if dot else [name for name, cols in tables.items() if field in cols]
+        if not owners or field not in tables[owners[0]]:
+            known = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in tables.items())
+            raise ValueError(f"--columns {pair!r}: no field {field!r}; fields by table: {known}")
+        for owner in owners:
+            found.setdefault(owner, {})[field] = column.strip()
+    return found

@@ -11,6 +11,15 @@ from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_en
 from persetrain.console import console
 from persetrain.models import DEFAULT_MODEL
 
+#: ``--columns`` of every command that reads raw files.
+ColumnsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="FIELD=COLUMN or TABLE.FIELD=COLUMN: read our FIELD from the file's COLUMN (repeatable; fields and "
+        "tables in data_prep/README.md)."
+    ),
+]
+
 prepare_app = typer.Typer(help="Turn raw data into instruction datasets.", no_args_is_help=True)
 app.add_typer(prepare_app, name="prepare")
 
@@ -41,12 +50,31 @@ def prepare_perse_cmd(
     k: Annotated[list[int] | None, typer.Option(help="Profile size K (repeatable); default 3.")] = None,
     seed: int = 0,
     probe: Annotated[bool, typer.Option(help="Run the title contamination probe.")] = True,
+    columns: ColumnsOpt = None,
+    k_core: Annotated[
+        int, typer.Option(min=1, help="Amazon: keep reviews whose customer and book have at least N reviews.")
+    ] = 5,
 ) -> None:
-    """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon."""
-    from data_prep.perse.prepare import prepare_perse
+    """Anonymize + summarize plots with an LLM, probe contamination, build Per-MPST / Per-DOC / Amazon (its 2018 or
+    2023 dump, each told by its own columns)."""
+    from data_prep.perse.prepare import PERSE_TABLES, prepare_perse
+    from data_prep.readers.tables import parse_columns
 
+    mapped = parse_columns(columns or [], PERSE_TABLES)
     engine = None if no_llm else make_engine(model, backend, base_url, out / "engine-cache.sqlite")
-    prepare_perse(raw, out, engine=engine, ks=tuple(k or (3,)), seed=seed, probe=probe)
+    prepare_perse(
+        raw,
+        out,
+        engine=engine,
+        ks=tuple(k or (3,)),
+        seed=seed,
+        probe=probe,
+        mpst_plot_columns=mapped.get("mpst_plots"),
+        mpst_review_columns=mapped.get("mpst_reviews"),
+        doc_columns=mapped.get("doc"),
+        amazon_columns=mapped,
+        k_core=k_core,
+    )
 
 
 @prepare_app.command("parl")
