@@ -277,6 +277,7 @@ def _one_error(result: subprocess.CompletedProcess) -> str:
     return result.stderr
 
 
+@pytest.mark.slow
 def test_data_needs_of_every_system_are_checked_before_any_judges(prepared_root, tiny_llama_dir, tmp_path):
     """MF fits on the train split and BLEU reads the reference: a dataset without them is refused, naming the
     system, before the LLM system listed first has loaded its model (no run folder, so no engine cache either)."""
@@ -308,6 +309,7 @@ def test_data_needs_of_every_system_are_checked_before_any_judges(prepared_root,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_the_wrong_kind_for_its_evaluator_is_refused_before_it_loads(tiny_llama_dir, tmp_path):
     """A reward model read as a causal LM would get a fresh random LM head (accuracy 0.333 on four options); a
     causal LM given to the reward-model evaluator has no scalar head. Both are one line from config.json."""
@@ -328,6 +330,7 @@ def test_a_checkpoint_of_the_wrong_kind_for_its_evaluator_is_refused_before_it_l
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_an_out_that_holds_another_run_is_refused_unless_overwritten(prepared_root, tmp_path):
     """The same config resumes into its folder; another run is refused in one line (the file, the keys that differ
     and --overwrite) before its data loads, and with --overwrite replaces the earlier run whole."""

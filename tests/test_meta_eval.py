@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,29 @@ def test_a_meta_eval_that_fails_writes_nothing_and_names_what_is_wrong(tmp_path)
     assert f"{tmp_path / 'afile'} is a file, not a folder" in in_a_file.output
     no_system = meta_eval(tmp_path / "run")
     assert no_system.exit_code == 2 and "Missing option '--system'" in no_system.output
+
+
+@pytest.mark.slow
+def test_a_meta_eval_into_another_runs_folder_is_refused_unless_overwritten(tmp_path):
+    """As evaluate's: the same config resumes, another one is one line naming config.json and --overwrite (in its
+    own process, as a user meets it), and --overwrite replaces the earlier run."""
+    data = tmp_path / "reviews"
+    data.mkdir()
+    (data / "dataset.json").write_text(json.dumps({"task": "reference"}))
+    record = {"id": "r0", "user_id": "u", "input": "write a review", "reference": "a fine book", "profile": ["ok"]}
+    (data / "test.jsonl").write_text(json.dumps(record | {"outputs": {"rag": "good book", "non": "bad"}}) + "\n")
+    out = tmp_path / "run"
+    first = ["-q", "meta-eval", "--data", str(data), "--out", str(out), "--system", "bleu"]
+    assert CliRunner().invoke(app, first).exit_code == 0
+    assert CliRunner().invoke(app, first).exit_code == 0  # the same run resumes
+    before = (out / "config.json").read_text()
+
+    other = [*first[:-1], "rouge-l"]
+    refused = subprocess.run([sys.executable, "-m", "persetrain.cli", *other], capture_output=True, text=True)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode != 0 and 1 <= len(lines) <= 3 and "Traceback" not in refused.stderr
+    assert f"{out / 'config.json'}: holds another run (it differs in systems)" in refused.stderr
+    assert "--overwrite" in refused.stderr and (out / "config.json").read_text() == before
+
+    assert CliRunner().invoke(app, [*other, "--overwrite"]).exit_code == 0
+    assert [p.name for p in (out / "judgments").glob("*.jsonl")] == ["rouge-l.jsonl"]
