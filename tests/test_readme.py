@@ -316,6 +316,14 @@ def test_guides_name_only_files_that_exist(guide):
     assert not missing, f"{guide.relative_to(REPO)} names files that do not exist: {missing}"
 
 
+def test_every_study_is_in_the_findings_index():
+    index = (REPO / "docs" / "findings" / "README.md").read_text(encoding="utf-8")
+    studies = sorted(path.name for path in (REPO / "docs" / "findings").glob("*.md") if path.name != "README.md")
+    assert studies, "docs/findings/ holds no study"
+    missing = [name for name in studies if f"]({name})" not in index]
+    assert not missing, f"docs/findings/README.md does not link {missing}"
+
+
 def test_every_benchmark_script_is_in_the_table():
     """A script in benchmarks/ is a canonical benchmark: a row of the README's table, ``make_parser()`` for its
     documented commands, the shared timers of ``common.py`` and its closing JSON line from ``common.emit``."""
