@@ -228,7 +228,7 @@ def test_rm_refuses_bad_input(tmp_path):
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     recipe = tmp_path / "hinge.yaml"
     recipe.write_text(f"dataset_path: {one_option}\nloss: hinge\n")
-    with pytest.raises(RecipeError, match="loss must be one of listwise, bradley_terry"):
+    with pytest.raises(RecipeError, match="key 'loss': expected one of listwise, bradley_terry, got 'hinge'"):
         run_rm(["--config", str(recipe)])
 
 
