@@ -205,6 +205,7 @@ def test_evaluate_pref_on_the_embedded_model(tmp_path):
     system = metrics["systems"][MODEL]
     assert metrics["kind"] == "mcq" and system["n"] == 1
     assert {"accuracy", "mse", "ndcg"} <= set(system) and system["n_unparsed"] == 0
-    [judgment] = [json.loads(line) for line in (run / "judgments" / f"{MODEL}.jsonl").read_text().splitlines()]
+    written = run / "judgments" / "embedded-smollm2-135m-instruct.jsonl"  # the system's name, slugged
+    [judgment] = [json.loads(line) for line in written.read_text().splitlines()]
     assert judgment["details"]["factors"] and judgment["details"]["weights"] is not None
     assert judgment["cost"]["calls"] >= 1 + 1 + 4  # stage 1, stage 2, one scoring pass per option

@@ -175,12 +175,21 @@ def meta_eval(
 
 
 @app.command("evaluators")
-def evaluators_cmd() -> None:
-    """List the registered evaluators, the task kinds each judges and its options."""
+def evaluators_cmd(
+    name: Annotated[
+        str | None, typer.Argument(help="An evaluator: what its options mean, the records it reads, two examples.")
+    ] = None,
+) -> None:
+    """List the registered evaluators, the task kinds each judges and its options; with NAME, describe one."""
     import dataclasses
 
     from persetrain.evaluators.registry import registered
 
+    if name is not None:
+        from persetrain.evaluators.describe import describe
+
+        typer.echo(describe(name))
+        return
     for name, cls in registered().items():
         options = ", ".join(
             f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config) if f.default is not dataclasses.MISSING

@@ -92,9 +92,13 @@ class MFConfig(EvaluatorConfig):
     of ratings, as in SGD-trained MF and ALS-WR), so one value suits users with 3 and 300 ratings.
     """
 
+    #: Latent factors per reviewer and per item (p_u, q_i); 0 fits the biases alone.
     n_factors: int = 8
+    #: L2 weight per observed rating, on biases and factors alike.
     reg: float = 0.1
+    #: Alternating least-squares sweeps (reviewers, then items, per sweep).
     n_iters: int = 15
+    #: Standard deviation of the random initial item factors, and the seed that draws them.
     init_std: float = 0.1
     seed: int = 0
 

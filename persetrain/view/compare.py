@@ -19,7 +19,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from persetrain.records import judgment_of
-from persetrain.view.rows import example_view
+from persetrain.view.rows import topic_of, whose
 from persetrain.view.runs import Run
 from persetrain.view.summary import flat_numbers
 
@@ -148,7 +148,7 @@ def compare_system(a: Run, b: Run, sa: str, sb: str, task, resamples: int, seed:
     for key, m in metrics.items():
         m["reported_diff"] = reported_b[key] - reported_a[key] if key in reported_a and key in reported_b else None
     groups = {}
-    grouping = _grouping([example_view(ex) for ex in examples])
+    grouping = _grouping([{"topic": topic_of(ex), "whose": whose(ex)} for ex in examples])
     if grouping is not None:
         by, values = grouping
         for value in dict.fromkeys(values):

@@ -10,7 +10,8 @@ export embeds the same rows and ``static/app.js`` applies the same filters in th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -43,6 +44,17 @@ def _candidates(ex: BaseModel, data: dict) -> list[dict]:
     return []
 
 
+def topic_of(ex: BaseModel) -> str:
+    return next((v for f in TOPIC_FIELDS if isinstance(v := getattr(ex, f, None), str) and v), "")
+
+
+def whose(ex: BaseModel) -> str:
+    try:
+        return reviewer_of(ex)
+    except ValueError:
+        return ""
+
+
 def example_view(ex: BaseModel) -> dict:
     """An example as the page shows it: person, request fields, candidates, gold, topic, whose it is."""
     data = ex.model_dump(mode="json")
@@ -53,11 +65,6 @@ def example_view(ex: BaseModel) -> dict:
     keys = candidate_keys(ex)
     for key in ("gold", "preferred"):
         data.pop(key, None)
-    topic = next((data[f] for f in TOPIC_FIELDS if isinstance(data.get(f), str) and data[f]), "")
-    try:
-        whose = reviewer_of(ex)
-    except ValueError:
-        whose = ""
     return {
         "id": data.pop("id"),
         "person_field": person_field,
@@ -66,32 +73,45 @@ def example_view(ex: BaseModel) -> dict:
         "candidates": candidates,
         "gold": gold,
         "gold_label": candidate_label(ex, gold, None) if keys and isinstance(gold, int) else None,
-        "topic": topic,
-        "whose": whose,
+        "topic": topic_of(ex),
+        "whose": whose(ex),
     }
-
-
-def _text(value: object) -> str:
-    if isinstance(value, Mapping):
-        return " ".join(_text(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return " ".join(_text(v) for v in value)
-    return "" if value is None else str(value)
 
 
 @dataclass
 class Row:
-    """One example with every run's records of it and the flags the filters read."""
+    """One example with every run's records of it and the flags the filters read. Its view and the text a search
+    reads are built when first asked for: the first page of a large run builds twenty, not every one."""
 
-    view: dict
+    example: BaseModel
+    topic: str
+    whose: str
     #: one entry per run: system -> its plain records of this example (several for per-target judgments).
     runs: list[dict[str, list[dict]]]
-    search: str
-    #: systems (as "run/system") that got it wrong, whose verdict a probe changed.
+    #: systems (as "run/system") that got it wrong, whose verdict a probe changed, that judged it.
     wrong: frozenset[str]
     flipped: frozenset[str]
     judged_by: frozenset[str]
     disagree: bool
+    _view: dict | None = None
+    _search: str | None = None
+
+    @property
+    def view(self) -> dict:
+        if self._view is None:
+            self._view = example_view(self.example)
+        return self._view
+
+    @property
+    def search(self) -> str:
+        """The example and every rationale, lower-cased; what the export's search reads too (``JSON.stringify``)."""
+        if self._search is None:
+            texts = [json.dumps(self.view, ensure_ascii=False)]
+            for systems in self.runs:
+                for system, records in systems.items():
+                    texts += [f"{system} {r.get('choice_label') or ''} {r.get('explanation') or ''}" for r in records]
+            self._search = " ".join(texts).lower()
+        return self._search
 
     def as_json(self, run_names: Sequence[str]) -> dict:
         return {
@@ -126,10 +146,8 @@ def build_rows(runs: Sequence[Run], names: Sequence[str]) -> list[Row]:
         per_run.append(by_example)
     rows = []
     for example_id, ex in order.items():
-        view = example_view(ex)
         systems_per_run = [found.get(example_id, {}) for found in per_run]
         wrong, flipped, judged, verdicts = set(), set(), set(), {}
-        texts = [_text(view)]
         for name, systems in zip(names, systems_per_run, strict=True):
             for system, records in systems.items():
                 key = system_key(name, system)
@@ -140,13 +158,13 @@ def build_rows(runs: Sequence[Run], names: Sequence[str]) -> list[Row]:
                     flipped.add(key)
                 for r in records:
                     verdicts.setdefault(r.get("target"), set()).add(_verdict(r))
-                    texts.append(f"{system} {r.get('choice_label') or ''} {r.get('explanation') or ''}")
         disagree = any(len(found) > 1 for found in verdicts.values())
         rows.append(
             Row(
-                view,
+                ex,
+                topic_of(ex),
+                whose(ex),
                 systems_per_run,
-                " ".join(texts).lower(),
                 frozenset(wrong),
                 frozenset(flipped),
                 frozenset(judged),
@@ -179,9 +197,9 @@ def matches(row: Row, f: Filters) -> bool:
         return False
     if f.disagree and not row.disagree:
         return False
-    if f.topic and row.view["topic"] != f.topic:
+    if f.topic and row.topic != f.topic:
         return False
-    if f.person and row.view["whose"] != f.person:
+    if f.person and row.whose != f.person:
         return False
     return not f.q or all(word in row.search for word in f.q.lower().split())
 
@@ -189,7 +207,7 @@ def matches(row: Row, f: Filters) -> bool:
 def facets(rows: Sequence[Row], runs: Sequence[Run], names: Sequence[str]) -> dict:
     """The values the filters offer: topics, persons and systems present in the rows."""
     return {
-        "topics": sorted({r.view["topic"] for r in rows if r.view["topic"]}),
-        "persons": sorted({r.view["whose"] for r in rows if r.view["whose"]}),
+        "topics": sorted({r.topic for r in rows if r.topic}),
+        "persons": sorted({r.whose for r in rows if r.whose}),
         "systems": [system_key(n, s) for n, run in zip(names, runs, strict=True) for s in run.systems],
     }

@@ -101,6 +101,16 @@ def _labels_of(evaluator: str | None) -> str | None:
         return None
 
 
+def _is_record_file(path: Path) -> bool:
+    """Whether a judgments file is in the record layout (its first line says so; an empty file has nothing old)."""
+    with path.open(encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        return not first.strip() or "format" in json.loads(first)
+    except json.JSONDecodeError:
+        return True  # read_records names the line
+
+
 def _plots(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for pattern in ("*.png", "plots/*.png") for p in path.glob(pattern))
 
@@ -120,13 +130,16 @@ def load_run(path: str | Path, name: str | None = None, examples_of: ExamplesOf 
     else:
         examples = _examples_again(path, config, examples_of)
     by_id = {ex.id: ex for ex in examples}
+    files = sorted((path / "judgments").rglob("*.jsonl"))
     specs = {}
     for spec in config.get("systems") or []:
         entry = system_spec(spec)
-        specs[entry["name"]] = {**entry, "option_labels": _labels_of(entry["evaluator"])}
+        specs[entry["name"]] = entry
+    if not all(_is_record_file(file) for file in files):  # bare judgments name no labels: their evaluators do
+        specs = {name: {**s, "option_labels": _labels_of(s["evaluator"])} for name, s in specs.items()}
     records: dict[str, list[dict]] = {}
     probes: dict[str, dict[str, list[dict]]] = {}
-    for file in sorted((path / "judgments").rglob("*.jsonl")):
+    for file in files:
         sub = file.parent.relative_to(path / "judgments").as_posix()
         probe = None if sub == "." else sub
         for record in read_records(file, by_id, specs, probe):
