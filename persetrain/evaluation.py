@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import shutil
 import time
@@ -37,7 +36,8 @@ from persetrain.evaluators.base import Evaluator, JudgeContext, check_fields, co
 from persetrain.evaluators.registry import SystemSpec, evaluators_for
 from persetrain.io import InputError, atomic_dir, first_error, write_json, write_jsonl
 from persetrain.models import check_causal_lm
-from persetrain.report import metrics_table, write_markdown
+from persetrain.records import attach_probes, file_names, record_of, system_spec
+from persetrain.report import BROWSE, metrics_table, write_markdown, wrong_examples
 from persetrain.schema import Judgment, reviewer_of
 from persetrain.tasks import TaskKind
 
@@ -162,13 +162,22 @@ def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
     return task, examples
 
 
+def examples_of_config(recorded: Mapping[str, Any]) -> list:
+    """The examples a run's ``config.json`` judged, loaded again from its dataset (the same seeded sample): how a
+    run written before runs kept their ``examples.jsonl`` is read."""
+    known = {k: v for k, v in recorded.items() if k in {f.name for f in dataclasses.fields(EvaluationConfig)}}
+    return load_examples(EvaluationConfig(**{**known, "systems": []}))[1]
+
+
 @dataclass
 class SystemRun:
-    """What one system produced: its judgments, the evaluator that made them and the seconds it took."""
+    """What one system produced: its judgments, the evaluator that made them, the seconds it took and the spec it
+    was built from (kept in its judgment records)."""
 
     judgments: list[Judgment]
     evaluator: Evaluator
     seconds: float
+    spec: SystemSpec | None = None
 
 
 def build_evaluators(
@@ -176,7 +185,6 @@ def build_evaluators(
 ) -> list[tuple[SystemSpec, Evaluator]]:
     """Every system's evaluator, checked before any model is loaded: names unique, task supported, model of
     a kind the evaluator reads (a local engine reads a causal LM; a server's model is the server's to check)."""
-
     names = [s.name for s in systems]
     if not systems:
         raise ValueError(
@@ -202,7 +210,17 @@ def build_evaluators(
 
 
 #: What a run writes into its directory besides the engine cache; ``--overwrite`` removes these of another run.
-RUN_FILES = ("config.json", "environment.json", "metrics.json", "report.md", "judgments", "plots", "*.png")
+RUN_FILES = (
+    "config.json",
+    "environment.json",
+    "examples.jsonl",
+    "metrics.json",
+    "report.md",
+    "view.html",
+    "judgments",
+    "plots",
+    "*.png",
+)
 
 
 def run_record(config: EvaluationConfig) -> dict:
@@ -275,12 +293,6 @@ def check_data_needs(
                 raise ValueError(f"{err}: {who} {why} ('{split}'), so it cannot judge this dataset") from None
 
 
-def judgments_file(folder: Path, system: str) -> Path:
-    """Where a system's judgments go: a system named after a model directory ("/runs/rm") must not
-    write outside the run directory, so path separators become underscores ("runs_rm.jsonl")."""
-    return folder / f"{system.replace(os.sep, '/').replace('/', '_').lstrip('_')}.jsonl"
-
-
 def judge_system(
     spec: SystemSpec, evaluator: Evaluator, examples: Sequence, config: EvaluationConfig, cache_path: Path
 ) -> dict[str, SystemRun]:
@@ -313,7 +325,7 @@ def judge_system(
                 f"evaluator {spec.evaluator!r} wrote a judgment for system {name!r} while judging as {spec.name!r}"
             )
         groups.setdefault(name, []).append(judgment)
-    return {name: SystemRun(group, evaluator, seconds) for name, group in groups.items()}
+    return {name: SystemRun(group, evaluator, seconds, spec) for name, group in groups.items()}
 
 
 def judge_all(
@@ -326,16 +338,57 @@ def judge_all(
     return runs
 
 
-def write_run(out: Path, config: EvaluationConfig, judged: Mapping[str, Mapping[str, SystemRun]]) -> None:
-    """``config.json``, ``environment.json`` and ``judgments/`` of a run that has judged everything; ``judged``
-    maps a subfolder of ``judgments/`` ("" for the folder itself) to its systems' runs. The judgments folder
-    is replaced whole, so no system of an earlier run into the same folder is left beside this run's."""
+def judgment_records(
+    judged: Mapping[str, Mapping[str, SystemRun]], examples: Mapping[str, Sequence]
+) -> dict[str, dict[str, list[dict]]]:
+    """Every judgment as its record (``persetrain.records``: gold, correct, one option numbering, system and
+    evaluator); the plain records of a run with probes hold each probe's verdict beside their own."""
+    records: dict[str, dict[str, list[dict]]] = {}
+    for sub, runs in judged.items():
+        by_id = {ex.id: ex for ex in examples[sub]}
+        records[sub] = {
+            name: [
+                record_of(j, by_id[j.example_id], system_spec(run.spec), run.evaluator.option_labels, sub or None)
+                for j in run.judgments
+            ]
+            for name, run in runs.items()
+        }
+    plain = {ex.id: ex for ex in examples[""]}
+    for name, rows in records[""].items():
+        probes = {sub: found[name] for sub, found in records.items() if sub and name in found}
+        attach_probes(rows, probes, plain, judged[""][name].evaluator.option_labels)
+    return records
+
+
+def write_run(
+    out: Path,
+    config: EvaluationConfig,
+    judged: Mapping[str, Mapping[str, SystemRun]],
+    examples: Mapping[str, Sequence],
+) -> dict[str, dict[str, list[dict]]]:
+    """``config.json``, ``environment.json``, ``examples.jsonl`` and ``judgments/`` of a run that has judged
+    everything; returns its records, by subfolder and system. ``judged`` maps a subfolder of ``judgments/`` (""
+    for the folder itself) to its systems' runs and ``examples`` the same subfolders to the examples they judged.
+    The examples are written beside the judgments so that a run can be read (``persetrain view``, ``compare``)
+    without its dataset. The judgments folder is replaced whole, so no system of an earlier run into the same
+    folder is left beside this run's."""
     write_json(out / "config.json", asdict(config))
     write_json(out / "environment.json", environment())
+    write_jsonl(out / "examples.jsonl", examples[""])
+    records = judgment_records(judged, examples)
     with atomic_dir(out / "judgments") as folder:
-        for sub, runs in judged.items():
-            for name, run in runs.items():
-                write_jsonl(judgments_file(folder / sub, name), run.judgments)
+        for sub, by_system in records.items():
+            names = file_names(by_system)
+            for name, rows in by_system.items():
+                write_jsonl(folder / sub / names[name], rows)
+    return records
+
+
+def write_view(out: Path) -> Path:
+    """``view.html``: the run's page (``persetrain view --export``), one self-contained file the report links to."""
+    from persetrain.view.app import Viewed, export_html
+
+    return export_html(Viewed.load([out]), out / "view.html")
 
 
 def system_metrics(task: TaskKind, examples: Sequence, run: SystemRun) -> dict:
@@ -353,8 +406,10 @@ def write_report(
     runs: Mapping[str, SystemRun],
     metrics: dict,
     title: str | None = None,
+    records: Mapping[str, Sequence[dict]] | None = None,
 ) -> None:
-    """``report.md``: the task's sections (or a plain metrics table), then each method's own sections."""
+    """``report.md``: the task's sections (or a plain metrics table), then each method's own sections, a few wrong
+    examples per system (from its judgment ``records``) and the link to ``view.html``."""
     judgments = {name: run.judgments for name, run in runs.items()}
     systems = metrics["systems"]
     sections = (task.report(out, examples, judgments, systems) if task.report is not None else {}) or {
@@ -368,6 +423,8 @@ def write_report(
         sections.update(
             evaluator.report(out, examples, {n: judgments[n] for n in names}, {n: systems[n] for n in names})
         )
+    sections.update(wrong_examples(records or {}))
+    sections["Browse the examples"] = BROWSE
     write_markdown(out / "report.md", title or f"Evaluation on {len(examples)} {task.name} examples", sections)
     console.print(sections[next(iter(sections))])
 
@@ -392,7 +449,8 @@ def evaluate(config: EvaluationConfig, examples: Sequence | None = None, overwri
         "n_examples": len(examples),
         "systems": {name: system_metrics(task, examples, run) for name, run in runs.items()},
     }
-    write_run(out, config, {"": runs})
+    records = write_run(out, config, {"": runs}, {"": examples})
     write_json(out / "metrics.json", metrics)
-    write_report(out, task, examples, runs, metrics)
+    write_report(out, task, examples, runs, metrics, records=records[""])
+    write_view(out)
     return metrics

@@ -40,10 +40,11 @@ from persetrain.evaluation import (
     load_examples,
     system_metrics,
     write_run,
+    write_view,
 )
 from persetrain.io import atomic_write, write_json
 from persetrain.person import blind_examples, swapped_examples
-from persetrain.report import write_markdown
+from persetrain.report import BROWSE, write_markdown, wrong_examples
 from persetrain.schema import (
     Judgment,
     McqExample,
@@ -206,6 +207,7 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, over
     check_data_needs(config, evaluators, task, examples)
     runs = judge_all(config, evaluators, examples)
     judged = {"": runs}
+    probed_examples: dict[str, list] = {"": examples}  # what each probe judged, for its judgment records
     systems: dict[str, dict] = {}
     for name, run in runs.items():
         metrics = system_metrics(task, examples, run)
@@ -217,11 +219,12 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, over
         }
     flippable = all(reversed_order(ex) is not None for ex in examples)
     if "flip" in config.probes and flippable:
-        flipped = judged["flip"] = judge_all(config, evaluators, [reversed_order(ex) for ex in examples])
+        probed_examples["flip"] = [reversed_order(ex) for ex in examples]
+        flipped = judged["flip"] = judge_all(config, evaluators, probed_examples["flip"])
         for name, run in flipped.items():
             systems[name]["flip_rate"] = flip_rate(examples, runs[name].judgments, run.judgments)
     if "manipulation" in config.probes:
-        altered = [manipulated(ex, config.phrase) for ex in examples]
+        altered = probed_examples["manipulation"] = [manipulated(ex, config.phrase) for ex in examples]
         tricked = judged["manipulation"] = judge_all(config, evaluators, altered)
         key = ACCURACY_KEY.get(task.name)
         for name, run in tricked.items():
@@ -231,6 +234,7 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, over
                 "accuracy_change": (_number(after, key) - _number(systems[name]["metrics"], key)) if key else math.nan,
             }
     for probe, probed in person_probes(config, examples):
+        probed_examples[probe] = probed
         judged[probe] = judge_all(config, evaluators, probed)
         for name, run in judged[probe].items():
             systems[name][probe] = probe_accuracy(task, probed, run, systems[name]["metrics"])
@@ -243,9 +247,10 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, over
     }
     if replaces:
         clear_run(out)
-    write_run(out, config, judged)
+    records = write_run(out, config, judged, probed_examples)
     write_json(out / "metrics.json", result)
-    write_report(out, task, result)
+    write_report(out, task, result, records[""])
+    write_view(out)
     return result
 
 
@@ -302,7 +307,7 @@ def bar_plot(path: Path, title: str, values: Mapping[str, float]) -> Path:
     return path
 
 
-def write_report(out: Path, task: TaskKind, result: dict) -> None:
+def write_report(out: Path, task: TaskKind, result: dict, records: Mapping[str, Sequence[dict]] | None = None) -> None:
     systems = result["systems"]
     columns = summary_columns(task)
     lines = ["| system | " + " | ".join(title for title, _ in columns) + " |", "|" + "---|" * (len(columns) + 1)]
@@ -326,5 +331,7 @@ def write_report(out: Path, task: TaskKind, result: dict) -> None:
         "removed; swap: each example given another example's (a seeded derangement). A judge that reads the person "
         "loses accuracy under both."
     )
+    sections.update(wrong_examples(records or {}))
+    sections["Browse the examples"] = BROWSE
     write_markdown(out / "report.md", f"Meta-evaluation on {result['n_examples']} {task.name} examples", sections)
     console.print(sections["Side by side"])
