@@ -216,7 +216,7 @@ def test_a_reward_model_trained_on_its_pairs_beats_the_untrained_one(tmp_path):
     """Embedded SmolLM2 as a reward model: a few steps on the persona pairs, judged on the held-out ones."""
     out = tmp_path / "rm"
     argv = ["--dataset_path", str(PERSONAS), "--person_column", "persona", "--output_dir", str(out)]
-    training = ["--max_steps", "8", "--per_device_train_batch_size", "4", "--learning_rate", "1e-4", "--seed", "0"]
+    training = ["--max_steps", "6", "--per_device_train_batch_size", "4", "--learning_rate", "1e-4", "--seed", "0"]
     result = run_rm([*argv, *training, *QUIET])
     untrained = tmp_path / "untrained"
     # The same backbone and seeded head, a step with a learning rate of 0: initialised, not trained.
@@ -286,3 +286,19 @@ def test_prepare_maps_columns_and_says_what_emptied_a_file(tmp_path):
     books.write_text("")
     result = _prepare(raw, tmp_path / "o5")
     assert result.exit_code != 0 and "Books.jsonl: no records" in result.output
+
+
+def test_prepare_parl_maps_columns(parl_sample, tmp_path):
+    """PARL's layouts take --columns too: LongLaMP rows whose user column is called 'author'."""
+    raw = tmp_path / "raw"
+    shutil.copytree(parl_sample.root / "reddit", raw / "reddit")
+    rows_file = raw / "reddit" / "topic_writing.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    rows_file.write_text(
+        "".join(json.dumps({"author" if k == "name" else k: v for k, v in r.items()}) + "\n" for r in rows)
+    )
+    args = ["--quiet", "prepare", "parl", "--raw", str(raw), "--task", "reddit"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o1")])
+    assert result.exit_code != 0 and "topic_writing.jsonl:1: field 'name': missing or empty" in result.output
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o2"), "--columns", "reddit.name=author"])
+    assert result.exit_code == 0, result.output

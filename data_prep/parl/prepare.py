@@ -25,7 +25,7 @@ import hashlib
 import json
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from data_prep.licenses import AMAZON_REVIEWS, SYNTHETIC, combine, source_terms
@@ -201,8 +201,10 @@ def prepare_parl(
     min_history: int = 1,
     history_size: int = HISTORY_SIZE,
     user_negatives: int = 0,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Read every task in ``raw_dir/<task>/``, attach negatives, write ``out_dir/parl_<task>``.
+    """Read every task in ``raw_dir/<task>/`` (``columns``: ``--columns``, ``readers.PARL_TABLES``), attach negatives,
+    write ``out_dir/parl_<task>``.
 
     Negatives come from ``baselines`` files, or by default from ``raw_dir/<task>/baselines.jsonl``
     (the sample data ships synthetic ones; ``generate-baselines`` writes real ones there too).
@@ -215,7 +217,7 @@ def prepare_parl(
     written = {}
     for task in tasks:
         folder = raw_dir / task
-        examples = read_task(folder, task, min_history=min_history, history_size=history_size)
+        examples = read_task(folder, task, min_history=min_history, history_size=history_size, columns=columns)
         files = list(baselines) or [folder / "baselines.jsonl"]
         for f in files:
             if not f.is_file():

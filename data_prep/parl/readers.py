@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 from persetrain.console import track
@@ -32,6 +33,24 @@ LAYOUT_FILES: dict[str, tuple[str, ...]] = {
     "reddit": ("topic_writing.jsonl",),
     "news": ("questions.json", "outputs.json"),
 }
+
+
+#: The tables of the PARL layouts and their fields (each read from the column of the same name unless ``--columns
+#: TABLE.FIELD=COLUMN`` names another; a profile item's fields are the table's too).
+PARL_TABLES: dict[str, dict[str, str]] = {
+    "amazon_reviews": {f: f for f in ("user_id", "parent_asin", "timestamp", "rating", "title", "text")},
+    "amazon_meta": {f: f for f in ("parent_asin", "title", "description")},
+    "reddit": {f: f for f in ("name", "input", "output", "profile", "summary", "content")},
+    "news": {f: f for f in ("id", "user_id", "input", "profile", "text", "title", "date")},
+}
+
+
+def renamed(record: object, columns: Mapping[str, str] | None) -> object:
+    """A record read under a column mapping (our field -> the file's column): each mapped field holds its column's
+    value; a record that is not an object is left for the reader to refuse."""
+    if not columns or not isinstance(record, dict):
+        return record
+    return {**record, **{field: record[column] for field, column in columns.items() if column in record}}
 
 
 def _text(path: Path, line: int | str, record: dict, field: str, required: bool = True, number: bool = False) -> str:
@@ -90,16 +109,23 @@ def amazon_input(item_title: str, description: str, rating: str, review_title: s
 
 
 def read_amazon(
-    reviews_path: Path, meta_path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE
+    reviews_path: Path,
+    meta_path: Path,
+    min_history: int = 1,
+    history_size: int = HISTORY_SIZE,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[RubricExample]:
+    columns = columns or {}
     meta: dict[str, tuple[str, str]] = {}
     for line, rec in track(iter_jsonl(meta_path), description=f"read {meta_path.name}"):
+        rec = renamed(rec, columns.get("amazon_meta"))
         asin = _text(meta_path, line, rec, "parent_asin", number=True)
         meta.setdefault(
             asin, (_text(meta_path, line, rec, "title"), _text(meta_path, line, rec, "description", required=False))
         )
     by_user: dict[str, list[tuple[float, int, str, str]]] = defaultdict(list)
     for line, rec in track(iter_jsonl(reviews_path), description=f"read {reviews_path.name}"):
+        rec = renamed(rec, columns.get("amazon_reviews"))
         user = _text(reviews_path, line, rec, "user_id", number=True)
         asin = _text(reviews_path, line, rec, "parent_asin", number=True)
         if asin not in meta:
@@ -132,11 +158,19 @@ def read_amazon(
     return examples
 
 
-def read_longlamp(path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE) -> list[RubricExample]:
+def read_longlamp(
+    path: Path,
+    min_history: int = 1,
+    history_size: int = HISTORY_SIZE,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[RubricExample]:
+    mapping = (columns or {}).get("reddit")
     examples = []
     for line, rec in track(iter_jsonl(path), description=f"read {path.name}"):
+        rec = renamed(rec, mapping)
         user = _text(path, line, rec, "name", number=True)
         profile = rec.get("profile")
+        profile = [renamed(p, mapping) for p in profile] if isinstance(profile, list) else profile
         if not isinstance(profile, list):
             raise InputError(path, "expected a list of {summary, content} items", record=line, field="profile")
         items = [
@@ -166,8 +200,13 @@ def _load_json(path: Path) -> object:
 
 
 def read_lamp4(
-    questions_path: Path, outputs_path: Path, min_history: int = 1, history_size: int = HISTORY_SIZE
+    questions_path: Path,
+    outputs_path: Path,
+    min_history: int = 1,
+    history_size: int = HISTORY_SIZE,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[RubricExample]:
+    mapping = (columns or {}).get("news")
     questions, outputs = _load_json(questions_path), _load_json(outputs_path)
     if not isinstance(questions, list):
         raise InputError(questions_path, "expected a JSON list of questions")
@@ -178,6 +217,7 @@ def read_lamp4(
     examples = []
     for n, rec in enumerate(track(questions, description=f"read {questions_path.name}")):
         where = f"question {n}"
+        rec = renamed(rec, mapping)
         if not isinstance(rec, dict):
             raise InputError(questions_path, "expected an object", record=where)
         qid = _text(questions_path, where, rec, "id", number=True)
@@ -187,6 +227,7 @@ def read_lamp4(
         profile = rec.get("profile")
         if not isinstance(profile, list):
             raise InputError(questions_path, "expected a list of {text, title} items", record=where, field="profile")
+        profile = [renamed(p, mapping) for p in profile]
         if all(isinstance(p, dict) and "date" in p for p in profile):
             profile = sorted(profile, key=lambda p: str(p["date"]))
         items = [
@@ -203,15 +244,22 @@ def read_lamp4(
     return examples
 
 
-def read_task(folder: Path, task: str, min_history: int = 1, history_size: int = HISTORY_SIZE) -> list[RubricExample]:
+def read_task(
+    folder: Path,
+    task: str,
+    min_history: int = 1,
+    history_size: int = HISTORY_SIZE,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[RubricExample]:
     """The examples of ``task`` from its layout's files in ``folder``; an unknown task or a layout with no user
-    is an error (every command that reads a PARL task comes through here)."""
+    is an error (every command that reads a PARL task comes through here). ``columns``: ``{table: {field:
+    column}}`` (:data:`PARL_TABLES`), ``--columns`` of the commands."""
     paths = [folder / name for name in LAYOUT_FILES[check_task(task)]]
     for p in paths:
         if not p.is_file():
             raise InputError(p, f"missing: the {task} layout needs {', '.join(LAYOUT_FILES[task])}")
     reader = {"amazon": read_amazon, "reddit": read_longlamp, "news": read_lamp4}[task]
-    examples = reader(*paths, min_history=min_history, history_size=history_size)
+    examples = reader(*paths, min_history=min_history, history_size=history_size, columns=columns)
     if not examples:
         raise InputError(paths[0], f"holds no records: the {task} layout needs at least one user")
     return examples

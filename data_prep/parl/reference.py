@@ -12,7 +12,7 @@ show: that every record holds the same systems.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from persetrain.io import InputError, atomic_dir, iter_jsonl, parse_record, write_json, write_jsonl
@@ -39,13 +39,20 @@ def read_reference(path: str | Path) -> list[ReferenceExample]:
 
 
 def build_reference(
-    raw: Path, task: str, baselines: Sequence[Path], out: Path, min_history: int = 1, synthetic: bool = False
+    raw: Path,
+    task: str,
+    baselines: Sequence[Path],
+    out: Path,
+    min_history: int = 1,
+    synthetic: bool = False,
+    columns: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Path:
-    """Write ``out/test.jsonl`` + ``out/dataset.json`` from a PARL task folder and negatives files."""
+    """Write ``out/test.jsonl`` + ``out/dataset.json`` from a PARL task folder (``columns``: ``--columns``) and
+    negatives files."""
     from data_prep.parl.prepare import attach_baselines
     from data_prep.parl.readers import read_task
 
-    examples = attach_baselines(read_task(raw, task, min_history=min_history), list(baselines))
+    examples = attach_baselines(read_task(raw, task, min_history=min_history, columns=columns), list(baselines))
     records = []
     for ex in examples:
         if GOLD in ex.baselines:

@@ -95,9 +95,12 @@ def prepare_parl_cmd(
         ),
     ] = 0,
     seed: int = 0,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Build PARL rubric-induction datasets (GRPO prompts + reward columns) and verl parquet files."""
     from data_prep.parl.prepare import prepare_parl
+    from data_prep.parl.readers import PARL_TABLES
+    from data_prep.readers.tables import parse_columns
 
     written = prepare_parl(
         raw,
@@ -107,6 +110,7 @@ def prepare_parl_cmd(
         seed=seed,
         min_history=min_history,
         user_negatives=user_negatives,
+        columns=parse_columns(columns or [], PARL_TABLES),
     )
     for name, sizes in written.items():
         console.print(f"[green]wrote[/green] parl_{name} -> {out / f'parl_{name}'} {sizes}")
@@ -125,12 +129,16 @@ def prepare_reference_cmd(
     out: Annotated[Path, typer.Option(help="Folder for test.jsonl + dataset.json (task kind reference).")],
     min_history: int = 1,
     synthetic: Annotated[bool, typer.Option(help="Mark the card as synthetic data.")] = False,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Build a reference-task dataset (ExPerT, AuPEL): the user's own text as reference and system 'gold',
     earlier texts as writing samples, and every generator's output."""
+    from data_prep.parl.readers import PARL_TABLES
     from data_prep.parl.reference import build_reference
+    from data_prep.readers.tables import parse_columns
 
-    build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic)
+    mapped = parse_columns(columns or [], PARL_TABLES)
+    build_reference(raw, task, baselines, out, min_history=min_history, synthetic=synthetic, columns=mapped)
     console.print(f"[green]wrote[/green] reference dataset -> {out}")
 
 
@@ -305,13 +313,16 @@ def generate_baselines_cmd(
     max_new_tokens: Annotated[int | None, typer.Option(help="Default: per task (160 / 200 / 32).")] = None,
     min_history: int = 1,
     seed: int = 0,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Write competitive generators' outputs for every PARL task input: the negatives of `prepare parl`."""
     from data_prep.parl.baselines import GeneratorSpec, generate_baselines
-    from data_prep.parl.readers import read_task
+    from data_prep.parl.readers import PARL_TABLES, read_task
+    from data_prep.readers.tables import parse_columns
 
     specs = [GeneratorSpec.parse(g) for g in generator]
-    examples = read_task(raw, task, min_history=min_history)
+    mapped = parse_columns(columns or [], PARL_TABLES)
+    examples = read_task(raw, task, min_history=min_history, columns=mapped)
     written = generate_baselines(
         examples,
         specs,
