@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from persetrain.io import atomic_write
 from persetrain.schema import Judgment
@@ -134,9 +135,9 @@ def wrong_examples(records: Mapping[str, Sequence[Mapping]], k: int = 3) -> dict
         for r in wrong[:k]:
             said = "unreadable" if not r.get("parsed", True) else (r.get("choice_label") or "no choice (a tie)")
             rationale = " ".join((r.get("explanation") or "").split())[:240]
-            lines.append(
-                f"- `{r['example_id']}`: gold {r.get('gold_label') or r.get('gold')}, chose {said}. {rationale}"
-            )
+            page = f"view.html#{quote(r['example_id'])}"  # the page opens on this example
+            gold = r.get("gold_label") or r.get("gold")
+            lines.append(f"- [`{r['example_id']}`]({page}): gold {gold}, chose {said}. {rationale}")
         blocks.append("\n".join(lines))
     return {"Wrong examples": "\n\n".join(blocks)} if blocks else {}
 

@@ -199,6 +199,11 @@ def test_exported_page_filters_offline(embedded_run, browser, tmp_path):
     expected = f"examples 1–{len(flipped)} of {len(flipped)}" if flipped else "0 examples"
     until(browser, lambda: count(browser) == expected and set(shown_ids(browser)) == flipped)
 
+    # The run's own view.html, as report.md links an example: opened on that example.
+    first = records(embedded_run, "letter")[0]["example_id"]
+    browser.get(f"{(embedded_run / 'view.html').as_uri()}#{first}")
+    until(browser, lambda: shown_ids(browser) == [first])
+
 
 def test_view_refuses_a_folder_that_is_no_run(tmp_path):
     result = subprocess.run(

@@ -15,7 +15,7 @@ function el(tag, attrs, ...children) {
     if (key === "class") node.className = value;
     else node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -151,11 +151,17 @@ function picks(row, candidate) {
         if (!picked) continue;
         const who = row.runs.length > 1 ? `${run.run}/${system}` : system;
         found.push(el("span", { class: `pick ${r.correct === true ? "ok" : r.correct === false ? "bad" : ""}`,
-          title: r.explanation || "" }, `${who}: ${r.choice_label ?? candidate.label}`));
+          title: r.explanation || "" }, `${who}: ${named(r.choice_label, r.choice, "")}`));
       }
     }
   }
   return found;
+}
+
+// A candidate as a record names it: its label as the judge saw it, else its place in the list (1-based, as shown).
+function named(label, index, fallback) {
+  if (label !== null && label !== undefined) return label;
+  return index !== null && index !== undefined ? `option ${index + 1}` : fallback;
 }
 
 function probesCell(record) {
@@ -164,7 +170,7 @@ function probesCell(record) {
   if (!names.length) return "—";
   return names.map((name) => {
     const p = probes[name];
-    const what = p.choice_label ?? (p.choice !== null && p.choice !== undefined ? `option ${p.choice + 1}` : fmt(p.score));
+    const what = named(p.choice_label, p.choice, fmt(p.score));
     return el("div", { class: p.changed ? "bad" : "" },
       `${name}: ${what}${p.correct === null || p.correct === undefined ? "" : p.correct ? " ✓" : " ✗"}${p.changed ? " (changed)" : ""}`);
   });
@@ -177,8 +183,9 @@ function verdictTable(systems) {
     records.forEach((r, i) => {
       rows.push(el("tr", { class: "verdict", "data-system": system },
         el("td", {}, system), el("td", {}, r.target ?? "—"),
-        el("td", {}, r.parsed === false ? "unparsed" : (r.choice_label ?? "—")),
-        el("td", {}, r.gold_label ?? fmt(r.gold)),
+        el("td", {}, r.parsed === false ? "unparsed" : named(r.choice_label, r.choice, "—")),
+        el("td", {}, typeof r.gold === "number" && r.correct !== null && r.correct !== undefined
+          ? named(r.gold_label, r.gold, "—") : fmt(r.gold)),
         el("td", { class: r.correct === true ? "ok" : r.correct === false ? "bad" : "" }, fmt(r.correct)),
         el("td", { class: "num" }, fmt(r.score)),
         el("td", {}, probesCell(r))));
@@ -236,6 +243,8 @@ function refilter() { state.offset = 0; show(); }
 async function start() {
   const summary = DATA ? DATA.summary : await (await fetch("/api/summary")).json();
   renderSummary(summary);
+  // view.html#EXAMPLE_ID (report.md's links to wrong examples) opens on that example: a search for its id.
+  if (location.hash.length > 1) document.getElementById("f-q").value = decodeURIComponent(location.hash.slice(1));
   for (const id of ["f-wrong", "f-disagree", "f-flipped", "f-topic", "f-person", "f-system"]) {
     document.getElementById(id).addEventListener("change", refilter);
   }
