@@ -198,6 +198,12 @@ def test_bad_input_is_one_line_naming_file_record_and_field(tmp_path):
         run_rm(["--dataset_path", str(HH_RLHF), "--output_dir", str(tmp_path / "o"), "--eval_strategy", "steps"])
 
 
+def test_a_per_doc_method_refuses_preference_rows_in_one_line(tmp_path):
+    args = ["--quiet", "evaluate", "--data", str(HH_RLHF), "--task", "pairwise", "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, [*args, "--baseline", "reviewer-avg"])
+    assert result.exit_code != 0 and "reviewer-avg reads an annotator's earlier Per-DOC choices" in result.output
+
+
 def test_a_hub_id_offline_fails_at_once_in_one_line(tmp_path):
     """A Hub id not in the cache, with the Hub offline: one line from the command, no traceback."""
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin"}

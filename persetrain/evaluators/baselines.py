@@ -25,6 +25,7 @@ import numpy as np
 
 from persetrain.engine import Engine
 from persetrain.evaluators.base import DataNeeds, Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.evaluators.pairs import refuse_preference_rows
 from persetrain.schema import Judgment, PairwiseExample, ScalarExample
 
 REVIEWER_AVG = "reviewer_avg"
@@ -269,6 +270,7 @@ class ReviewerAverage(Evaluator):
     needs_model = False
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        refuse_preference_rows(examples, "reviewer-avg", "an annotator's earlier Per-DOC choices")
         pairwise = bool(examples) and isinstance(examples[0], PairwiseExample)
         return _as_system(reviewer_majority(examples) if pairwise else reviewer_average(examples), context.system)
 

@@ -59,3 +59,12 @@ def refuse_plot_pairs(examples: Sequence, method: str) -> None:
             f"{method} judges the pairwise kind's preference rows (prompt / chosen / rejected), not "
             f"{type(examples[0]).__name__} records; PerSE and the learned judges read those"
         )
+
+
+def refuse_preference_rows(examples: Sequence, method: str, reads: str) -> None:
+    """A pairwise method written for Per-DOC (``reads`` says what of it) refuses preference rows in one line."""
+    if is_pairs(examples):
+        raise ValueError(
+            f"{method} reads {reads}, which preference rows (prompt / chosen / rejected) do not have; judge them with "
+            "rm, verifier, llm-judge or pref"
+        )

@@ -26,6 +26,7 @@ from typing import Literal
 
 from persetrain.engine import ChatRequest, Engine, GenerationParams
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.evaluators.pairs import refuse_preference_rows
 from persetrain.metrics import similarity_summary
 from persetrain.metrics.calibration import apply_calibration, cross_fitted_quantile, linear_calibration
 from persetrain.prompts.perse import (
@@ -222,6 +223,7 @@ class PerSE(Evaluator):
         self._calibrations: dict[str, dict] = {}  # system -> calibration record, for the metrics
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
+        refuse_preference_rows(examples, "perse", "Per-DOC's pairs of plots judged on an aspect")
         config = self.config
         if config.profile_words is None:
             config = replace(config, profile_words=built_profile_words(context.data))
