@@ -215,9 +215,15 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 def local_weights_dir(spec: str) -> Path | str:
     """A directory (or Hub id) that ``from_pretrained`` can load without the GGUF path.
 
-    GGUF specs are converted on first use; later calls return the cached directory.
+    GGUF specs are converted on first use; later calls return the cached directory. A Hub id is checked first
+    (:func:`hub_cache_only`): one that can be neither reached nor found in the cache fails here in one line, and one
+    read from the cache alone is its cached snapshot folder, so that no library retries the Hub for it.
     """
     resolved = resolve(spec)
+    if resolved.kind == "hub" and hub_cache_only(spec):
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(spec, local_files_only=True))
     if resolved.kind in {"local", "hub"}:
         return resolved.location
     target = _gguf_cache_dir(resolved)

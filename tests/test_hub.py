@@ -366,11 +366,11 @@ def test_report_to_wandb_logs_offline(tiny_llama_dir, prepared_root, tmp_path):
     assert list(run_dir.glob("run-*.wandb"))
 
 
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: bound once to be free, then closed."""
+def _closed_url() -> str:
+    """An endpoint on 127.0.0.1 that nothing listens on: a port bound once to be free, then closed."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def _one_error(result: subprocess.CompletedProcess) -> str:
@@ -392,7 +392,7 @@ def test_a_hub_id_that_cannot_be_read_fails_at_once_saying_offline_or_missing(hu
     assert (
         "alice/absent: offline (HF_HUB_OFFLINE is set) and this Hub id is not in the local Hugging Face cache" in error
     )
-    closed = f"http://127.0.0.1:{_closed_port()}"
+    closed = _closed_url()
     error = _one_error(_persetrain(tmp_path, *evaluate, endpoint=closed))
     assert f"alice/absent: offline: the Hugging Face Hub at {closed} cannot be reached" in error
     error = _one_error(_persetrain(tmp_path, *evaluate, endpoint=hub.url))
@@ -441,3 +441,19 @@ def test_a_dataset_card_carries_its_sources_licence(hub, tmp_path, prepared_root
     for card in ((listwise / "README.md").read_text(), pushed_card(listwise)):
         assert "license: cc-by-nc-4.0" in card and "apache" not in card
     assert hub.commits == []
+
+
+@pytest.mark.slow
+def test_a_cached_hub_id_is_read_from_the_cache_when_the_hub_cannot_be_reached(tmp_path, tiny_llama_dir):
+    """The Hugging Face cache's own layout (refs/main naming a snapshot), as a download leaves it: an unreachable
+    Hub falls back to it after one request, with no retries, and the model judges."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf-home" / "hub" / "models--alice--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(tiny_llama_dir, repo / "snapshots" / commit)
+    out = tmp_path / "run"
+    args = ("evaluate", "--data", str(PREFEVAL), "--out", str(out), "--max-examples", "2")
+    result = _persetrain(tmp_path, *args, "--evaluator", "mcq-letter", "--model", "alice/tiny", endpoint=_closed_url())
+    assert result.returncode == 0 and "Retrying" not in result.stderr, result.stderr
+    assert json.loads((out / "metrics.json").read_text())["systems"]["alice/tiny"]["n"] == 2

@@ -22,14 +22,15 @@ def models_fetch(
     spec: Annotated[str, typer.Argument(help="Model spec to make available locally.")] = DEFAULT_MODEL,
 ) -> None:
     """Download (Hub ids) or convert (GGUF, embedded) a model so later loads are fast and offline."""
-    from persetrain.models import local_weights_dir, resolve
+    from persetrain.models import hub_cache_only, local_weights_dir, resolve
 
     resolved = resolve(spec)
     if resolved.kind == "hub":
         from huggingface_hub import snapshot_download
 
+        cache_only = hub_cache_only(spec)  # offline or missing: one line now, not a download's retries
         try:
-            path = snapshot_download(resolved.location)
+            path = snapshot_download(resolved.location, local_files_only=cache_only)
         except Exception as err:  # the hub client raises many transport-specific types
             raise ModelSpecError(
                 f"could not download {spec!r} from the Hugging Face Hub: {err.__class__.__name__}. "
