@@ -151,7 +151,8 @@ def run_demo(out: Path, model: str = DEFAULT_MODEL) -> dict:
                 SystemSpec.parse("mf"),
             ],
             max_per_reviewer=DEMO_QUERIES_PER_REVIEWER,
-        )
+        ),
+        overwrite=True,  # the demo owns its eval folder: a rerun with another --model replaces the earlier one
     )
     timings["evaluate"] = time.perf_counter() - start
     report = out / "eval" / "report.md"
