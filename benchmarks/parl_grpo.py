@@ -24,7 +24,8 @@ from common import emit  # beside this script
 
 from persetrain.console import set_quiet
 from persetrain.data import load_dataset
-from persetrain.demos.parl import JUDGE_CURRICULUM, ParlDemoConfig, parse_curriculum, run_parl_demo
+from persetrain.demos.parl import run_parl_demo
+from persetrain.demos.parl_config import JUDGE_CURRICULUM, demo_config, parse_curriculum
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
 from persetrain.models import DEFAULT_MODEL
@@ -48,7 +49,8 @@ def _valid_share_unaided(model: str, examples, config: PARLConfig, seed: int) ->
 
 
 def grpo_run(args: argparse.Namespace) -> dict:
-    config = ParlDemoConfig(
+    config = demo_config(
+        full=True,
         out=OUT,
         model=args.model,
         seed=args.seed,

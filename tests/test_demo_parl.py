@@ -16,20 +16,21 @@ from datasets import load_from_disk
 
 from data_prep.parl.rubrics import true_rules
 from persetrain.data import load_dataset
-from persetrain.demos.parl import (
+from persetrain.demos.parl import REPORT, SUMMARY, run_parl_demo
+from persetrain.demos.parl_config import (
+    FORM_KNOBS,
     JUDGE_CURRICULUM,
-    REPORT,
-    SHORT_FORM,
-    SUMMARY,
     ParlDemoConfig,
     demo_config,
+    form_knobs,
     format_curriculum,
     parse_curriculum,
-    run_parl_demo,
 )
 from persetrain.demos.parl_report import summary_section
+from persetrain.io import InputError
 
 
+@pytest.mark.slow
 def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir, tmp_path):
     """The short form (the command's default) at toy sizes."""
     config = demo_config(
@@ -128,16 +129,29 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
 
 
 def test_the_short_form_is_the_default_and_full_is_the_measurement(tmp_path):
-    """``persetrain demo parl`` runs the short form's sizes; ``--full`` the config's own (what benchmarks/parl.py
-    runs); options given override either."""
+    """``persetrain demo parl`` runs the short form's sizes; ``--full`` the full form's (what benchmarks/parl.py
+    runs), both from the demo's parl.yaml; a --config file's knobs, then values given, override either."""
     short, full = demo_config(), demo_config(full=True)
-    assert short.form == "short" and full.form == "full" and full == ParlDemoConfig()
-    assert {key: getattr(short, key) for key in SHORT_FORM} == SHORT_FORM
+    assert short.form == "short" and full.form == "full"
+    assert full == ParlDemoConfig(form="full", **FORM_KNOBS["full"])
+    short_knobs = {key: getattr(short, key) for key in FORM_KNOBS["short"]}
+    assert short_knobs == {**FORM_KNOBS["short"], "judge_curriculum": parse_curriculum("colon+lowercase:150")}
     assert short.judge_curriculum == ((("colon", "lowercase"), 150),) and full.grpo_steps == 46
+    assert short.judge_seeds == full.judge_seeds == 1  # what short does not set is the full form's
     given = demo_config(out=tmp_path, grpo_steps=9, judge=None)
-    assert given.grpo_steps == 9 and given.out == tmp_path and given.runs == SHORT_FORM["runs"]
+    assert given.grpo_steps == 9 and given.out == tmp_path and given.runs == FORM_KNOBS["short"]["runs"]
+    knobs = tmp_path / "knobs.yaml"
+    knobs.write_text("judge_seeds: 2\nheldout_users: null\ngrpo_steps: 3\n")
+    mine = demo_config(config=knobs, grpo_steps=5)
+    assert (mine.judge_seeds, mine.heldout_users, mine.grpo_steps, mine.runs) == (2, None, 5, 2)
+    knobs.write_text("judge_seed: 2\n")
+    with pytest.raises(InputError, match=r"knobs.yaml: field 'judge_seed': not a knob of the demo; the knobs are"):
+        demo_config(config=knobs)
+    knobs.write_text("grpo_steps: many\n")
+    with pytest.raises(InputError, match=r"knobs.yaml: field 'grpo_steps': Input should be a valid integer"):
+        demo_config(config=knobs)
     with pytest.raises(ValueError, match="form is one of"):
-        ParlDemoConfig(form="medium")
+        ParlDemoConfig(**{**form_knobs(True), "form": "medium"})
 
 
 def test_the_summary_says_what_was_trained_measured_and_meant():
@@ -178,16 +192,19 @@ def test_curriculum_parses_and_refuses_a_malformed_stage():
     with pytest.raises(ValueError, match=r"stage 'colon' is not RULE\[\+RULE\.\.\.\]:STEPS or all:STEPS"):
         parse_curriculum("colon,all:5")
     with pytest.raises(ValueError, match="stages of at least 1 step"):
-        ParlDemoConfig(judge_curriculum=parse_curriculum("all:0"))
+        demo_config(judge_curriculum=parse_curriculum("all:0"))
 
 
+@pytest.mark.slow
 def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_dir, tmp_path):
     """SIGTERM while the verifier's second stage trains: the command stops with 128 + 15 and records no judge (the
     stage's run directory holds a checkpoint, not a model); the same demo again keeps the finished first stage and
     resumes the second from its checkpoint."""
     out = tmp_path / "demo"
     command = [sys.executable, "-m", "persetrain.cli", "demo", "parl", "--out", str(out)]
-    command += ["--model", str(tiny_llama_dir), "--judge-curriculum", "colon:1,all:150", "--judge-train-rows", "64"]
+    knobs = tmp_path / "knobs.yaml"
+    knobs.write_text("judge_curriculum: colon:1,all:150\njudge_train_rows: 64\n")
+    command += ["--model", str(tiny_llama_dir), "--config", str(knobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "verifier" / "metrics.jsonl"
@@ -208,11 +225,11 @@ def test_a_demo_stopped_by_sigterm_in_its_judge_training_resumes_it(tiny_llama_d
     first_stage = out / "verifier-stage-0" / "merged" / "config.json"
     before = first_stage.stat().st_mtime_ns  # the first stage had finished
 
-    config = ParlDemoConfig(
+    config = demo_config(
+        full=True,
+        config=knobs,
         out=out,
         model=str(tiny_llama_dir),
-        judge_curriculum=parse_curriculum("colon:1,all:150"),
-        judge_train_rows=64,
         warmstart_users=2,
         warmstart_copies=1,
         grpo_steps=1,

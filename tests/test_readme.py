@@ -188,7 +188,11 @@ def _persetrain_context(args: list[str]):
 
 
 def check_persetrain(args: list[str]) -> None:
-    ctx = _persetrain_context(args)
+    try:
+        ctx = _persetrain_context(args)
+    except typer.Exit as done:  # an eager option (``--version``) answered and exited
+        assert done.exit_code == 0, f"persetrain {shlex.join(args)} exited {done.exit_code}"
+        return
     if ctx.info_name == "launch":
         params = ctx.params
         if params["status"] or params["logs"]:

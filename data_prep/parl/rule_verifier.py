@@ -38,7 +38,7 @@ records the counts before and after.
 
 ``--rules NAME`` keeps the checks of those signature rules only, chosen after balancing: the rows are exactly
 the full dataset's rows of those rules, so the stages of a rule curriculum (a verifier trained on two rules
-first, then on all of them from that checkpoint: ``persetrain demo parl --judge-curriculum``) see the same
+first, then on all of them from that checkpoint: ``judge_curriculum`` of ``persetrain demo parl``) see the same
 checks. A verifier trained on every rule at once sits at loss ln 2 for hundreds of steps while it learns to
 route by rule; one that has learned two rules learns the others from there
 (``docs/findings/2026-11-27-parl-verifier-curriculum.md``).

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from persetrain.cli.common import BaseUrlOpt, ModelOpt, app
-from persetrain.demos.parl import JUDGE_CURRICULUM, SHORT_JUDGE_CURRICULUM
 from persetrain.models import DEFAULT_MODEL
 
 OverwriteOpt = Annotated[
@@ -216,8 +215,9 @@ def demo(
     run_demo(out, model=model)
 
 
-@demo_app.command("parl")
+@demo_app.command("parl", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def demo_parl(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Run directory; a re-run skips the stages summary.json records.")] = Path(
         "runs/demo-parl"
     ),
@@ -225,87 +225,31 @@ def demo_parl(
         bool,
         typer.Option(
             help="The full demo (55-70 minutes on 2 cores: the judge on every rule, 46 GRPO steps, every held-out "
-            "user), instead of the short form that ends within 15 minutes. Options below override either."
+            "user), instead of the short form that ends within 15 minutes."
         ),
     ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="A YAML file of research knobs (judge_curriculum, judge_seeds, warmstart_samples, ...) over the "
+            "form's; persetrain/demos/parl.yaml holds both forms' values and says what each knob means."
+        ),
+    ] = None,
     model: ModelOpt = DEFAULT_MODEL,
     judge: Annotated[
         str | None, typer.Option(help="A trained rule verifier, or several joined by commas (skips training).")
-    ] = None,
-    judge_curriculum: Annotated[
-        str | None,
-        typer.Option(
-            help="The verifier's stages, RULE[+RULE...]:STEPS or all:STEPS, comma-separated; each from the last's "
-            f"merged model. Short form: {SHORT_JUDGE_CURRICULUM}; full: {JUDGE_CURRICULUM}."
-        ),
-    ] = None,
-    judge_seeds: Annotated[
-        int | None, typer.Option(help="Verifiers trained (seeds seed, seed+1, ...), judging as one ensemble (1).")
-    ] = None,
-    judge_distractors: Annotated[
-        bool | None, typer.Option(help="Also train the verifier on distractor rules (prepare verifier --distractors).")
-    ] = None,
-    judge_train_rows: Annotated[
-        int | None, typer.Option(help="Rows each judge stage trains on, a seeded sample of its data (default: all).")
-    ] = None,
-    warmstart: Annotated[
-        str | None, typer.Option(help="Warm-start sets: truth (the users' true rules, the default) or induced.")
-    ] = None,
-    warmstart_users: Annotated[
-        int | None, typer.Option(help="Training users in the warm start (short form: 8; full: all).")
-    ] = None,
-    warmstart_samples: Annotated[
-        int | None,
-        typer.Option(help="Extra synthetic samples (seeds seed+1, ...) whose users all join the truth warm start."),
-    ] = None,
-    warmstart_copies: Annotated[
-        int | None, typer.Option(help="Truth warm-start rows per user (short: 1; full: 2).")
-    ] = None,
-    grpo_steps: Annotated[
-        int | None, typer.Option(help="GRPO steps (short: 4; full: 46, two epochs over the 23 training users).")
-    ] = None,
-    grpo_prompts: Annotated[
-        int | None, typer.Option(help="Users per GRPO step, each with the recipe's num_generations rollouts (1).")
-    ] = None,
-    user_negatives: Annotated[
-        int | None, typer.Option(help="Other users' texts per training user that join the reward's negatives (0).")
-    ] = None,
-    runs: Annotated[
-        int | None, typer.Option(help="Seeds of rubric induction per evaluated generator (short: 2; full: 3).")
-    ] = None,
-    heldout_users: Annotated[
-        int | None, typer.Option(help="Evaluate on the first N held-out users (short: 4; full: all).")
-    ] = None,
-    max_new_tokens: Annotated[
-        int | None, typer.Option(help="Tokens of an induced rubric set in evaluation (short: 256; full: 512).")
     ] = None,
     fresh: Annotated[bool, typer.Option(help="Start from an empty run directory.")] = False,
     seed: int = 0,
 ) -> None:
     """PARL on SYNTHETIC users: verifier training, warm start, GRPO, Max-Diff of both generators, report.md (the short
     form by default; --full for the measurement)."""
-    from persetrain.demos.parl import demo_config, parse_curriculum, run_parl_demo
+    from persetrain.demos.parl import run_parl_demo
+    from persetrain.demos.parl_config import KNOBS, demo_config
 
-    config = demo_config(
-        full,
-        out=out,
-        model=model,
-        seed=seed,
-        judge=judge,
-        judge_curriculum=None if judge_curriculum is None else parse_curriculum(judge_curriculum),
-        judge_seeds=judge_seeds,
-        judge_distractors=judge_distractors,
-        judge_train_rows=judge_train_rows,
-        warmstart=warmstart,
-        warmstart_users=warmstart_users,
-        warmstart_samples=warmstart_samples,
-        warmstart_copies=warmstart_copies,
-        grpo_steps=grpo_steps,
-        grpo_prompts=grpo_prompts,
-        user_negatives=user_negatives,
-        heldout_users=heldout_users,
-        runs=runs,
-        max_new_tokens=max_new_tokens,
-        fresh=fresh,
-    )
-    run_parl_demo(config)
+    if ctx.args:  # the knobs were options once: say where they went
+        given = ctx.args[0].split("=")[0]
+        knob = given.removeprefix("--").replace("-", "_")
+        where = f"set {knob} in a YAML file given with --config FILE" if knob in KNOBS else "see --help"
+        raise ValueError(f"demo parl: no option {given} ({where})")
+    run_parl_demo(demo_config(full, config, out=out, model=model, seed=seed, judge=judge, fresh=fresh))

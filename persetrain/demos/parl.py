@@ -1,10 +1,10 @@
 """``persetrain demo parl``: PARL's loop end to end on the embedded model, on a CPU, on SYNTHETIC users.
 
-Two forms run the same stages. The short form (the default, :data:`SHORT_FORM`) is a first taste that ends within
-15 minutes on 2 cores: its judge learns two rules, whose checks leave the verifier's ln 2 loss plateau within ~80
-updates where all seven take ~500, and every later stage runs at a few users and steps. ``full``
-(``persetrain demo parl --full``, :class:`ParlDemoConfig`'s own defaults) is the 55-70 minute measurement
-``benchmarks/parl.py`` runs. The report opens with a summary that says which form ran.
+Two forms run the same stages. The short form (the default) is a first taste that ends within 15 minutes on 2
+cores: its judge learns two rules, whose checks leave the verifier's ln 2 loss plateau within ~80 updates where all
+seven take ~500, and every later stage runs at a few users and steps. ``full`` (``persetrain demo parl --full``) is
+the 55-70 minute measurement ``benchmarks/parl.py`` runs. Each form's knobs, named below, are in ``parl.yaml``
+beside this module (``persetrain.demos.parl_config``). The report opens with a summary that says which form ran.
 
 Held-out users (the PARL dataset's test split) are never trained on, by the judge or the generator:
 
@@ -48,141 +48,18 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from persetrain import resources
 from persetrain.console import console, is_quiet
+from persetrain.demos.parl_config import ParlDemoConfig, format_curriculum
 from persetrain.demos.parl_report import write_report
 from persetrain.io import write_json
-from persetrain.models import DEFAULT_MODEL
 
 GRPO_RECIPE = resources.recipe_file("parl/cpu_smollm2_news")
 JUDGE_RECIPE = resources.recipe_file("verifier/cpu_smollm2_parl_news")
 SUMMARY, REPORT = "summary.json", "report.md"
-#: The verifier's default rule curriculum (``ParlDemoConfig.judge_curriculum``).
-JUDGE_CURRICULUM = "all:900"
-#: The short form's verifier: two rules. One rule's checks left the ln 2 plateau by step 50 and two rules' by step
-#: ~80 with the loss near 0 by ~150, where all seven rules took ~500 steps
-#: (``docs/findings/2026-11-27-parl-verifier-curriculum.md``).
-SHORT_JUDGE_CURRICULUM = "colon+lowercase:150"
-
-
-def parse_curriculum(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
-    """``"colon+lowercase:300,all:600"`` -> ``((("colon", "lowercase"), 300), ((), 600))``: rules joined by ``+``
-    (``all``: every rule), then the stage's steps."""
-    stages = []
-    for part in text.split(","):
-        rules, _, steps = part.strip().rpartition(":")
-        if not rules or not steps.isdigit():
-            raise ValueError(f"--judge-curriculum: stage {part.strip()!r} is not RULE[+RULE...]:STEPS or all:STEPS")
-        stages.append(((() if rules == "all" else tuple(rules.split("+"))), int(steps)))
-    return tuple(stages)
-
-
-def format_curriculum(stages: tuple[tuple[tuple[str, ...], int], ...]) -> str:
-    """The inverse of :func:`parse_curriculum`."""
-    return ",".join(f"{'+'.join(rules) or 'all'}:{steps}" for rules, steps in stages)
-
-
-@dataclass(frozen=True)
-class ParlDemoConfig:
-    """Sizes of the demo; the defaults fit 2 CPU cores."""
-
-    out: Path = Path("runs/demo-parl")
-    model: str = DEFAULT_MODEL
-    seed: int = 0
-    #: A trained rule verifier to judge with; None trains one (stage 0).
-    judge: str | None = None
-    #: The verifier's rule curriculum: stages ``(rules, steps)``, each a fresh LoRA trained for ``steps`` on the
-    #: checks of ``rules`` (``()``: every rule) from the previous stage's merged model, seed ``seed + stage``.
-    #: The default is the recipe's single stage on all seven rules: over three samples of users it scored higher
-    #: on average and in the worst case than two rules first (``colon+lowercase:300,all:300,all:300``), which
-    #: left the loss's ln 2 plateau less often (``docs/findings/2026-11-27-parl-verifier-curriculum.md``).
-    judge_curriculum: tuple[tuple[tuple[str, ...], int], ...] = parse_curriculum(JUDGE_CURRICULUM)
-    #: Also train the verifier on distractor rules (``prepare verifier --distractors``): generic properties no user
-    #: plants, so that it answers "no" to a rule a text does not satisfy, not only to the signatures it knows. Off:
-    #: a verifier given 400 steps with them learned the kinds it saw, not the unseen ones, and GRPO judged by it made
-    #: sets no more personal; trained from scratch with them, the 900 steps scored 0.669 on the signature checks
-    #: against 0.737 (``docs/findings/2026-11-27-parl-distractors-user-negatives.md``).
-    judge_distractors: bool = False
-    #: Verifiers trained (seeds ``seed``, ``seed+1``, ...), judging as one ensemble: which rule one small
-    #: verifier misreads changes from seed to seed, and their mean p(yes) can err less (0.934 from 0.884 and 0.827),
-    #: but not when one member is far behind (0.769 from 0.852 and 0.669). Each costs a training run.
-    judge_seeds: int = 1
-    #: Rows each judge stage trains on, a seeded sample of its data (``--max_train_samples``; ``None``: all, as both
-    #: forms train). TRL tokenizes a stage's whole dataset before its first step (12,752 rows for ``all``), which at
-    #: toy sizes costs more than the training.
-    judge_train_rows: int | None = None
-    #: Where the warm start's rubric sets come from: ``truth`` (the synthetic users' true rules) or ``induced``.
-    warmstart: str = "truth"
-    #: Training users in the warm start (``None``: all of them).
-    warmstart_users: int | None = None
-    #: Extra synthetic samples (seeds ``seed+1``, ...) whose news users, every one, join the truth warm start:
-    #: new users to learn reading a history from, never the held-out ones; the judge and GRPO never see them.
-    warmstart_samples: int = 0
-    #: Rows per user in the truth warm start, each with its own rule order and wordings.
-    warmstart_copies: int = 2
-    #: Two epochs over the 23 training users, one a step: with the recipe's temperature 1.0 that raised the users'
-    #: valid sets (0.348 -> 0.543, p 0.003); 12 steps did not, at 1.0 or 0.6
-    #: (``docs/findings/2026-11-27-parl-grpo-temperature.md``).
-    grpo_steps: int = 46
-    #: Users (prompts) per GRPO step, each with the recipe's ``num_generations`` rollouts, as gradient accumulation
-    #: over one generation batch. With one user a step, a step's rollouts mostly all fit or all miss that user's
-    #: history; several users give most steps both. 12 steps of 4 users did not raise the valid share
-    #: (``docs/findings/2026-11-27-parl-grpo-users-per-step.md``).
-    grpo_prompts: int = 1
-    #: Other users' own texts per training row that join the reward's negatives (``prepare parl --user-negatives``):
-    #: a rubric set must then tell the user from other users, not only from the generators' generic outputs. Off:
-    #: with 4, 46 steps raised D within the run (0.49 -> 0.55) but not the sets' personalness (same section).
-    user_negatives: int = 0
-    heldout_users: int | None = None
-    #: Seeds of rubric induction per evaluated generator (the paired t-test needs several).
-    runs: int = 3
-    max_new_tokens: int = 512
-    #: Start from an empty ``out`` instead of skipping the stages ``summary.json`` records.
-    fresh: bool = False
-    #: ``full`` or ``short``: what the report says ran (:func:`demo_config` sets it with the short form's sizes).
-    form: str = "full"
-
-    def __post_init__(self) -> None:
-        from persetrain.train.warmstart import SOURCES
-
-        if self.warmstart not in SOURCES:
-            raise ValueError(f"warmstart is one of {SOURCES}, not {self.warmstart!r}")
-        if self.grpo_prompts < 1:
-            raise ValueError(f"grpo_prompts is at least 1, not {self.grpo_prompts}")
-        if self.judge_seeds < 1:
-            raise ValueError(f"judge_seeds is at least 1, not {self.judge_seeds}")
-        if not self.judge_curriculum or any(steps < 1 for _, steps in self.judge_curriculum):
-            raise ValueError(f"judge_curriculum needs stages of at least 1 step, not {self.judge_curriculum}")
-        if self.warmstart_samples and self.warmstart != "truth":
-            raise ValueError("warmstart_samples needs warmstart 'truth': only synthetic users' true rules are known")
-        if self.form not in FORMS:
-            raise ValueError(f"form is one of {FORMS}, not {self.form!r}")
-
-
-FORMS = ("short", "full")
-#: The short form's sizes over :class:`ParlDemoConfig`'s (the full form), measured to end within 15 minutes on 2
-#: cores (``docs/findings/2026-11-29-parl-reward-and-short-demo.md``): the two-rule judge, a warm start on 8
-#: users' true rules, 4 GRPO steps, Max-Diff over 2 induction seeds on 4 held-out users with rubric sets of at
-#: most 256 tokens.
-SHORT_FORM: dict[str, object] = {
-    "judge_curriculum": parse_curriculum(SHORT_JUDGE_CURRICULUM),
-    "warmstart_users": 8,
-    "warmstart_copies": 1,
-    "grpo_steps": 4,
-    "heldout_users": 4,
-    "runs": 2,
-    "max_new_tokens": 256,
-}
-
-
-def demo_config(full: bool = False, **given: object) -> ParlDemoConfig:
-    """The short form's config (or the full one's), then whatever ``given`` sets (None: not given)."""
-    values = {} if full else dict(SHORT_FORM)
-    values.update({key: value for key, value in given.items() if value is not None})
-    return ParlDemoConfig(form="full" if full else "short", **values)
 
 
 def _no_bars() -> str:
