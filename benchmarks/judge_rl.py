@@ -34,15 +34,29 @@ judge's), so that
 judged systems. ``--rl-only`` trains and judges the RL judge alone (and reads its start): another seed of it costs
 the RL run and its judging, without the three comparisons. The last line printed is one JSON object.
 
+``--folds K`` is leave-topics-out cross-validation of the yes / no RL judge over the ``--train`` topics (the 8 given
+ones): the topics, sorted, are dealt into K folds; a fold's topics are judged by judges trained on the others, of
+which one (``--validation-topics``, default 1) is held out of training as the validation topic its checkpoints are
+chosen on (``validation_evaluator``). Per fold, once: the data, the untrained start and the reward model
+(``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows), each judged with the ``blind`` probe; per fold
+and seed (``--seeds``), the RL judge, its collapse step if any and the checkpoint it ended with. Each fold x seed
+result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun reads instead of training again; ``--fold-ids``
+runs some folds only (another process can run the others). The last line is the summary over every result on disk:
+mean and spread of the RL judge, its start and the reward model, the gain over the start, and each target.
+``--rl-overrides "--key value ..."`` goes to the GRPO recipe (a shorter schedule: ``--max-steps``).
+
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
         [--view letter|yes-no] [--recipe YAML] [--orders 2] [--max-steps N] [--sft-steps N] [--rl-only] \\
         [--out runs/judge-rl] [-- SFT-OVERRIDES]
+    python benchmarks/judge_rl.py --folds 4 --fold-ids 0,1 --seeds 0,1 --name short40 --max-steps 40 \\
+        [--max-eval 100] [--rl-overrides "--save_steps 10"] [--out runs/judge-rl]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import time
 from collections import Counter
@@ -61,6 +75,7 @@ from learned_judges import (
 
 from data_prep.judge.prepare import prepare_judge
 from data_prep.judge.sft_view import judge_sft
+from data_prep.preference.prepare import prepare_preference
 from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
 from persetrain.evaluation import load_examples
 from persetrain.evaluators.registry import SystemSpec
@@ -121,6 +136,14 @@ def make_parser() -> argparse.ArgumentParser:
         help="Train and judge only the RL judge (and read its start): another seed of it, without the comparisons.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
+    parser.add_argument("--folds", type=int, default=None, help="Leave-topics-out cross-validation in K folds.")
+    parser.add_argument("--fold-ids", default=None, help="The folds to run (comma-separated; default: all).")
+    parser.add_argument("--seeds", default="0,1", help="Cross-validation: the RL judge's seeds (comma-separated).")
+    parser.add_argument("--name", default="recipe", help="Cross-validation: this setting's name (its results folder).")
+    parser.add_argument(
+        "--validation-topics", type=int, default=1, help="Cross-validation: training topics held out for validation."
+    )
+    parser.add_argument("--rl-overrides", default="", help='Cross-validation: GRPO recipe overrides, "--key value".')
     parser.add_argument("sft_overrides", nargs="*", help="The SFT judge's recipe overrides, after '--'.")
     return parser
 
@@ -237,9 +260,206 @@ def train_comparisons(args, data: Path, judge_data: Path, times: dict) -> int:
     return sft_steps
 
 
+# ------------------------------------------------------------------------------------ cross-validation
+#: What each fold x seed result holds that the summary averages.
+CV_FIGURES = (
+    "rl_accuracy",
+    "rl_blind_accuracy",
+    "rl_swap_accuracy",
+    "start_accuracy",
+    "start_blind_accuracy",
+    "rl_gain",
+)
+
+
+def topic_folds(train: list[Path], k: int) -> list[list[str]]:
+    """The ``--train`` topics, sorted, dealt into ``k`` folds (fold i: topics i, i + k, ...)."""
+    topics = sorted({f.stem for d in train for f in topic_files(d)})
+    if not 2 <= k <= len(topics):
+        raise SystemExit(f"error: --folds must be 2 to {len(topics)} (the topics), not {k}")
+    return [topics[i::k] for i in range(k)]
+
+
+def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> tuple[Path, Path, list[str]]:
+    """The fold's data: ``prepare preference`` of every other topic with ``--validation-topics`` of them held out
+    (the reward model's rows and the verifier view), the RL judge's yes / no prompts and validation questions from
+    it (``prepare judge``), and a PrefEval folder of the fold's own topics; and the validation topics."""
+    rest = sorted(t for fold in folds for t in fold if t not in test)
+    validation = rest[: args.validation_topics]
+    data, eval_dir, sources = fold_dir / "data", fold_dir / "data" / "eval", fold_dir / "data" / "sources"
+    files = {f.stem: f for d in args.train for f in topic_files(d)}
+    for folder, topics in ((sources, rest), (eval_dir, test)):
+        (folder / OPTIONS_DIR).mkdir(parents=True, exist_ok=True)
+        for topic in topics:
+            shutil.copy2(files[topic], folder / OPTIONS_DIR / files[topic].name)
+    if not (data / "listwise").is_dir():
+        prepare_preference(data, prefeval=[sources], holdout_topics=validation, seed=0)
+    if not (data / "judge").is_dir():
+        prepare_judge(data / "judge", verifier=[data / "verifier"], seed=0, balance_yes_no=True)
+    return data, eval_dir, validation
+
+
+def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) -> dict:
+    """The untrained start (``start``) or the reward model trained on the fold's rows (``rm``), judged once per
+    fold on the fold's questions, person-blind too."""
+    from persetrain.train import rm
+
+    seconds = 0.0
+    if name == "rm":
+        seconds = train(
+            rm,
+            RM_RECIPE,
+            ["--dataset_path", str(data / "listwise"), "--output_dir", str(fold_dir / "rm")]
+            + ["--report_to", "none", "--save_strategy", "no"],
+            fold_dir / "rm",
+        )
+    system = SystemSpec("rm", "rm", str(fold_dir / "rm")) if name == "rm" else SystemSpec(name, "verifier", args.start)
+    judged = meta_evaluate(
+        MetaEvalConfig(
+            data=str(eval_dir),
+            out=str(fold_dir / f"meta-eval-{name}"),
+            systems=[system],
+            probes=["blind"],
+            max_examples=args.max_eval,
+            seed=0,
+        )
+    )
+    return {
+        f"{name}_accuracy": judged["systems"][name]["metrics"]["accuracy"],
+        f"{name}_blind_accuracy": judged["systems"][name]["blind"]["accuracy"],
+        f"{name}_n_eval": judged["n_examples"],
+        **({f"{name}_train_seconds": seconds} if seconds else {}),
+    }
+
+
+def fold_reference_cached(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) -> dict:
+    """:func:`fold_reference`, kept in ``fold_dir/<name>.json`` so that a rerun reads it."""
+    path = fold_dir / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    found = fold_reference(args, fold_dir, data, eval_dir, name)
+    write_json(path, found)
+    return found
+
+
+def collapse_and_choice(run_dir: Path) -> dict:
+    """The run's collapse (step, onset) if any, the checkpoint it ended with and each checkpoint's validation."""
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    collapse = next((r for r in rows if r.get("event") == "collapse"), None)
+    validation = {r["step"]: r["validation/accuracy"] for r in rows if r.get("event") == "validation"}
+    results = run_dir / "train_results.json"
+    chosen = json.loads(results.read_text()).get("chosen_step") if results.is_file() else None
+    return {
+        "collapse_step": None if collapse is None else collapse["step"],
+        "collapse_onset": None if collapse is None else collapse["onset"],
+        "chosen_step": chosen,
+        "validation_accuracy": validation,
+        "saved_model_collapsed": collapse is not None and (chosen is None or chosen >= collapse["onset"]),
+    }
+
+
+def fold_seed(args, seed: int, fold_dir: Path, data: Path, eval_dir: Path, start: dict) -> dict:
+    """One RL judge of the fold, trained from ``--start`` with ``seed`` and judged on the fold's topics."""
+    from persetrain.train import grpo
+
+    run = fold_dir / args.name / f"seed{seed}"
+    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data / "judge")]
+    argv += ["--output_dir", str(run / "rl-run"), "--seed", str(seed)]
+    argv += [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
+    seconds = train_judge(grpo, [*argv, *shlex.split(args.rl_overrides)], run / "rl")
+    judged = meta_evaluate(
+        MetaEvalConfig(
+            data=str(eval_dir),
+            out=str(run / "meta-eval"),
+            systems=[SystemSpec("rl", "verifier", str(run / "rl"))],
+            probes=["blind", "swap"],
+            max_examples=args.max_eval,
+            seed=0,
+        )
+    )
+    steps = step_logs(run / "rl-run")
+    curve = [r[VERDICT_REWARD] for r in steps]
+    first, last = first_last_fifth(curve)
+    found = {
+        **{k: v for k, v in figures(judged, "rl", "rl").items() if v is not None},
+        **start,
+        "rl_gain": judged["systems"]["rl"]["metrics"]["accuracy"] - start["start_accuracy"],
+        **collapse_and_choice(run / "rl-run"),
+        "rl_train_seconds": seconds,
+        "steps": len(steps),
+        "reward_first_fifth": first,
+        "reward_last_fifth": last,
+        "reward_curve": curve,
+        "equal_group_share_curve": [r.get("frac_reward_zero_std") for r in steps],
+        "verdict_entropy_curve": [r.get("judge/verdict_entropy") for r in steps],
+        "reward_time_share": reward_time_share(steps),
+    }
+    return found
+
+
+def cv_summary(results: dict[str, dict], rm_by_fold: dict[int, dict]) -> dict:
+    """Mean and spread over the fold x seed results (the reward model: over the folds it was trained in), and each
+    target: no collapse in a saved model, the RL judge at least its start + 0.15 in every one, and on average at
+    least the reward model of the same folds."""
+    from persetrain.metrics.parl import mean_std
+
+    summary: dict = {"runs": sorted(results), "n_runs": len(results), "rm_folds": sorted(rm_by_fold)}
+    for key in CV_FIGURES:
+        summary[key] = mean_std([r.get(key) for r in results.values()])
+    for key in ("rm_accuracy", "rm_blind_accuracy"):
+        summary[key] = mean_std([rm_by_fold[fold][key] for fold in sorted(rm_by_fold)])
+    same_folds = [r["rl_accuracy"] for r in results.values() if r["fold"] in rm_by_fold]
+    summary["rl_accuracy_on_rm_folds"] = mean_std(same_folds)
+    summary["collapsed_saved_models"] = sorted(k for k, r in results.items() if r["saved_model_collapsed"])
+    summary["collapses"] = {k: r["collapse_step"] for k, r in results.items() if r["collapse_step"] is not None}
+    rm_mean = summary["rm_accuracy"]["mean"]
+    summary["targets"] = {
+        "no_collapse_in_saved_model": not summary["collapsed_saved_models"],
+        "gain_at_least_0.15_everywhere": all(r["rl_gain"] >= 0.15 for r in results.values()),
+        "mean_at_least_rm": None if rm_mean is None else summary["rl_accuracy_on_rm_folds"]["mean"] >= rm_mean,
+    }
+    return summary
+
+
+def cross_validate(args) -> dict:
+    """Every fold x seed asked for (a result on disk is read, not trained again), then the reward model of each of
+    those folds, then the summary of every result on disk."""
+    if args.view != "yes-no":
+        raise SystemExit("error: --folds cross-validates the yes / no judge: pass --view yes-no")
+    folds = topic_folds(args.train, args.folds)
+    ids = range(args.folds) if args.fold_ids is None else [int(i) for i in args.fold_ids.split(",")]
+    results_dir = args.out / "cv" / args.name
+    for fold in ids:
+        fold_dir = args.out / f"cv-fold{fold}-of{args.folds}"
+        data, eval_dir, validation = fold_data(args, fold_dir, folds[fold], folds)
+        start = fold_reference_cached(args, fold_dir, data, eval_dir, "start")
+        for seed in (int(s) for s in args.seeds.split(",")):
+            result_file = results_dir / f"fold{fold}-seed{seed}.json"
+            if result_file.is_file():
+                continue
+            result = fold_seed(args, seed, fold_dir, data, eval_dir, start)
+            result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)
+            result.update(max_steps=args.max_steps, rl_overrides=args.rl_overrides, recipe=str(args.recipe))
+            write_json(result_file, result)
+            print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
+        fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
+    results = {f.stem: json.loads(f.read_text()) for f in sorted(results_dir.glob("fold*-seed*.json"))}
+    rm_by_fold = {
+        r["fold"]: json.loads(rm.read_text())
+        for r in results.values()
+        if (rm := args.out / f"cv-fold{r['fold']}-of{args.folds}" / "rm.json").is_file()
+    }
+    summary = cv_summary(results, rm_by_fold)
+    write_json(results_dir / "summary.json", summary)
+    return summary
+
+
 def main() -> None:
     args = make_parser().parse_args()
     args.recipe = args.recipe or VIEWS[args.view][0]
+    if args.folds is not None:
+        emit(cross_validate(args))
+        return
     data, eval_dir = prepare_data(args)
     judge_data = data / "judge"
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits

@@ -340,13 +340,12 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     tiny_llama_dir, yes_no_data, tmp_path
 ):
     """Every group's rewards equal from step 4: the window of steps 4-5 is a collapse, written once to metrics.jsonl
-    and the console; rollback stops the run there and its final model is checkpoint-3, saved before the window (HF's
-    rotation kept it under save_total_limit 1, and deleted the others at the end). Each step logs the equal groups'
-    share and the verdicts' entropy."""
+    and the console; rollback stops the run there and its final model is checkpoint-3, saved before the window (kept
+    on disk while the window was watched). Each step logs the equal groups' share and the verdicts' entropy."""
     out = tmp_path / "rollback"
     argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
     argv[argv.index("--max_steps") + 1] = "8"
-    argv += ["--collapse_action", "rollback", "--validation_evaluator", "", "--save_total_limit", "1"]
+    argv += ["--collapse_action", "rollback", "--validation_evaluator", ""]
     with console.capture() as captured:
         result = run_grpo(argv)
     assert result.global_step == 5 and result.exit_code == 0
@@ -363,7 +362,9 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     assert captured.get().count("collapse at step 5") == 1
     assert result.metrics["chosen_step"] == 3
     assert _same_weights(_adapter(out), _adapter(out / "checkpoint-3"))
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]  # HF keeps only the chosen one
+    assert not _same_weights(_adapter(out), _adapter(out / "checkpoint-5"))
+    # the checkpoints that could no longer be chosen were deleted as the run went: the newest and the chosen one stay
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-5"]
 
 
 @pytest.mark.slow
@@ -390,16 +391,7 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
     argv = _argv(tiny_llama_dir, yes_no_data, out, recipe=YES_NO_RECIPE)
     argv[argv.index("--save_strategy") + 1] = "steps"
     argv[argv.index("--max_steps") + 1] = "3"
-    argv += [
-        "--save_steps",
-        "1",
-        "--validation_max_examples",
-        "6",
-        "--learning_rate",
-        "0.05",
-        "--save_total_limit",
-        "1",
-    ]
+    argv += ["--save_steps", "1", "--validation_max_examples", "6", "--learning_rate", "0.05"]
     result = run_grpo(argv)
     validated = _events(out, "validation")
     assert [r["step"] for r in validated] == [1, 2, 3]
@@ -410,6 +402,7 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
     assert validated[-1]["validation/best_step"] == best
     assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{best}"))
     assert (out / "merged" / "config.json").is_file()
+    assert {p.name for p in out.glob("checkpoint-*")} <= {f"checkpoint-{best}", "checkpoint-3"}
     judged = json.loads((out / "validation" / "checkpoint-1" / "metrics.json").read_text())
     assert judged["n_examples"] == 6
     assert {q["topic"] for q in load_from_disk(str(yes_no_data / "questions"))["validation"]} == {"travel_restaurant"}

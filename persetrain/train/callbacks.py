@@ -13,7 +13,8 @@ final model and its one merged copy are that checkpoint's):
   (``verifier``, ``mcq-letter``) on held-out questions (``persetrain prepare judge`` writes the validation
   topics' questions to ``<dataset>/questions``), writes ``validation/accuracy`` to ``metrics.jsonl`` (``event:
   validation``) and the console, and makes the best checkpoint saved before any collapse the one the run ends
-  with. HF's ``rotate_checkpoints`` never deletes ``best_model_checkpoint``, so ``save_total_limit: 1`` keeps it.
+  with. Without ``save_total_limit``, the checkpoints that can no longer be chosen are deleted
+  (:meth:`CheckpointChoice.prune`), so at most three stay: the newest, the chosen one and the one the run ends with.
 
 Why not ``load_best_model_at_end``: it needs ``eval_strategy`` to match ``save_strategy``, and GRPO's evaluation
 samples rollouts and scores rewards, not the evaluator's accuracy on whole held-out questions.
@@ -85,6 +86,19 @@ class CheckpointChoice:
         state.best_model_checkpoint = None if step is None else str(checkpoint_dir(args, step))
         return step
 
+    def prune(self, args) -> None:
+        """Delete the checkpoints that can no longer be chosen: all but the newest (to resume from), the one chosen
+        now and the one the run would end with if it ended now. Why not HF's ``save_total_limit``: it keeps the
+        newest and ``best_model_checkpoint``, one choice, and a checkpoint validated inside the watched window is
+        not that choice yet, so under ``save_total_limit: 1`` it was deleted before it could be chosen."""
+        if not (self.rollback or self.validating) or args.save_total_limit:
+            return
+        on_disk = [step for step in self.saved if checkpoint_dir(args, step).is_dir()]
+        keep = {*on_disk[-1:], self.chosen(args, final=False), self.chosen(args, final=True)}
+        for step in on_disk:
+            if step not in keep:
+                shutil.rmtree(checkpoint_dir(args, step), ignore_errors=True)
+
 
 def checkpoint_dir(args, step: int) -> Path:
     return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
@@ -112,6 +126,8 @@ class CollapseCallback(TrainerCallback):
         if state.global_step not in self.choice.saved:
             self.choice.saved.append(state.global_step)
         self.choice.apply(args, state, _ending(args, state, control))
+        if state.is_world_process_zero and not self.choice.validating:  # else pruned once the checkpoint is scored
+            self.choice.prune(args)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or EQUAL_GROUP_SHARE not in logs or self.choice.collapse_onset is not None:
@@ -174,6 +190,7 @@ class ValidationCallback(TrainerCallback):
         accuracy = self.judge(checkpoint, Path(args.output_dir) / VALIDATION_DIR / checkpoint.name, args.seed)
         self.choice.scores[step] = accuracy
         best = self.choice.apply(args, state, _ending(args, state, control))
+        self.choice.prune(args)
         record = {
             "event": "validation",
             "step": step,
