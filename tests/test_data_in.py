@@ -157,25 +157,15 @@ def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     assert 0.0 <= meta["flip_rate"] <= 1.0 and "accuracy" in meta["blind"] and "accuracy" in meta["swap"]
 
 
-def test_llm_judge_judges_pairs_as_two_option_questions(tiny_llama_dir, tmp_path):
-    result = CliRunner().invoke(
-        app,
-        [
-            "--quiet",
-            "evaluate",
-            "--data",
-            str(HH_RLHF),
-            "--task",
-            "pairwise",
-            "--out",
-            str(tmp_path / "run"),
-            "--system",
-            f"j=llm-judge:{tiny_llama_dir}",
-        ],
-    )
+def test_llm_judge_pref_and_aupel_judge_pairs(tiny_llama_dir, tmp_path):
+    """llm-judge and PREF judge a pair as a two-option question, AuPEL as a test case of two systems."""
+    data = ["--data", str(PERSONAS / "test.jsonl"), "--task", "pairwise", "--person-column", "persona"]
+    systems = [f"j=llm-judge:{tiny_llama_dir}", f"a=aupel:{tiny_llama_dir}", f"p=pref:{tiny_llama_dir}"]
+    args = ["--quiet", "evaluate", *data, "--out", str(tmp_path / "run"), "--max-examples", "2"]
+    result = CliRunner().invoke(app, [*args, *(flag for s in systems for flag in ("--system", s))])
     assert result.exit_code == 0, result.output
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())["systems"]["j"]
-    assert metrics["n"] == 6 and metrics["n_correct"] + metrics["n_ties"] + metrics["n_unparsed"] <= 6
+    for name, m in json.loads((tmp_path / "run" / "metrics.json").read_text())["systems"].items():
+        assert m["n"] == 2 and m["n_correct"] + m["n_ties"] + m["n_unparsed"] <= 2, name
 
 
 # ------------------------------------------------------------------------------------------ bad input

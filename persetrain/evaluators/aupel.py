@@ -35,6 +35,7 @@ from persetrain.engine import Cost, Engine
 from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
 from persetrain.evaluators.expert import check_reference_examples
 from persetrain.evaluators.learned import Item
+from persetrain.evaluators.pairs import is_pairs, judge_pairs_as_cases, refuse_plot_pairs
 from persetrain.evaluators.scorers import TrainedScorer, check_scorer, grouped_scores
 from persetrain.io import atomic_write
 from persetrain.metrics.elo import LOSS, TIE, WIN, bootstrap_elo, consistency_sensitivity
@@ -121,7 +122,9 @@ def comparisons(
 
 @register("aupel")
 class AuPEL(Evaluator):
-    tasks = ("reference",)
+    #: ``pairwise``: preference rows, each a test case of two systems judged on personalization (the dimension that
+    #: reads the person; the first configured dimension without it), its outcome the pair's choice.
+    tasks = ("reference", "pairwise")
     Config = AuPELConfig
 
     def __init__(self, config: AuPELConfig | None = None):
@@ -136,6 +139,10 @@ class AuPEL(Evaluator):
         self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
     ) -> list[Judgment]:
         c = self.config
+        if is_pairs(examples):
+            dimension = "personalization" if "personalization" in c.dimensions else c.dimensions[0]
+            return judge_pairs_as_cases(lambda cases: self.judge(cases, engine, context), examples, dimension)
+        refuse_plot_pairs(examples, "aupel")
         check_config(c)
         systems = check_reference_examples(examples, context.data, need_reference=False)
         if len(systems) < 2:
@@ -207,11 +214,15 @@ class AuPEL(Evaluator):
         return [[self._scorer.judge.share(r)[0]] * 2 for r in raw], costs
 
     def metrics(self, task, examples: Sequence, judgments: list[Judgment]) -> dict:
+        if is_pairs(examples):
+            return task.metrics(examples, judgments)
         return aupel_metrics(judgments, self.config)
 
     def report(
         self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]
     ) -> dict[str, str]:
+        if is_pairs(examples):
+            return {}
         sections = {}
         for name, m in metrics.items():
             sections[f"AuPEL Elo ratings: {name}"] = elo_table(m)

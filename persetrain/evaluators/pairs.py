@@ -5,14 +5,15 @@ PrefEval's questions (PREF, the LLM judges, mcq-letter), a question with two opt
 preference, the prompt as the question, ``response_a`` and ``response_b`` as options 0 and 1 in the order the
 reader drew. The method judges that question with its own prompts; its choice of option 0 or 1 is read back as
 ``A`` or ``B`` (no choice: a tie), every score and rationale kept. So one adapter, not a second code path per
-method, makes a method that ranks options judge pairs.
+method, makes a method that ranks options judge pairs. A method that compares systems' outputs (AuPEL) sees a pair
+as a test case of two systems, ``A`` and ``B`` (:func:`judge_pairs_as_cases`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from persetrain.schema import Judgment, McqExample, PreferencePairExample
+from persetrain.schema import Judgment, McqExample, PairwiseExample, PreferencePairExample, ReferenceExample
 
 #: Option index -> the side of the pair it shows.
 SIDES = {"0": "A", "1": "B"}
@@ -54,7 +55,7 @@ def judge_pairs(judge: Callable[[Sequence[McqExample]], list[Judgment]], example
 def refuse_plot_pairs(examples: Sequence, method: str) -> None:
     """A method that judges pairs as questions reads preference rows; Per-DOC's records (an aspect of two plots
     judged against an annotator's earlier choices) are PerSE's task, refused in one line."""
-    if examples and not is_pairs(examples) and not isinstance(examples[0], McqExample):
+    if examples and isinstance(examples[0], PairwiseExample):
         raise ValueError(
             f"{method} judges the pairwise kind's preference rows (prompt / chosen / rejected), not "
             f"{type(examples[0]).__name__} records; PerSE and the learned judges read those"
@@ -68,3 +69,35 @@ def refuse_preference_rows(examples: Sequence, method: str, reads: str) -> None:
             f"{method} reads {reads}, which preference rows (prompt / chosen / rejected) do not have; judge them with "
             "rm, verifier, llm-judge or pref"
         )
+
+
+#: A comparison's outcome for the first system (response A) as the pair's choice; a tie chooses neither.
+OUTCOMES = {"win": "A", "loss": "B", "tie": None}
+
+
+def as_test_cases(examples: Sequence[PreferencePairExample]) -> list[ReferenceExample]:
+    """Each pair as a test case of two systems, ``A`` and ``B``, for a method that compares systems' outputs
+    (AuPEL): the prompt as the task input, the person as the user's one writing sample (none without one)."""
+    return [
+        ReferenceExample.model_construct(
+            id=ex.id,
+            user_id=ex.id,
+            input=ex.prompt,
+            reference="",
+            profile=[ex.person] if ex.person.strip() else [],
+            outputs={"A": ex.response_a, "B": ex.response_b},
+        )
+        for ex in examples
+    ]
+
+
+def judge_pairs_as_cases(
+    judge: Callable[[Sequence[ReferenceExample]], list[Judgment]], examples: Sequence, dimension: str
+) -> list[Judgment]:
+    """``judge`` (a comparison of systems) applied to the pairs as test cases; the outcome of A against B on
+    ``dimension`` becomes the pair's choice, the other dimensions' judgments dropped."""
+    return [
+        j.model_copy(update={"choice": OUTCOMES[j.choice], "target": None, "score": None})
+        for j in judge(as_test_cases(examples))
+        if (j.details or {}).get("dimension") == dimension
+    ]
