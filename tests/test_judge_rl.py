@@ -415,3 +415,27 @@ def test_verdict_entropy_is_per_prompt():
     parsed = ["yes", "no", "yes", "no", "no", "no", "no", "no"]
     assert verdict_entropy(parsed, ["a"] * 4 + ["b"] * 4) == pytest.approx(0.5)
     assert verdict_entropy([None, "A", "B", "C"], ["q"] * 4) == pytest.approx(2.0)
+
+
+def test_a_resumed_run_chooses_among_the_checkpoints_and_scores_the_stopped_run_left(tmp_path):
+    """A run resumed at step 30 reads back its checkpoints on disk and their validation scores and collapse from
+    metrics.jsonl: the best checkpoint saved before the collapse's onset is still the choice, and one saved after the
+    resumed step (a torn save) is not counted."""
+    from transformers import TrainerState, TrainingArguments
+
+    from persetrain.train.callbacks import CheckpointChoice
+
+    for step in (10, 20, 30, 40):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    records = [
+        {"event": "validation", "step": 10, "validation/accuracy": 0.5},
+        {"event": "validation", "step": 20, "validation/accuracy": 0.7},
+        {"event": "validation", "step": 30, "validation/accuracy": 0.9},
+        {"event": "collapse", "step": 30, "onset": 25},
+    ]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    choice = CheckpointChoice(validating=True)
+    choice.resume(args, TrainerState(global_step=30))
+    assert choice.saved == [10, 20, 30] and choice.collapse_onset == 25
+    assert choice.chosen(args, final=True) == 20

@@ -33,6 +33,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from persetrain.console import console
+from persetrain.io import read_step_log
 from persetrain.train.runner import METRICS_FILE, append_record
 
 #: TRL's per-step share of groups whose rewards are all equal.
@@ -59,6 +60,22 @@ class CheckpointChoice:
     window_start: int | None = None
     rollback: bool = False
     validating: bool = False
+
+    def resume(self, args, state) -> None:
+        """A resumed run's choice as the stopped run left it: its checkpoints on disk up to the resumed step, their
+        validation scores and a collapse, read back from ``metrics.jsonl`` (which the metrics callback, first in the
+        list, has trimmed to the resumed step)."""
+        if self.saved or state.global_step == 0:
+            return
+        prefix = f"{PREFIX_CHECKPOINT_DIR}-"
+        steps = (p.name.removeprefix(prefix) for p in Path(args.output_dir).glob(f"{prefix}*"))
+        self.saved = sorted(int(step) for step in steps if step.isdigit() and int(step) <= state.global_step)
+        log = Path(args.output_dir) / METRICS_FILE
+        rows = read_step_log(log) if log.is_file() else []
+        self.scores = {r["step"]: r["validation/accuracy"] for r in rows if r.get("event") == "validation"}
+        collapse = next((r for r in rows if r.get("event") == "collapse"), None)
+        if collapse is not None:
+            self.collapse_onset = collapse["onset"]
 
     def chosen(self, args, final: bool) -> int | None:
         before = self.collapse_onset
@@ -121,6 +138,9 @@ class CollapseCallback(TrainerCallback):
         self.choice, self.window, self.equal_share, self.action = choice, window, equal_share, action
         choice.rollback = action == "rollback"
         self.recent: list[tuple[int, float]] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.choice.resume(args, state)
 
     def on_save(self, args, state, control, **kwargs):
         if state.global_step not in self.choice.saved:
