@@ -22,6 +22,10 @@ from persetrain.view.runs import load_run
 DEV = Path(__file__).resolve().parent.parent / "data" / "prefeval" / "dev"
 
 
+#: Real runs through evaluate (a model of random weights, loaded four times): the slow tier (docs/testing.md).
+pytestmark = pytest.mark.slow
+
+
 def run(out: Path, *systems: SystemSpec, n: int = 24) -> Path:
     evaluate(EvaluationConfig(data=str(DEV), out=str(out), systems=list(systems), max_examples=n))
     return out

@@ -28,6 +28,9 @@ from persetrain.evaluators.registry import SystemSpec
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 from persetrain.models import DEFAULT_MODEL
 
+#: The embedded model, a server process and a browser: every test here is of the slow tier (docs/testing.md).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "prefeval" / "dev"
 CHROMIUM_FLAGS = (
