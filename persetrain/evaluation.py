@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
+from persetrain.config_files import read_yaml_mapping
 from persetrain.console import console
 from persetrain.data import load_dataset
 from persetrain.environment import environment
@@ -70,19 +70,7 @@ class EvaluationConfig:
         """An evaluation config file: the fields above plus a ``systems:`` list of
         ``{name, evaluator, model, <option>: <value>, ...}``; ``overrides`` (the command line) win."""
         path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError) as err:
-            raise InputError(path, f"not a readable YAML evaluation config ({err})") from None
-        except yaml.YAMLError as err:  # pyyaml's own message spans lines (it quotes the text): keep its gist
-            mark = getattr(err, "problem_mark", None)
-            problem = getattr(err, "problem", None) or type(err).__name__
-            if mark is None:
-                raise InputError(path, f"not valid YAML: {problem}") from None
-            message = f"not valid YAML: {problem} (column {mark.column + 1})"
-            raise InputError(path, message, record=mark.line + 1) from None
-        if not isinstance(raw, dict):
-            raise InputError(path, "must be a mapping with a systems: list")
+        raw = read_yaml_mapping(path, "evaluation config")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:

@@ -16,6 +16,7 @@ from persetrain.io import InputError
 from persetrain.launch import LaunchError, local_command, plan_launch
 from persetrain.launch.slurm import SlurmOptions, plan_slurm, render_sbatch
 from persetrain.train.recipe import RecipeError, read_recipe
+from persetrain.train.trainers import recipe_keys
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes/perse/cpu_smollm2_per-mpst-k3.yaml"
@@ -36,14 +37,16 @@ def _persetrain(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: p.name)
 def test_every_recipe_names_an_accelerate_config_that_launches(recipe):
-    plan = plan_launch(recipe, cpu=False, check_data=False)
+    plan = plan_launch(recipe, cpu=False, check_data=False, read_keys=recipe_keys)
     command = local_command(plan)
     assert command.argv[:4] == ["accelerate", "launch", "--config_file", str(plan.accelerate_config_path)]
     assert command.argv[-4:] == ["-m", f"persetrain.train.{plan.trainer}", "--config", str(recipe)]
 
 
 def test_cpu_recipe_command_and_overrides():
-    plan = plan_launch(CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"], check_data=False)
+    plan = plan_launch(
+        CPU_RECIPE.relative_to(REPO), overrides=["--max_steps", "3"], check_data=False, read_keys=recipe_keys
+    )
     assert local_command(plan).shell() == (
         "accelerate launch --config_file accelerate_configs/cpu.yaml -m persetrain.train.sft "
         "--config recipes/perse/cpu_smollm2_per-mpst-k3.yaml --max_steps 3"
@@ -53,7 +56,7 @@ def test_cpu_recipe_command_and_overrides():
 @pytest.mark.slow
 def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp_path):
     recipe = _recipe(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4)
-    command = local_command(plan_launch(recipe, num_processes=2))
+    command = local_command(plan_launch(recipe, num_processes=2, read_keys=recipe_keys))
     assert command.argv == [
         "torchrun",
         "--standalone",
@@ -70,10 +73,10 @@ def test_several_cpu_processes_go_through_torchrun_and_keep_the_global_batch(tmp
 
 
 def test_world_size_that_does_not_divide_the_batch_is_refused():
-    plan = plan_launch(ZERO3_RECIPE, num_processes=4, check_data=False)  # 32 = 4 x 4 x 2
+    plan = plan_launch(ZERO3_RECIPE, num_processes=4, check_data=False, read_keys=recipe_keys)  # 32 = 4 x 4 x 2
     assert plan.overrides == ["--gradient_accumulation_steps", "2"]
     with pytest.raises(LaunchError) as refused:
-        plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False)
+        plan_launch(ZERO3_RECIPE, num_processes=3, check_data=False, read_keys=recipe_keys)
     assert str(refused.value) == (
         f"{ZERO3_RECIPE}: the global batch 32 (per_device_train_batch_size 4 x gradient_accumulation_steps 1 x 8 "
         "processes, those of the accelerate config it was tuned for) does not split into equal steps over 3 "
@@ -82,7 +85,11 @@ def test_world_size_that_does_not_divide_the_batch_is_refused():
     )
     # Accumulation given on the command line sets the batch: 3 x 4 x 3 = 36.
     given = plan_launch(
-        ZERO3_RECIPE, num_processes=3, overrides=["--gradient_accumulation_steps", "3"], check_data=False
+        ZERO3_RECIPE,
+        num_processes=3,
+        overrides=["--gradient_accumulation_steps", "3"],
+        check_data=False,
+        read_keys=recipe_keys,
     )
     assert "global batch 36 instead of the recipe's 32" in given.notes[0]
 
@@ -90,15 +97,21 @@ def test_world_size_that_does_not_divide_the_batch_is_refused():
 def test_a_rank_share_smaller_than_the_per_device_batch_shrinks_it():
     """32 over 32 ranks is one example each: per-device 4 -> 1 (less memory per rank, never more); a per-device
     batch given on the command line is kept, so it must divide each rank's share."""
-    plan = plan_launch(ZERO3_RECIPE, num_processes=32, check_data=False)
+    plan = plan_launch(ZERO3_RECIPE, num_processes=32, check_data=False, read_keys=recipe_keys)
     assert plan.overrides == ["--per_device_train_batch_size", "1"]
     assert plan.notes == ["per_device_train_batch_size 4 -> 1: 32 processes keep the global batch 32 tuned on 8"]
-    assert plan_launch(ZERO3_RECIPE, num_processes=16, check_data=False).overrides == [
+    assert plan_launch(ZERO3_RECIPE, num_processes=16, check_data=False, read_keys=recipe_keys).overrides == [
         "--per_device_train_batch_size",
         "2",
     ]
     with pytest.raises(LaunchError, match=r"does not split into equal steps of per_device_train_batch_size 4 \(given"):
-        plan_launch(ZERO3_RECIPE, num_processes=16, overrides=["--per_device_train_batch_size", "4"], check_data=False)
+        plan_launch(
+            ZERO3_RECIPE,
+            num_processes=16,
+            overrides=["--per_device_train_batch_size", "4"],
+            check_data=False,
+            read_keys=recipe_keys,
+        )
 
 
 def test_another_accelerate_config_keeps_the_global_batch_the_recipe_was_tuned_for():
@@ -110,6 +123,7 @@ def test_another_accelerate_config_keeps_the_global_batch_the_recipe_was_tuned_f
             accelerate_config=REPO / "accelerate_configs/deepspeed_zero3.yaml",
             num_processes=2,
             check_data=False,
+            read_keys=recipe_keys,
         )
 
 
@@ -124,6 +138,7 @@ def test_launch_passes_the_hardware_precision_and_an_absolute_deepspeed_json():
             num_processes=2,
             overrides=overrides,
             check_data=False,
+            read_keys=recipe_keys,
         )
     )
     assert fsdp.argv[fsdp.argv.index("--mixed_precision") + 1] == "no" and fsdp.elastic
@@ -134,6 +149,7 @@ def test_launch_passes_the_hardware_precision_and_an_absolute_deepspeed_json():
             num_processes=2,
             overrides=overrides,
             check_data=False,
+            read_keys=recipe_keys,
         )
     )
     json_path = Path(zero3.argv[zero3.argv.index("--deepspeed_config_file") + 1])
@@ -148,7 +164,7 @@ def test_a_deepspeed_config_deepspeed_cannot_run_and_cuda_devices_without_a_gpu_
     config["deepspeed_config"]["deepspeed_config_file"] = str(ds)
     (tmp_path / "zero.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(LaunchError) as refused:
-        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "zero.yaml", check_data=False)
+        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "zero.yaml", check_data=False, read_keys=recipe_keys)
     assert f"{ds}: zero_optimization.stage 4: DeepSpeed's ZeRO stages are 0-3" in str(refused.value)
     assert f"{ds}: zero_optimization.offload_param.device 'gpu': DeepSpeed offloads to cpu or nvme" in str(
         refused.value
@@ -157,7 +173,7 @@ def test_a_deepspeed_config_deepspeed_cannot_run_and_cuda_devices_without_a_gpu_
     config = yaml.safe_load((REPO / "accelerate_configs/multi_gpu.yaml").read_text())
     (tmp_path / "two_gpus.yaml").write_text(yaml.safe_dump({**config, "gpu_ids": "0,1"}))
     with pytest.raises(LaunchError, match=r"two_gpus.yaml: gpu_ids 0,1 names CUDA devices, and this machine has none$"):
-        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "two_gpus.yaml", check_data=False)
+        plan_launch(ZERO3_RECIPE, accelerate_config=tmp_path / "two_gpus.yaml", check_data=False, read_keys=recipe_keys)
 
 
 def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
@@ -166,11 +182,14 @@ def test_deepspeed_config_must_match_the_accelerate_config(tmp_path):
     zero3 = str(REPO / "accelerate_configs/deepspeed_zero3.yaml")
     recipe = _recipe(tmp_path, accelerate_config=zero3, deepspeed=str(ds))
     with pytest.raises(LaunchError, match=r"DeepSpeed ZeRO stages disagree: .*: stage 3, .*zero2.json: stage 2"):
-        plan_launch(recipe)
+        plan_launch(recipe, read_keys=recipe_keys)
     with pytest.raises(LaunchError, match=r"'deepspeed' names a DeepSpeed config .* runs distributed_type NO"):
-        plan_launch(_recipe(tmp_path, "cpu.yaml", deepspeed=str(ds)))
+        plan_launch(_recipe(tmp_path, "cpu.yaml", deepspeed=str(ds)), read_keys=recipe_keys)
     with pytest.raises(InputError, match=r"missing.json: no such DeepSpeed config file"):
-        plan_launch(_recipe(tmp_path, "gone.yaml", accelerate_config=zero3, deepspeed=str(tmp_path / "missing.json")))
+        plan_launch(
+            _recipe(tmp_path, "gone.yaml", accelerate_config=zero3, deepspeed=str(tmp_path / "missing.json")),
+            read_keys=recipe_keys,
+        )
 
 
 def test_a_dataset_the_trainer_would_refuse_is_refused_before_any_process_starts(tmp_path, tiny_dataset):
@@ -180,15 +199,15 @@ def test_a_dataset_the_trainer_would_refuse_is_refused_before_any_process_starts
         match=r"recipe key 'dataset_path' names .*per_mpst_k3, which does not exist; "
         r"write it with `persetrain prepare` \(e.g. persetrain prepare perse",
     ):
-        plan_launch(recipe)
+        plan_launch(recipe, read_keys=recipe_keys)
     with pytest.raises(LaunchError, match=r"--dataset_path 'dataset_path' names .*recipe.yaml, which is not a folder"):
-        plan_launch(recipe, overrides=["--dataset_path", str(recipe)])
+        plan_launch(recipe, overrides=["--dataset_path", str(recipe)], read_keys=recipe_keys)
     with pytest.raises(InputError, match=r"not a dataset saved with save_to_disk \(no dataset_dict.json\)"):
-        plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)])
+        plan_launch(recipe, overrides=["--dataset_path", str(tmp_path)], read_keys=recipe_keys)
     evaluating = ["--dataset_path", str(tiny_dataset), "--eval_strategy", "steps", "--dataset_test_split", "dev"]
     with pytest.raises(LaunchError, match=r"dataset_test_split 'dev' is not a split of .* \(it has: train, test\)"):
-        plan_launch(recipe, overrides=evaluating)
-    assert plan_launch(recipe, overrides=["--dataset_path", str(tiny_dataset)]).overrides == [
+        plan_launch(recipe, overrides=evaluating, read_keys=recipe_keys)
+    assert plan_launch(recipe, overrides=["--dataset_path", str(tiny_dataset)], read_keys=recipe_keys).overrides == [
         "--dataset_path",
         str(tiny_dataset),
     ]
@@ -221,12 +240,16 @@ def test_missing_files_are_one_line_errors(tmp_path):
 def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_path):
     """From any folder: ``perse/NAME`` is recipes/perse/NAME.yaml, ``deepspeed_zero3`` accelerate_configs/'s; a
     recipe path that exists wins over a shipped name, and a recipe's own relative config name is found beside it."""
-    plan = plan_launch("perse/llama2-7b-chat_per-mpst-k3", accelerate_config="deepspeed_zero3", check_data=False)
+    plan = plan_launch(
+        "perse/llama2-7b-chat_per-mpst-k3", accelerate_config="deepspeed_zero3", check_data=False, read_keys=recipe_keys
+    )
     assert (
         plan.recipe_path == ZERO3_RECIPE
         and plan.accelerate_config_path == REPO / "accelerate_configs/deepspeed_zero3.yaml"
     )
-    assert plan_launch("recipes/perse/cpu_smollm2_per-mpst-k3.yaml", check_data=False).recipe_path == (
+    assert plan_launch(
+        "recipes/perse/cpu_smollm2_per-mpst-k3.yaml", check_data=False, read_keys=recipe_keys
+    ).recipe_path == (
         Path("recipes/perse/cpu_smollm2_per-mpst-k3.yaml")  # from the checkout root: the path as given
     )
     # The trainers take the same names (persetrain sft --config perse/NAME).
@@ -277,7 +300,10 @@ def test_single_node_sbatch(tmp_path):
     options = SlurmOptions(
         partition="cpu", time="01:00:00", mem="16G", log_dir=tmp_path / "logs", extra_sbatch=["--account=nlp"]
     )
-    script = render_sbatch(plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"], check_data=False), options)
+    script = render_sbatch(
+        plan_slurm(CPU_RECIPE, options, overrides=["--max_steps", "3"], check_data=False, read_keys=recipe_keys),
+        options,
+    )
     _bash_syntax_ok(script, tmp_path)
     for line in (
         "#SBATCH --partition=cpu",
@@ -309,7 +335,7 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
         gradient_accumulation_steps=8,
     )  # 1 x 8 x 8 = 64
     options = SlurmOptions(nodes=4, log_dir=tmp_path)
-    plan = plan_slurm(recipe, options)
+    plan = plan_slurm(recipe, options, read_keys=recipe_keys)
     assert plan.num_processes == 32 and plan.overrides == ["--gradient_accumulation_steps", "2"]
     script = render_sbatch(plan, options)
     _bash_syntax_ok(script, tmp_path)
@@ -327,7 +353,7 @@ def test_multi_node_sbatch_escapes_the_node_rank(tmp_path):
 
     # A world that the recipe's batch cannot be split over is refused before anything is written.
     with pytest.raises(LaunchError, match="the global batch 32 .* does not split into equal steps over 64 processes"):
-        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=8), check_data=False)
+        plan_slurm(ZERO3_RECIPE, SlurmOptions(nodes=8), check_data=False, read_keys=recipe_keys)
 
 
 @pytest.mark.slow
@@ -385,14 +411,14 @@ def test_grpo_with_a_vllm_server_keeps_one_node_for_generation(tmp_path):
         )
     )
     options = SlurmOptions(nodes=3, log_dir=tmp_path)
-    plan = plan_slurm(recipe, options)
+    plan = plan_slurm(recipe, options, read_keys=recipe_keys)
     assert plan.trainer == "grpo" and plan.num_processes == 16  # two training nodes x 8 GPUs: accumulation 2 -> 1
     script = render_sbatch(plan, options)
     _bash_syntax_ok(script, tmp_path)
     assert "trl vllm-serve --model Qwen/Qwen2.5-1.5B-Instruct" in script and "NNODES=$((SLURM_NNODES - 1))" in script
     assert "-m persetrain.train.grpo" in script and "--vllm_server_host $VLLM_NODE" in script
     with pytest.raises(LaunchError, match="needs --nodes 2 or more"):
-        plan_slurm(recipe, SlurmOptions(nodes=1))
+        plan_slurm(recipe, SlurmOptions(nodes=1), read_keys=recipe_keys)
 
 
 @pytest.fixture(scope="module")

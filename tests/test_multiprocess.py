@@ -25,6 +25,7 @@ from persetrain.signals import exit_code
 from persetrain.train.checkpoints import last_complete_checkpoint
 from persetrain.train.runner import METRICS_FILE
 from persetrain.train.sft import main, make_parser, run_sft
+from persetrain.train.trainers import recipe_keys
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
 
@@ -77,6 +78,7 @@ def test_two_gloo_ranks_match_one_process(tiny_llama_dir, in_prepared, tmp_path)
         num_processes=2,
         cpu=True,
         overrides=[*_argv(tiny_llama_dir, two, *common)[2:], "--gradient_accumulation_steps", "1"],
+        read_keys=recipe_keys,
     )
     command = local_command(plan)  # what `persetrain launch --num-processes 2` runs on a CPU
     assert command.argv[0] == "torchrun" and "--nproc_per_node" in command.argv

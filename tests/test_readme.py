@@ -198,7 +198,7 @@ def check_persetrain(args: list[str]) -> None:
         if params["status"] or params["logs"]:
             return
         assert params["config"] is not None, "persetrain launch needs --config"
-        from persetrain.launch.inputs import read_yaml_mapping
+        from persetrain.config_files import read_yaml_mapping
         from persetrain.launch.plan import TRAINERS, infer_trainer
 
         recipe = _existing_file(params["config"], "recipe")

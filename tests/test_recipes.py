@@ -21,9 +21,10 @@ import pytest
 import torch
 import yaml
 
+from persetrain.config_files import read_yaml_mapping
 from persetrain.launch import LaunchError, plan_launch
-from persetrain.launch.inputs import read_yaml_mapping
 from persetrain.launch.plan import TRAINERS, infer_trainer
+from persetrain.train.trainers import recipe_keys
 
 REPO = Path(__file__).resolve().parents[1]
 PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
@@ -270,7 +271,7 @@ def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path, monk
         "per_device_train_batch_size: 4\n"
     )
     with pytest.raises(LaunchError) as refused:
-        plan_launch(recipe, check_data=False)
+        plan_launch(recipe, check_data=False, read_keys=recipe_keys)
     problems = str(refused.value)
     assert (
         "'offload_param_device' is set in the accelerate config, which accelerate refuses next to zero3.json"
@@ -287,10 +288,10 @@ def test_mismatched_deepspeed_and_accelerate_configs_are_reported(tmp_path, monk
         match=r"DeepSpeed ZeRO stages disagree: .*\(zero_stage\): stage 3, "
         r".*zero3.json: stage 2",
     ):
-        plan_launch(recipe, check_data=False)
+        plan_launch(recipe, check_data=False, read_keys=recipe_keys)
 
     recipe.write_text("accelerate_config: accelerate_configs/cpu.yaml\nbf16: true\n")
     (tmp_path / "accelerate_configs" / "cpu.yaml").write_text((REPO / "accelerate_configs" / "cpu.yaml").read_text())
     with pytest.raises(LaunchError, match="the recipe trains in bf16, which a CPU config cannot honour"):
-        plan_launch(recipe, check_data=False)
-    assert plan_launch(recipe, overrides=["--bf16", "false"], check_data=False).cpu
+        plan_launch(recipe, check_data=False, read_keys=recipe_keys)
+    assert plan_launch(recipe, overrides=["--bf16", "false"], check_data=False, read_keys=recipe_keys).cpu

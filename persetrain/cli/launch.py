@@ -117,9 +117,11 @@ def _run_here(
     """Print the ``accelerate launch`` / ``torchrun`` command of the recipe and, unless ``dry_run``, run it here;
     its exit code becomes ours (a preempted trainer's, too)."""
     from persetrain.launch import local_command, plan_launch, run
+    from persetrain.train.trainers import recipe_keys
 
     plan = plan_launch(
         config,
+        read_keys=recipe_keys,
         accelerate_config=accelerate_config,
         num_processes=num_processes,
         trainer=trainer,
@@ -145,10 +147,12 @@ def _submit_slurm(
 ) -> None:
     """Plan the batch job, write its sbatch script next to its logs and, unless ``dry_run``, submit it."""
     from persetrain.launch import slurm as slurm_jobs
+    from persetrain.train.trainers import recipe_keys
 
     plan = slurm_jobs.plan_slurm(
         config,
         options,
+        read_keys=recipe_keys,
         accelerate_config=accelerate_config,
         num_processes=num_processes,
         trainer=trainer,
@@ -173,9 +177,10 @@ def _submit_slurm(
 def recipes() -> None:
     """List the shipped recipes: the name launch --config and the trainers take, method and trainer, model, scale."""
     from persetrain.launch.catalog import shipped_recipes
+    from persetrain.train.trainers import recipe_keys
 
     rows = [("recipe", "method", "model", "scale")]
-    rows += [(r.name, f"{r.method} / {r.trainer}", r.model, r.scale) for r in shipped_recipes()]
+    rows += [(r.name, f"{r.method} / {r.trainer}", r.model, r.scale) for r in shipped_recipes(recipe_keys)]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         typer.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)), row[3]]))

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persetrain.launch.inputs import recipe_value, resolve_relative
+from persetrain.config_files import resolve_relative
 from persetrain.launch.plan import LaunchPlan
 from persetrain.signals import STOP_SIGNALS
 
@@ -90,7 +90,7 @@ def deepspeed_file_args(plan: LaunchPlan) -> list[str]:
 
 
 def _recipe_sets_precision(plan: LaunchPlan) -> bool:
-    return any(recipe_value(plan.recipe, plan.overrides, key) is not None for key in ("bf16", "fp16"))
+    return any(plan.value(key) is not None for key in ("bf16", "fp16"))
 
 
 def hardware_precision() -> str:

@@ -7,18 +7,13 @@ one ``persetrain launch`` would run, the scale is the hardware, sharding and glo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from persetrain import resources
-from persetrain.launch.inputs import recipe_value, resolve_relative
-from persetrain.launch.plan import (
-    DEFAULT_GRADIENT_ACCUMULATION,
-    DEFAULT_PER_DEVICE_BATCH,
-    LaunchPlan,
-    plan_launch,
-)
+from persetrain.config_files import deepspeed_offloads, read_deepspeed_json
+from persetrain.launch.inputs import KeyReader
+from persetrain.launch.plan import LaunchPlan, plan_launch
 
 
 @dataclass(frozen=True)
@@ -32,18 +27,18 @@ class RecipeSummary:
     scale: str  # e.g. "8 GPUs, DeepSpeed ZeRO-3, global batch 32, full weights"
 
 
-def shipped_recipes() -> list[RecipeSummary]:
-    """Every shipped recipe, by name."""
-    return [summarize(name) for name in resources.shipped_names(resources.RECIPES)]
+def shipped_recipes(read_keys: KeyReader) -> list[RecipeSummary]:
+    """Every shipped recipe, by name; ``read_keys`` reads its keys with its trainer's parser."""
+    return [summarize(name, read_keys) for name in resources.shipped_names(resources.RECIPES)]
 
 
-def summarize(name: str) -> RecipeSummary:
-    plan = plan_launch(name, cpu=False, detect_gpu=False, check_data=False)
+def summarize(name: str, read_keys: KeyReader) -> RecipeSummary:
+    plan = plan_launch(name, read_keys=read_keys, cpu=False, detect_gpu=False, check_data=False)
     return RecipeSummary(
         name=name,
         method=name.split("/", 1)[0],
         trainer=plan.trainer,
-        model=str(plan.recipe.get("model_name_or_path", "")),
+        model=str(plan.value("model_name_or_path") or ""),
         scale=_scale(plan),
     )
 
@@ -58,13 +53,10 @@ def _scale(plan: LaunchPlan) -> str:
     sharding = {"MULTI_GPU": "DDP", "FSDP": "FSDP", "DEEPSPEED": _deepspeed(plan)}.get(
         str(config.get("distributed_type", "NO"))
     )
-    per_device = int(recipe_value(plan.recipe, plan.overrides, "per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
-    accumulation = int(
-        recipe_value(plan.recipe, plan.overrides, "gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION)
-    )
-    lora_rank = plan.recipe.get("lora_r", 16)  # TRL's ModelConfig default
-    weights = f"LoRA r {lora_rank}" if plan.recipe.get("use_peft") else "full weights"
-    if plan.recipe.get("load_in_4bit"):
+    per_device = int(plan.value("per_device_train_batch_size"))
+    accumulation = int(plan.value("gradient_accumulation_steps"))
+    weights = f"LoRA r {plan.value('lora_r')}" if plan.value("use_peft") else "full weights"
+    if plan.value("load_in_4bit"):
         weights = f"Q{weights}"
     parts = [hardware, sharding, f"global batch {per_device * accumulation * processes}", weights]
     return ", ".join(part for part in parts if part)
@@ -73,12 +65,9 @@ def _scale(plan: LaunchPlan) -> str:
 def _deepspeed(plan: LaunchPlan) -> str:
     """``DeepSpeed ZeRO-N`` (``+ offload``) from the accelerate config's section or the JSON it names."""
     section: dict[str, Any] = plan.accelerate_config.get("deepspeed_config") or {}
-    stage, offload = section.get("zero_stage"), section.get("offload_optimizer_device", "none") != "none"
+    stage = section.get("zero_stage")
     if section.get("deepspeed_config_file"):
-        named = resolve_relative(section["deepspeed_config_file"], plan.accelerate_config_path)
-        zero = json.loads(named.read_text(encoding="utf-8")).get("zero_optimization") or {}
-        stage = zero.get("stage", stage)
-        offload = any(
-            (zero.get(part) or {}).get("device", "none") != "none" for part in ("offload_optimizer", "offload_param")
-        )
+        _, ds = read_deepspeed_json(section["deepspeed_config_file"], plan.accelerate_config_path)
+        stage = (ds.get("zero_optimization") or {}).get("stage", stage)
+    offload = deepspeed_offloads(plan.accelerate_config_path, plan.accelerate_config)
     return f"DeepSpeed ZeRO-{stage}{' + offload' if offload else ''}"

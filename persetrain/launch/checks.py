@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from persetrain.io import InputError
-from persetrain.launch.inputs import recipe_value, resolve_relative
+from persetrain.config_files import OFFLOAD_PARTS, read_deepspeed_json
 
 #: accelerate config keys that accelerate refuses next to a ``deepspeed_config_file`` (the JSON holds them)
 _DEEPSPEED_JSON_KEYS = (
@@ -29,20 +27,11 @@ def _enabled(value: Any) -> bool | None:
     return None if value == "auto" else bool(value)
 
 
-def _read_deepspeed_json(name: str, named_by: Path) -> tuple[Path, dict[str, Any]]:
-    path = resolve_relative(name, named_by)
-    if not path.is_file():
-        raise InputError(path, f"no such DeepSpeed config file (named by {named_by})")
-    try:
-        return path, json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise InputError(path, f"not valid JSON: {err}") from None
-
-
 def config_problems(
-    recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config_path: Path, config: dict[str, Any]
+    recipe_path: Path, recipe_values: Mapping[str, Any], config_path: Path, config: dict[str, Any]
 ) -> list[str]:
-    """Every way a recipe (with its command-line overrides) and its accelerate config disagree.
+    """Every way a recipe (its keys as the trainer reads them, command-line overrides included) and its accelerate
+    config disagree.
 
     Launched together, a mismatch either fails deep inside accelerate or DeepSpeed after the processes
     started, or silently trains with one of the two settings; so all of them are reported at once, each
@@ -50,7 +39,7 @@ def config_problems(
     """
 
     def value(key: str) -> Any:
-        return recipe_value(recipe, overrides, key)
+        return recipe_values.get(key)
 
     where = f"{recipe_path} with {config_path}"
     distributed = str(config.get("distributed_type", "NO"))
@@ -102,10 +91,10 @@ def _deepspeed_problems(
         stages[f"{config_path} (zero_stage)"] = int(section["zero_stage"])
     jsons = []
     if section.get("deepspeed_config_file"):
-        jsons.append(_read_deepspeed_json(section["deepspeed_config_file"], config_path))
+        jsons.append(read_deepspeed_json(section["deepspeed_config_file"], config_path))
     recipe_json = value("deepspeed")
     if isinstance(recipe_json, str):
-        jsons.append(_read_deepspeed_json(recipe_json, recipe_path))
+        jsons.append(read_deepspeed_json(recipe_json, recipe_path))
     elif isinstance(recipe_json, dict):
         jsons.append((recipe_path, recipe_json))
     if not jsons and not stages:
@@ -130,7 +119,7 @@ def _deepspeed_problems(
             stages[str(path)] = zero["stage"]
         if zero.get("stage", 0) not in (0, 1, 2, 3):
             problems.append(f"{path}: zero_optimization.stage {zero['stage']!r}: DeepSpeed's ZeRO stages are 0-3")
-        for part in ("offload_optimizer", "offload_param"):
+        for part in OFFLOAD_PARTS:
             device = (zero.get(part) or {}).get("device", "none")
             if device not in ("none", "cpu", "nvme"):
                 problems.append(
@@ -165,10 +154,10 @@ def _deepspeed_problems(
         {
             part
             for _, ds in jsons
-            for part in ("offload_optimizer", "offload_param")
+            for part in OFFLOAD_PARTS
             if ((ds.get("zero_optimization") or {}).get(part) or {}).get("device", "none") != "none"
         }
-        | {part for part in ("offload_optimizer", "offload_param") if section.get(f"{part}_device", "none") != "none"}
+        | {part for part in OFFLOAD_PARTS if section.get(f"{part}_device", "none") != "none"}
     )
     if named and bool(named.group(2)) != bool(offloads):
         problems.append(

@@ -7,7 +7,9 @@ batch by rescaling ``gradient_accumulation_steps``, and ``per_device_train_batch
 the batch is smaller than it (an optimizer step then sees the same number of examples, so the learning rate and
 schedule still fit); a world size that does not divide the global batch is an error.
 
-A recipe and an accelerate config are a path or a shipped name (:mod:`persetrain.resources`).
+A recipe and an accelerate config are a path or a shipped name (:mod:`persetrain.resources`). The recipe's keys are
+read by the trainer's own parser (:mod:`persetrain.launch.inputs`), so that the plan and the trainer see one value
+of each; a value of the wrong type fails here, before anything starts or is submitted, with the trainer's own line.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from persetrain import resources
+from persetrain.config_files import read_accelerate_config, read_yaml_mapping
 from persetrain.io import InputError
 from persetrain.launch.checks import config_problems
-from persetrain.launch.inputs import LaunchError, override_value, read_yaml_mapping, recipe_value, resolve_relative
+from persetrain.launch.inputs import KeyReader, LaunchError, RecipeKeys
 
 #: trainer name -> the module with its ``make_parser()`` and ``main()``
 TRAINERS = {"sft": "persetrain.train.sft", "grpo": "persetrain.train.grpo", "rm": "persetrain.train.rm"}
@@ -42,9 +45,6 @@ GRPO_ONLY_KEYS = frozenset(
 )
 # Keys only persetrain's RMConfig (TRL's RewardConfig) has.
 RM_ONLY_KEYS = frozenset({"loss", "person_contrast", "contrast_persons", "center_rewards_coefficient"})
-# transformers.TrainingArguments defaults, for recipes that leave the batch keys out.
-DEFAULT_PER_DEVICE_BATCH = 8
-DEFAULT_GRADIENT_ACCUMULATION = 1
 
 
 @dataclass
@@ -52,7 +52,8 @@ class LaunchPlan:
     """What a recipe needs to be launched: its files, trainer, world size and batch arithmetic."""
 
     recipe_path: Path
-    recipe: dict[str, Any]
+    #: the recipe's keys as the trainer reads them, overrides included (read again when the plan adds some)
+    keys: RecipeKeys
     trainer: str
     accelerate_config_path: Path
     accelerate_config: dict[str, Any]
@@ -69,6 +70,10 @@ class LaunchPlan:
     def trainer_args(self) -> list[str]:
         """``-m``-module arguments: the recipe, then the overrides (which win)."""
         return ["--config", str(self.recipe_path), *self.overrides]
+
+    def value(self, key: str) -> Any:
+        """A recipe key as the trainer will read it."""
+        return self.keys.values.get(key)
 
     @property
     def num_machines(self) -> int:
@@ -90,6 +95,7 @@ def _gpu_available() -> bool:
 def plan_launch(
     recipe_path: str | os.PathLike,
     *,
+    read_keys: KeyReader,
     accelerate_config: str | os.PathLike | None = None,
     num_processes: int | None = None,
     trainer: str | None = None,
@@ -101,29 +107,29 @@ def plan_launch(
     """Read and check a recipe and its accelerate config; decide the trainer and the world size.
 
     ``cpu`` None means: the accelerate config's ``use_cpu``, or (with ``detect_gpu``) no GPU on this
-    machine for more than one process of a DDP config. A batch job is planned without ``detect_gpu``: the machine that
+    machine for more than one process of a DDP config. ``read_keys`` reads the recipe's keys with the trainer's parser
+    (``persetrain.train.trainers.recipe_keys``). A batch job is planned without ``detect_gpu``: the machine that
     submits it is not the one it runs on. ``check_data`` False skips the dataset check (for tests of the command
     alone; ``persetrain launch --dry-run`` checks the data as a real launch does).
     """
     recipe_path = resources.recipe_file(recipe_path)
-    recipe = read_yaml_mapping(recipe_path, "recipe")
     overrides = list(overrides)
-    trainer = trainer or infer_trainer(recipe)
+    trainer = trainer or infer_trainer(read_yaml_mapping(recipe_path, "recipe"))
     if trainer not in TRAINERS:
         raise LaunchError(f"unknown trainer '{trainer}' (known: {', '.join(TRAINERS)})")
-    named = accelerate_config or recipe_value(recipe, overrides, "accelerate_config")
+    keys = read_keys(trainer, ["--config", str(recipe_path), *overrides])
+    named = accelerate_config or keys.accelerate_config
     if not named:
         raise LaunchError(
             f"{recipe_path}: no 'accelerate_config' key naming the accelerate config it was tuned "
             "for; add one or pass --accelerate-config"
         )
-    config_path = _accelerate_config_path(named, recipe_path)
-    config = read_yaml_mapping(config_path, "accelerate config")
-    problems = config_problems(recipe_path, recipe, overrides, config_path, config)
+    config_path, config = read_accelerate_config(named, recipe_path)
+    problems = config_problems(recipe_path, keys.values, config_path, config)
     if problems:
         raise LaunchError("\n".join(problems))
 
-    tuned_world = _tuned_world(recipe_path, recipe, overrides, config)
+    tuned_world = _tuned_world(recipe_path, keys, config)
     world = num_processes or int(config.get("num_processes") or 1)
     if world < 1:
         raise LaunchError(f"--num-processes must be at least 1, not {world}")
@@ -134,46 +140,37 @@ def plan_launch(
         sharded = config.get("distributed_type") in ("DEEPSPEED", "FSDP")  # GPU-only: never rerouted to torchrun
         cpu = bool(config.get("use_cpu")) or (detect_gpu and world > 1 and not sharded and not _gpu_available())
     if check_data:
-        _check_dataset(recipe_path, recipe, overrides)
-    plan = LaunchPlan(recipe_path, recipe, trainer, config_path, config, world, overrides, cpu)
-    _keep_global_batch(plan, tuned_world)
+        _check_dataset(recipe_path, keys)
+    plan = LaunchPlan(recipe_path, keys, trainer, config_path, config, world, overrides, cpu)
+    if _keep_global_batch(plan, tuned_world):
+        plan.keys = read_keys(trainer, plan.trainer_args)
     return plan
 
 
-def _accelerate_config_path(named: str | os.PathLike, recipe_path: Path) -> Path:
-    """The accelerate config a recipe or ``--accelerate-config`` names: a path (from here or from the recipe's
-    folders), else a shipped name; an unknown one is one line listing close names."""
-    found = resolve_relative(named, recipe_path)
-    return found if found.is_file() else resources.accelerate_config_file(named)
-
-
-def _tuned_world(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str], config: dict[str, Any]) -> int:
+def _tuned_world(recipe_path: Path, keys: RecipeKeys, config: dict[str, Any]) -> int:
     """The world size the recipe's batch keys were tuned for: that of the accelerate config the recipe names.
 
     A recipe launched with another config (``--accelerate-config``) keeps its global batch: the CPU recipe's
     batch of 4 on one process stays 4 on two ZeRO-3 ranks, not the 8-GPU config's 32.
     """
-    named = recipe_value(recipe, overrides, "accelerate_config")
     try:
-        own = _accelerate_config_path(named, recipe_path) if named else None
+        own = read_accelerate_config(keys.accelerate_config, recipe_path)[1] if keys.accelerate_config else config
     except InputError:  # launched with --accelerate-config instead of a config that is not here
-        own = None
-    if own is None:
-        return int(config.get("num_processes") or 1)
-    return int(read_yaml_mapping(own, "accelerate config").get("num_processes") or 1)
+        own = config
+    return int(own.get("num_processes") or 1)
 
 
-def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequence[str]) -> None:
+def _check_dataset(recipe_path: Path, keys: RecipeKeys) -> None:
     """Refuse a dataset the trainer would refuse, before any process starts (or a batch job waits in the queue for
     it): a ``dataset_path`` that is not a folder, not a saved dataset, or has no split the recipe trains (or, when it
     evaluates, tests) on. The trainer makes the same checks, and checks the columns, once it runs."""
     from persetrain.data import DATASET_INDEX, saved_splits
 
-    dataset = recipe_value(recipe, overrides, "dataset_path")
+    dataset = keys.values.get("dataset_path")
     if not dataset:
         return
     path = Path(str(dataset))
-    source = "--dataset_path" if override_value(overrides, "dataset_path") is not None else "recipe key"
+    source = "--dataset_path" if "dataset_path" in keys.given else "recipe key"
     if not path.is_dir():
         raise LaunchError(
             f"{recipe_path}: {source} 'dataset_path' names {dataset}, which "
@@ -188,9 +185,9 @@ def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequenc
         raise InputError(
             path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX}); write it with `persetrain prepare`"
         )
-    wanted = {"dataset_train_split": recipe_value(recipe, overrides, "dataset_train_split", "train")}
-    if recipe_value(recipe, overrides, "eval_strategy", "no") != "no":
-        wanted["dataset_test_split"] = recipe_value(recipe, overrides, "dataset_test_split", "test")
+    wanted = {"dataset_train_split": keys.values.get("dataset_train_split", "train")}
+    if keys.values.get("eval_strategy", "no") != "no":
+        wanted["dataset_test_split"] = keys.values.get("dataset_test_split", "test")
     for key, split in wanted.items():
         if split not in splits:
             raise LaunchError(
@@ -199,32 +196,30 @@ def _check_dataset(recipe_path: Path, recipe: dict[str, Any], overrides: Sequenc
             )
 
 
-def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
-    """Rescale the batch keys so that ``plan.num_processes`` ranks see the recipe's global batch.
+def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> bool:
+    """Rescale the batch keys so that ``plan.num_processes`` ranks see the recipe's global batch; True when the plan's
+    overrides changed.
 
     Gradient accumulation takes the change; where one rank's share of the global batch is smaller than the recipe's
     per-device batch (the 13B recipe's 2 x 1 x 8 = 16 on two 8-GPU nodes: 1 each), the per-device batch shrinks too,
     which needs less memory, never more. A per-device batch given on the command line is kept as given.
     """
-    per_device = int(recipe_value(plan.recipe, plan.overrides, "per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
-    accumulation = int(
-        recipe_value(plan.recipe, plan.overrides, "gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION)
-    )
+    per_device = int(plan.value("per_device_train_batch_size"))
+    accumulation = int(plan.value("gradient_accumulation_steps"))
     global_batch = per_device * accumulation * tuned_world
     if plan.num_processes == tuned_world:
-        return
-    if override_value(plan.overrides, "gradient_accumulation_steps") is not None:
+        return False
+    if "gradient_accumulation_steps" in plan.keys.given:
+        recipe = plan.keys.recipe_values
         recipe_batch = (
-            int(plan.recipe.get("per_device_train_batch_size", DEFAULT_PER_DEVICE_BATCH))
-            * int(plan.recipe.get("gradient_accumulation_steps", DEFAULT_GRADIENT_ACCUMULATION))
-            * tuned_world
+            int(recipe["per_device_train_batch_size"]) * int(recipe["gradient_accumulation_steps"]) * tuned_world
         )
         plan.notes.append(
             f"gradient_accumulation_steps {accumulation} given on the command line: global batch "
             f"{per_device * accumulation * plan.num_processes} instead of the recipe's {recipe_batch}"
         )
-        return
-    given_per_device = override_value(plan.overrides, "per_device_train_batch_size") is not None
+        return False
+    given_per_device = "per_device_train_batch_size" in plan.keys.given
     share, remainder = divmod(global_batch, plan.num_processes)
     if remainder or (given_per_device and share % per_device):
         divisors = ", ".join(str(n) for n in range(1, global_batch + 1) if global_batch % n == 0)
@@ -250,3 +245,4 @@ def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> None:
             f"{', '.join(changes)}: {plan.num_processes} processes keep the global batch {global_batch} "
             f"tuned on {tuned_world}"
         )
+    return bool(changes)

@@ -33,7 +33,7 @@ import jinja2
 
 from persetrain.io import InputError
 from persetrain.launch.accelerate import deepspeed_file_args
-from persetrain.launch.inputs import LaunchError, recipe_value
+from persetrain.launch.inputs import KeyReader, LaunchError
 from persetrain.launch.plan import LaunchPlan, plan_launch
 from persetrain.resources import sbatch_templates
 
@@ -86,17 +86,14 @@ def default_env_activation() -> str | None:
 
 
 def _uses_vllm_server(plan: LaunchPlan) -> bool:
-    return (
-        plan.trainer == "grpo"
-        and bool(recipe_value(plan.recipe, plan.overrides, "use_vllm", False))
-        and recipe_value(plan.recipe, plan.overrides, "vllm_mode", "colocate") == "server"
-    )
+    return plan.trainer == "grpo" and bool(plan.value("use_vllm")) and plan.value("vllm_mode") == "server"
 
 
 def plan_slurm(
     recipe_path: str | os.PathLike,
     options: SlurmOptions,
     *,
+    read_keys: KeyReader,
     accelerate_config: str | os.PathLike | None = None,
     num_processes: int | None = None,
     trainer: str | None = None,
@@ -111,6 +108,7 @@ def plan_slurm(
     """
     first = plan_launch(
         recipe_path,
+        read_keys=read_keys,
         accelerate_config=accelerate_config,
         trainer=trainer,
         overrides=overrides,
@@ -132,6 +130,7 @@ def plan_slurm(
         raise LaunchError(f"{world} processes do not split evenly over {training_nodes} training node(s)")
     return plan_launch(
         recipe_path,
+        read_keys=read_keys,
         accelerate_config=accelerate_config,
         num_processes=world,
         trainer=trainer,
@@ -156,7 +155,7 @@ def render_sbatch(plan: LaunchPlan, options: SlurmOptions) -> str:
         recipe=str(plan.recipe_path),
         launch=launch,
         vllm=vllm,
-        vllm_model=shlex.quote(str(recipe_value(plan.recipe, plan.overrides, "model_name_or_path", ""))),
+        vllm_model=shlex.quote(str(plan.value("model_name_or_path") or "")),
         vllm_port=VLLM_PORT,
         job_name=options.job_name or plan.recipe_path.stem,
         partition=options.partition,

@@ -24,16 +24,18 @@ group per dataclass (:mod:`persetrain.train.recipe_help`).
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import yaml
 from trl import TrlParser
 
+from persetrain.config_files import read_yaml_mapping
 from persetrain.io import InputError
 from persetrain.resources import recipe_file
 from persetrain.train.recipe_help import RecipeHelpFormatter, arrange_help
@@ -45,6 +47,21 @@ LAUNCH_KEYS = ("env", "accelerate_config")
 
 class RecipeError(ValueError):
     """A recipe that cannot be used as written; the message names the file and the offending key."""
+
+
+@dataclass(frozen=True)
+class RecipeKeys:
+    """Every key of a trainer as it will read it (dataclass default < recipe < command line), read by the trainer's
+    own parser: what ``persetrain launch`` plans with, so that its batch rescaling and checks see the values the
+    trainer trains with, under every spelling of a flag (``--gradient-accumulation-steps``)."""
+
+    values: dict[str, Any]
+    #: the values before the command line: the dataclass defaults under the recipe's
+    recipe_values: dict[str, Any]
+    #: the keys the command line set
+    given: frozenset[str]
+    #: the accelerate config the recipe names (None when it names none)
+    accelerate_config: str | None
 
 
 def _pop_config_path(args: list[str]) -> str | None:
@@ -66,20 +83,9 @@ def read_recipe(path: str | os.PathLike) -> dict[str, Any]:
     """Read a recipe file as a mapping; syntax errors name the file and the line. ``path`` may also be a shipped
     recipe's name (``perse/cpu_smollm2_per-mpst-k3``, :mod:`persetrain.resources`), as ``persetrain launch`` takes."""
     try:
-        path = recipe_file(path)
-    except InputError as err:  # one line listing close names
+        return read_yaml_mapping(recipe_file(path), "recipe")
+    except InputError as err:  # one line: close names, or the file and the line of a syntax error
         raise RecipeError(str(err)) from None
-    try:
-        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise RecipeError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
-    if recipe is None:
-        return {}
-    if not isinstance(recipe, dict):
-        raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
-    return recipe
 
 
 def _closest(name: str, known: Iterable[str]) -> str:
@@ -130,6 +136,49 @@ class RecipeParser(TrlParser):
                 raise RecipeError(f"{config_path}: key '{key}': {err}") from None
         return values
 
+    def _apply_recipe(self, args: list[str]) -> dict[str, Any]:
+        """Take ``--config PATH`` out of ``args`` and make the recipe's checked values the parser's defaults; keep
+        ``recipe_path`` and ``accelerate_config``, and return the recipe's ``env`` mapping."""
+        self.recipe_path = config_path = _pop_config_path(args)
+        if config_path is None:
+            return {}
+        recipe = read_recipe(config_path)
+        env = recipe.pop("env", None) or {}
+        if not isinstance(env, dict):
+            raise RecipeError(f"{config_path}: 'env' must be a mapping of variable names to values")
+        self.accelerate_config = recipe.pop("accelerate_config", None)
+        self.set_defaults_with_config(**self.check_recipe_values(config_path, recipe))
+        return env
+
+    def _parse_flags(
+        self, args: list[str], namespace: argparse.Namespace | None = None, keep_remaining: bool = False
+    ) -> argparse.Namespace:
+        """The flags over the defaults, before any dataclass is built (a bad flag fails before work); a flag no key
+        has is an error unless ``keep_remaining``."""
+        parsed, remaining = self.parse_known_args(args, namespace)
+        if remaining and not keep_remaining:
+            flag = next((arg.split("=", 1)[0] for arg in remaining if arg.startswith("-")), remaining[0])
+            known = [option for action in self._actions for option in action.option_strings]
+            raise RecipeError(f"command line: unknown option '{flag}'{_closest(flag, known)}")
+        return parsed
+
+    def read_keys(self, args: Iterable[str]) -> RecipeKeys:
+        """``[--config recipe.yaml] [--key value ...]`` read as :meth:`parse_args_and_config` reads it, with the same
+        errors, into every key's value; no dataclass is built and no environment variable is set."""
+        args = list(args)
+        self._apply_recipe(args)
+        keys = self.known_keys()
+        recipe_values = {key: self.get_default(key) for key in keys}
+        values = vars(self._parse_flags(args))
+        unset = object()  # a key the command line leaves keeps it: which keys were given, under any spelling
+        seen = vars(self._parse_flags(args, argparse.Namespace(**dict.fromkeys(keys, unset))))
+        return RecipeKeys(
+            values={key: values.get(key) for key in keys},
+            recipe_values=recipe_values,
+            given=frozenset(key for key in keys if seen.get(key, unset) is not unset),
+            accelerate_config=self.accelerate_config,
+        )
+
     def parse_args_and_config(
         self,
         args: Iterable[str] | None = None,
@@ -142,26 +191,13 @@ class RecipeParser(TrlParser):
         Unknown recipe keys, unknown flags and values the dataclasses reject raise :class:`RecipeError`.
         """
         args = list(sys.argv[1:] if args is None else args)
-        self.recipe_path = config_path = _pop_config_path(args)
-        if config_path is not None:
-            recipe = read_recipe(config_path)
-            env = recipe.pop("env", None) or {}
-            if not isinstance(env, dict):
-                raise RecipeError(f"{config_path}: 'env' must be a mapping of variable names to values")
-            self.accelerate_config = recipe.pop("accelerate_config", None)
-            values = self.check_recipe_values(config_path, recipe)
-            for name, value in env.items():
-                os.environ.setdefault(str(name), str(value))
-            self.set_defaults_with_config(**values)
-        _, remaining = self.parse_known_args(args)  # before any dataclass is built: a bad flag fails before work
-        if remaining and not return_remaining_strings:
-            flag = next((arg.split("=", 1)[0] for arg in remaining if arg.startswith("-")), remaining[0])
-            known = [option for action in self._actions for option in action.option_strings]
-            raise RecipeError(f"command line: unknown option '{flag}'{_closest(flag, known)}")
+        for name, value in self._apply_recipe(args).items():
+            os.environ.setdefault(str(name), str(value))
+        self._parse_flags(args, keep_remaining=return_remaining_strings)
         try:
             *parsed, remaining = self.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
         except ValueError as err:  # a value the dataclasses reject (bf16 on a CPU)
-            source = " + ".join(filter(None, [config_path, "command line" if args else None])) or "arguments"
+            source = " + ".join(filter(None, [self.recipe_path, "command line" if args else None])) or "arguments"
             raise RecipeError(f"{source}: {err}") from err
         if return_remaining_strings:
             return (*parsed, remaining)

@@ -37,7 +37,6 @@ accelerate_config                    trainer.n_gpus_per_node (its num_processes)
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from persetrain.config_files import deepspeed_offloads, read_accelerate_config
 from persetrain.io import atomic_write
 from persetrain.models import local_weights_dir
 from persetrain.train.configs import ModelConfig, ScriptArguments
@@ -67,23 +67,16 @@ _LOSS_AGG_MODE = {
 }
 
 
-def _accelerate_settings(path: str | None) -> tuple[int, bool]:
-    """(processes, offload) of an accelerate config file; (1, False) without one."""
-    if path is None:
+def _accelerate_settings(named: str | None, recipe_path: str | None) -> tuple[int, bool]:
+    """(processes, weights offloaded) of the accelerate config a recipe names, read and found (a path, from here or
+    the recipe's folders, or a shipped name) as ``persetrain launch`` reads it; (1, False) without one."""
+    if named is None:
         return 1, False
-    file = Path(path)
-    if not file.is_file():
-        raise RecipeError(f"accelerate_config: {path} not found")
-    config = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    deepspeed = config.get("deepspeed_config") or {}
-    offload_devices = [deepspeed.get("offload_param_device")]
-    if deepspeed.get("deepspeed_config_file"):  # relative to the working directory, as accelerate reads it
-        zero = json.loads(Path(deepspeed["deepspeed_config_file"]).read_text(encoding="utf-8"))
-        offload_devices.append((zero.get("zero_optimization", {}).get("offload_param") or {}).get("device"))
-    offload = any(d not in (None, "none") for d in offload_devices) or bool(
+    path, config = read_accelerate_config(named, Path(recipe_path or "."))
+    offload = "offload_param" in deepspeed_offloads(path, config) or bool(
         (config.get("fsdp_config") or {}).get("fsdp_offload_params", False)
     )
-    return int(config.get("num_processes", 1)), offload
+    return int(config.get("num_processes") or 1), offload
 
 
 def _prompts_per(completions: int, n: int, key: str) -> int:
@@ -248,10 +241,12 @@ def verl_config(
     training_args: GRPOConfig,
     model_args: ModelConfig,
     accelerate_config: str | None = None,
+    recipe_path: str | None = None,
 ) -> dict[str, Any]:
-    """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe, one helper per section."""
+    """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe, one helper per section;
+    ``accelerate_config`` is the one the recipe (``recipe_path``) names."""
     variant = _check_recipe(training_args)
-    processes, offload = _accelerate_settings(accelerate_config)
+    processes, offload = _accelerate_settings(accelerate_config, recipe_path)
     n = training_args.num_generations
     per_step = training_args.per_device_train_batch_size * processes
     train_batch = _prompts_per(per_step * training_args.steps_per_generation, n, "generation batch")
@@ -296,7 +291,13 @@ def main(argv: Sequence[str] | None = None, run: bool = False, python: str | Non
     """Parse a recipe like the TRL backend does, write the verl config, print (and with ``run``, run) verl."""
     parser = make_parser()
     script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    config = verl_config(script_args, training_args, model_args, accelerate_config=parser.accelerate_config)
+    config = verl_config(
+        script_args,
+        training_args,
+        model_args,
+        accelerate_config=parser.accelerate_config,
+        recipe_path=parser.recipe_path,
+    )
     name = Path(parser.recipe_path).stem if parser.recipe_path else "ppo_parl"
     path = write_verl_config(config, Path(training_args.output_dir) / "verl" / f"{name}.yaml")
     command = verl_command(path, python)
