@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
+from persetrain.io import InputError
+
 DEFAULT_MODEL = "embedded:smollm2-135m-instruct"
 
 # name -> (python package that ships the file, file name inside it, pip requirement)
@@ -374,9 +376,11 @@ def check_causal_lm(spec: str, reader: str) -> None:
     where, names = architectures(spec)
     heads = [n for n in names if n.endswith(SEQUENCE_CLASSIFICATION)]
     if heads:
-        raise ModelSpecError(
-            f"{where}: field 'architectures': {heads[0]} is a reward model (a sequence classifier, no next-token "
-            f"answer), but {reader} reads a causal LM: judge with it through the rm evaluator"
+        raise InputError(
+            where,
+            f"{heads[0]} is a reward model (a sequence classifier, no next-token answer), but {reader} reads a "
+            "causal LM: judge with it through the rm evaluator",
+            field="architectures",
         )
 
 

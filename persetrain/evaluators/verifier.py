@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from persetrain.engine import ChatRequest, Cost, Engine
 from persetrain.evaluators.base import JudgeContext, register
 from persetrain.evaluators.learned import Calibration, Item, LearnedJudge, LearnedJudgeConfig
+from persetrain.models import check_causal_lm
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND
 from persetrain.prompts.yes_no import CHOICES, p_yes
-from persetrain.reward_model.scorer import check_language_model
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Verifier(LearnedJudge):
     Config = VerifierConfig
 
     def check_model(self, model: str) -> None:
-        check_language_model(model)
+        check_causal_lm(model, "the verifier (p(yes) of a causal LM)")
 
     def score_items(
         self, items: Sequence[Item], engine: Engine | None, context: JudgeContext

@@ -33,11 +33,17 @@ from persetrain.console import progress
 from persetrain.engine.hf.kv import right_padded, row_states
 from persetrain.engine.prefix_cache import LayerStates
 from persetrain.io import InputError
-from persetrain.models import _from_pretrained, best_device, best_dtype, cache_argument, resolve
+from persetrain.models import (
+    SEQUENCE_CLASSIFICATION,
+    _from_pretrained,
+    best_device,
+    best_dtype,
+    cache_argument,
+    resolve,
+)
 from persetrain.reward_model.batches import ListwiseCollator, option_rewards, pad_right
 from persetrain.reward_model.inputs import encode, is_encoder
 
-SEQUENCE_CLASSIFICATION = "ForSequenceClassification"
 #: What one forward pass costs beyond its tokens, in tokens: measured on SmolLM2-135M on a 2-core CPU, a pass of
 #: n rows takes about 0.04 s + tokens / 780 per second, so a pass is worth computing about 32 padding tokens less.
 FORWARD_TOKENS = 32
@@ -91,21 +97,6 @@ def check_reward_model(spec: str) -> None:
             f"a sequence classifier with {_labels(config)} labels; a reward model has one "
             "(num_labels=1: a scalar score)",
             field="num_labels",
-        )
-
-
-def check_language_model(spec: str) -> None:
-    """Refuse a reward-model checkpoint where a causal LM's answer is read (the verifier's yes/no)."""
-    if resolve(spec).kind != "local":
-        return
-    path, config = _config_of(spec)
-    architectures = config.get("architectures") or []
-    if any(a.endswith(SEQUENCE_CLASSIFICATION) for a in architectures):
-        raise InputError(
-            path,
-            f"{architectures}: a reward model (a sequence classifier has no yes/no to read); "
-            "a verifier is a causal LM - judge with this checkpoint through the rm evaluator",
-            field="architectures",
         )
 
 
