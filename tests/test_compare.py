@@ -16,14 +16,12 @@ from persetrain.cli import app
 from persetrain.evaluation import EvaluationConfig, evaluate, examples_of_config
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError
+from persetrain.records import attach_probes, file_names, judgment_of, record_of, slug
+from persetrain.schema import Judgment, McqExample, PairwiseExample, PairwiseProfileItem
 from persetrain.view.compare import compare_runs
 from persetrain.view.runs import load_run
 
 DEV = Path(__file__).resolve().parent.parent / "data" / "prefeval" / "dev"
-
-
-#: Real runs through evaluate (a model of random weights, loaded four times): the slow tier (docs/testing.md).
-pytestmark = pytest.mark.slow
 
 
 def run(out: Path, *systems: SystemSpec, n: int = 24) -> Path:
@@ -44,6 +42,7 @@ def plain(run_dir: Path) -> dict[str, dict]:
     return {r["example_id"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
+@pytest.mark.slow  # real runs through evaluate (docs/testing.md)
 def test_compare_reproduces_metrics_json_with_paired_intervals_and_tests(two_runs):
     a, b = two_runs
     result = compare_runs(load_run(a), load_run(b), resamples=300, seed=1)
@@ -71,6 +70,7 @@ def test_compare_reproduces_metrics_json_with_paired_intervals_and_tests(two_run
     assert result == compare_runs(load_run(a), load_run(b), resamples=300, seed=1)  # seeded
 
 
+@pytest.mark.slow  # real runs through evaluate (docs/testing.md)
 def test_compare_command_prints_tables_and_json(two_runs):
     a, b = two_runs
     text = CliRunner().invoke(app, ["compare", str(a), str(b), "--resamples", "200"])
@@ -84,6 +84,7 @@ def test_compare_command_prints_tables_and_json(two_runs):
     )
 
 
+@pytest.mark.slow  # real runs through evaluate (docs/testing.md)
 def test_compare_refuses_runs_without_a_shared_system(two_runs, tmp_path):
     a, _ = two_runs
     other = run(tmp_path / "other", SystemSpec("x", "odd-one-out"), SystemSpec("y", "odd-one-out"), n=4)
@@ -119,6 +120,7 @@ def to_old_layout(run_dir: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # real runs through evaluate (docs/testing.md)
 def test_runs_of_the_earlier_layout_still_load(two_runs, tmp_path):
     _, b = two_runs
     old = to_old_layout(b, tmp_path / "old")
@@ -134,3 +136,50 @@ def test_runs_of_the_earlier_layout_still_load(two_runs, tmp_path):
     (old / "config.json").write_text(json.dumps({**config, "data": str(tmp_path / "gone")}))
     result = CliRunner().invoke(app, ["view", str(old), "--export", str(tmp_path / "old.html")])
     assert result.exit_code == 2 and "writes it again" in result.output and "Traceback" not in result.output
+
+
+# --- records, without a model -------------------------------------------------------------------------------------
+
+QUESTION = McqExample(id="q1", preference="no meat", question="Dinner?", options=["steak", "salad", "ribs"], gold=1)
+
+
+def test_file_names_are_slugs_that_never_collide():
+    assert slug("embedded:smollm2-135m-instruct") == "embedded-smollm2-135m-instruct"
+    assert slug("/runs/rm") == "runs-rm"
+    assert file_names(["a:b", "a/b", "A-b"]) == {"a:b": "a-b.jsonl", "a/b": "a-b-2.jsonl", "A-b": "A-b-3.jsonl"}
+
+
+@pytest.mark.parametrize(("labels", "choice_label", "gold_label"), [("letters", "C", "B"), ("numbers", "3", "2")])
+def test_one_numbering_with_the_label_the_judge_saw(labels, choice_label, gold_label):
+    judgment = Judgment(example_id="q1", evaluator="sys", choice="2", details={"scores": [1.0, 2.0, 3.0]})
+    spec = {"name": "sys", "evaluator": "pref", "model": "m", "options": {}}
+    record = record_of(judgment, QUESTION, spec, labels)
+    assert (record["choice"], record["choice_label"], record["gold"], record["gold_label"]) == (
+        2,
+        choice_label,
+        1,
+        gold_label,
+    )
+    assert record["system"] == "sys" and record["evaluator"] == "pref" and record["correct"] is False
+    assert judgment_of(record, QUESTION) == judgment  # what compare recomputes the metrics from
+
+
+def test_a_tie_or_an_unreadable_judgment_is_wrong_and_a_pair_is_a_or_b():
+    tie = Judgment(example_id="q1", evaluator="s", details={"scores": [5.0, 5.0, 1.0]})
+    assert record_of(tie, QUESTION, {})["correct"] is False
+    item = PairwiseProfileItem(premise="p", plot_a="a", plot_b="b", aspect="Ending", preferred="A")
+    pair = PairwiseExample(
+        id="d1", annotator_id="u", aspect="Ending", profile=[item], premise="p", plot_a="x", plot_b="y", preferred="B"
+    )
+    record = record_of(Judgment(example_id="d1", evaluator="s", choice="B"), pair, {})
+    assert (record["choice"], record["choice_label"], record["gold_label"], record["correct"]) == (1, "B", "B", True)
+
+
+def test_probe_outcomes_name_the_choice_in_the_original_order():
+    plain = record_of(Judgment(example_id="q1", evaluator="s", choice="1"), QUESTION, {}, "letters")
+    reversed_question = QUESTION.model_copy(update={"options": QUESTION.options[::-1], "gold": 1})
+    flipped = record_of(Judgment(example_id="q1", evaluator="s", choice="0"), reversed_question, {}, "letters", "flip")
+    blind = record_of(Judgment(example_id="q1", evaluator="s", choice="1"), QUESTION, {}, "letters", "blind")
+    [record] = attach_probes([plain], {"flip": [flipped], "blind": [blind]}, {"q1": QUESTION}, "letters")
+    assert record["probes"]["flip"]["choice"] == 2 and record["probes"]["flip"]["choice_label"] == "C"
+    assert record["probes"]["flip"]["changed"] and not record["probes"]["blind"]["changed"]
