@@ -12,6 +12,7 @@ self on the held-out pairs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,38 @@ def test_a_per_doc_method_refuses_preference_rows_in_one_line(tmp_path):
     args = ["--quiet", "evaluate", "--data", str(HH_RLHF), "--task", "pairwise", "--out", str(tmp_path / "run")]
     result = CliRunner().invoke(app, [*args, "--baseline", "reviewer-avg"])
     assert result.exit_code != 0 and "reviewer-avg reads an annotator's earlier Per-DOC choices" in result.output
+
+
+def _cache_as_hub_id(hf_home: Path, repo: str, rows_file: Path) -> None:
+    """Put ``rows_file`` into ``datasets``' cache as the Hub dataset ``repo`` (what loading it online once leaves):
+    the cache of a local build, laid out and named as ``datasets`` lays out a Hub id's."""
+    build = subprocess.run(
+        [sys.executable, "-c", f"import datasets; datasets.load_dataset('json', data_files={str(rows_file)!r})"],
+        env={**os.environ, "HF_HOME": str(hf_home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    built = next((hf_home / "datasets" / "json").glob("*/0.0.0/*[!k]"))  # the build's folder, not its lock files
+    namespace, name = repo.split("/")
+    target = hf_home / "datasets" / f"{namespace}___{name}" / "default" / "0.0.0" / built.name
+    shutil.copytree(built, target)
+    for arrow in target.glob("json-*.arrow"):
+        arrow.rename(target / arrow.name.replace("json-", f"{name}-", 1))
+
+
+def test_a_cached_hub_id_loads_offline(tmp_path):
+    _cache_as_hub_id(tmp_path / "hf", "someone/hh_pairs", HH_RLHF)
+    code = (
+        "from persetrain.train.configs import ScriptArguments; from persetrain.train.rm import load_reward_splits; "
+        "train, _ = load_reward_splits(ScriptArguments(dataset_name='someone/hh_pairs'), want_eval=False, seed=0); "
+        "print(len(train), repr(train[0]['chosen']))"
+    )
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "6 'Sunscreen, water, a towel and a hat.'"
 
 
 def test_a_hub_id_offline_fails_at_once_in_one_line(tmp_path):
