@@ -119,7 +119,7 @@ def source_lines(sources: Sequence[dict]) -> list[str]:
             lines.append(
                 f"- {s['kind']}: `{s['path']}`"
                 + (" (**SYNTHETIC** data)" if s.get("synthetic") else "")
-                + f"; license {s['license']}."
+                + f"; license: {of_sources([s]).name}."
             )
     return lines
 
