@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 from datasets import Dataset, DatasetDict
+from typer.testing import CliRunner
 
+from persetrain.cli import app
 from persetrain.io import InputError
 from persetrain.launch import LaunchError, local_command, plan_launch
 from persetrain.launch.slurm import SlurmOptions, plan_slurm, render_sbatch
 from persetrain.train.recipe import RecipeError, read_recipe
+from persetrain.train.sft import make_parser
 from persetrain.train.trainers import recipe_keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,6 +115,65 @@ def test_a_rank_share_smaller_than_the_per_device_batch_shrinks_it():
             check_data=False,
             read_keys=recipe_keys,
         )
+
+
+def test_a_dashed_override_sets_the_batch_the_launch_rescales_as_the_trainer_reads_it(tmp_path):
+    """The trainer's parser takes ``--gradient-accumulation-steps`` as well as ``--gradient_accumulation_steps``; the
+    launch reads the recipe through that parser, so it sees the value the trainer trains with and rescales nothing
+    over it (a rescaled ``--gradient_accumulation_steps`` appended after it would win in the trainer)."""
+    recipe = _recipe(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=1)
+    plan = plan_launch(
+        recipe,
+        read_keys=recipe_keys,
+        num_processes=2,
+        overrides=["--gradient-accumulation-steps", "4"],
+        check_data=False,
+    )
+    _, trained, _ = make_parser().parse_args_and_config(plan.trainer_args)
+    assert plan.overrides == ["--gradient-accumulation-steps", "4"]
+    assert plan.value("gradient_accumulation_steps") == trained.gradient_accumulation_steps == 4
+    assert plan.notes == [
+        "gradient_accumulation_steps 4 given on the command line: global batch 16 instead of the recipe's 2"
+    ]
+
+    # A per-device batch given dashed is kept as given; accumulation takes the rest of each rank's share (4 / 2).
+    recipe = _recipe(tmp_path, "per_device.yaml", per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    plan = plan_launch(
+        recipe,
+        read_keys=recipe_keys,
+        num_processes=2,
+        overrides=["--per-device-train-batch-size", "1"],
+        check_data=False,
+    )
+    _, trained, _ = make_parser().parse_args_and_config(plan.trainer_args)
+    assert plan.overrides == ["--per-device-train-batch-size", "1", "--gradient_accumulation_steps", "2"]
+    batch = (trained.per_device_train_batch_size, trained.gradient_accumulation_steps)
+    assert batch == (plan.value("per_device_train_batch_size"), plan.value("gradient_accumulation_steps")) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("learning_rate", "fast", "key 'learning_rate': expected a float, got 'fast'"),
+        ("max_steps", [2], "key 'max_steps': expected an integer, got [2]"),
+    ],
+)
+@pytest.mark.parametrize("slurm", [False, True], ids=["here", "slurm"])
+def test_a_recipe_value_of_the_wrong_type_fails_a_dry_run_with_the_trainers_own_line(
+    tmp_path, key, value, message, slurm
+):
+    """``launch --dry-run`` (and ``--slurm --dry-run``) checks what the trainer checks: a value of the wrong type is
+    the trainer's one line, before any script is written or job submitted."""
+    recipe = _recipe(tmp_path, **{key: value})
+    with pytest.raises(RecipeError) as trainer:
+        make_parser().parse_args_and_config(["--config", str(recipe)])
+    assert str(trainer.value) == f"{recipe}: {message}"
+    log_dir = tmp_path / "slurm"
+    args = ["-q", "launch", "--config", str(recipe), "--dry-run"]
+    result = CliRunner().invoke(app, [*args, "--slurm", "--log-dir", str(log_dir)] if slurm else args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: {trainer.value}"]
+    assert not result.stdout and not log_dir.exists()
 
 
 def test_another_accelerate_config_keeps_the_global_batch_the_recipe_was_tuned_for():

@@ -204,19 +204,18 @@ def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> bool:
     per-device batch (the 13B recipe's 2 x 1 x 8 = 16 on two 8-GPU nodes: 1 each), the per-device batch shrinks too,
     which needs less memory, never more. A per-device batch given on the command line is kept as given.
     """
+    recipe = plan.keys.recipe_values  # the batch the recipe was tuned with, before the command line
+    tuned_per_device = int(recipe["per_device_train_batch_size"])
+    accumulation = int(recipe["gradient_accumulation_steps"])
+    global_batch = tuned_per_device * accumulation * tuned_world
     per_device = int(plan.value("per_device_train_batch_size"))
-    accumulation = int(plan.value("gradient_accumulation_steps"))
-    global_batch = per_device * accumulation * tuned_world
     if plan.num_processes == tuned_world:
         return False
     if "gradient_accumulation_steps" in plan.keys.given:
-        recipe = plan.keys.recipe_values
-        recipe_batch = (
-            int(recipe["per_device_train_batch_size"]) * int(recipe["gradient_accumulation_steps"]) * tuned_world
-        )
+        given = int(plan.value("gradient_accumulation_steps"))
         plan.notes.append(
-            f"gradient_accumulation_steps {accumulation} given on the command line: global batch "
-            f"{per_device * accumulation * plan.num_processes} instead of the recipe's {recipe_batch}"
+            f"gradient_accumulation_steps {given} given on the command line: global batch "
+            f"{per_device * given * plan.num_processes} instead of the recipe's {global_batch}"
         )
         return False
     given_per_device = "per_device_train_batch_size" in plan.keys.given
@@ -225,7 +224,7 @@ def _keep_global_batch(plan: LaunchPlan, tuned_world: int) -> bool:
         divisors = ", ".join(str(n) for n in range(1, global_batch + 1) if global_batch % n == 0)
         held = f" of per_device_train_batch_size {per_device} (given on the command line)" if given_per_device else ""
         raise LaunchError(
-            f"{plan.recipe_path}: the global batch {global_batch} (per_device_train_batch_size {per_device} x "
+            f"{plan.recipe_path}: the global batch {global_batch} (per_device_train_batch_size {tuned_per_device} x "
             f"gradient_accumulation_steps {accumulation} x {tuned_world} processes, those of the accelerate config it "
             f"was tuned for) does not split into equal steps{held} over {plan.num_processes} processes; launch on a "
             f"number of processes that divides {global_batch} ({divisors}), or choose this world's global batch "
