@@ -1,7 +1,8 @@
 """Launch training recipes: on this machine (``accelerate launch`` / ``torchrun``) or as Slurm batch jobs.
 
-``persetrain launch --config RECIPE`` plans the run (:mod:`persetrain.launch.plan`, which reads the files with
-:mod:`persetrain.launch.inputs` and checks them with :mod:`persetrain.launch.checks`) and runs its command
+``persetrain launch --config RECIPE`` plans the run (:mod:`persetrain.launch.plan`, which reads the recipe's keys
+through the trainer's own parser, :mod:`persetrain.launch.inputs`, the files with :mod:`persetrain.config_files`, and
+checks them with :mod:`persetrain.launch.checks`) and runs its command
 (:mod:`persetrain.launch.accelerate`); ``persetrain launch --slurm ...`` goes through :mod:`persetrain.launch.slurm`.
 """
 

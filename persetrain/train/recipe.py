@@ -19,7 +19,9 @@ misspelt key that is silently ignored trains a different model than the one the 
 the wrong type is one line naming the file (or the command line) and the key, before any work
 (:mod:`persetrain.train.recipe_keys`); a value the dataclasses reject is a :class:`RecipeError` naming where it
 came from; ``--config=PATH`` works too; and ``--help`` lists every key with its type, default and help, one
-group per dataclass (:mod:`persetrain.train.recipe_help`).
+group per dataclass (:mod:`persetrain.train.recipe_help`). :meth:`RecipeParser.read_keys` reads the same arguments
+into every key's value without building the dataclasses: how ``persetrain launch`` plans with the values its trainer
+will train with (:mod:`persetrain.train.trainers`).
 """
 
 from __future__ import annotations
