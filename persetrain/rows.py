@@ -38,6 +38,11 @@ TABLE_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv"
 DEFAULT_PERSON_COLUMN = "person"
 #: Files ``save_to_disk`` writes: a folder holding one is a saved dataset.
 SAVED_MARKERS = ("dataset_dict.json", "dataset_info.json", "state.json")
+#: What a folder with neither a saved dataset nor split files is.
+NO_DATA = (
+    "not a dataset saved with save_to_disk (no dataset_dict.json), nor a folder of <split>.jsonl / .csv / .parquet "
+    "files"
+)
 
 
 @dataclass
@@ -166,6 +171,33 @@ def hub_split(name: str, config: str | None, split: str) -> Rows:
     return Rows(data, name)
 
 
+def local_splits(path: Path) -> list[str]:
+    """The split names of a local source as :func:`load_rows` reads it: a file is ``train``; a saved dataset's are in
+    its index (a ``Dataset`` saved alone is ``train``); a folder of files, their names. For a check before a run
+    starts (``persetrain launch``), with :func:`load_rows`'s errors."""
+    if path.is_file():
+        if table_format(path) is None:
+            raise InputError(path, "unknown file type; expected .jsonl / .json (JSON lines), .csv or .parquet")
+        return ["train"]
+    if not path.is_dir():
+        raise InputError(path, "no such file or folder")
+    index = path / SAVED_MARKERS[0]
+    if index.is_file():
+        try:
+            splits = json.loads(index.read_text(encoding="utf-8")).get("splits")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+            raise InputError(index, f"not readable ({err})") from None
+        if not isinstance(splits, list) or not all(isinstance(name, str) and name for name in splits):
+            raise InputError(index, f"expected a list of split names, got {json.dumps(splits)}", field="splits")
+        return splits
+    if any((path / marker).is_file() for marker in SAVED_MARKERS):
+        return ["train"]
+    files = _split_files(path)
+    if not files:
+        raise InputError(path, NO_DATA)
+    return list(files)
+
+
 def load_rows(source: str | Path, split: str, config: str | None = None, any_split: bool = False) -> Rows:
     """The rows of ``split`` of ``source`` (a file, a folder of split files, a saved dataset, or a Hub id).
 
@@ -182,7 +214,7 @@ def load_rows(source: str | Path, split: str, config: str | None = None, any_spl
             return _saved_split(path, split)
         files = _split_files(path)
         if not files:
-            raise InputError(path, "holds no data: expected <split>.jsonl / .csv / .parquet files or a saved dataset")
+            raise InputError(path, NO_DATA)
         if split not in files:
             raise _no_split(path, split, list(files))
         return read_table_file(files[split])

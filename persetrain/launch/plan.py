@@ -162,29 +162,24 @@ def _tuned_world(recipe_path: Path, keys: RecipeKeys, config: dict[str, Any]) ->
 
 def _check_dataset(recipe_path: Path, keys: RecipeKeys) -> None:
     """Refuse a dataset the trainer would refuse, before any process starts (or a batch job waits in the queue for
-    it): a ``dataset_path`` that is not a folder, not a saved dataset, or has no split the recipe trains (or, when it
-    evaluates, tests) on. The trainer makes the same checks, and checks the columns, once it runs."""
-    from persetrain.data import DATASET_INDEX, saved_splits
+    it): a ``dataset_path`` that does not exist, is no dataset ``persetrain.rows`` reads (a saved dataset, a table
+    file, a folder of split files), or has no split the recipe trains (or, when it evaluates, tests)
+    on. The trainer makes the same checks, and checks the columns, once it runs."""
+    from persetrain.rows import local_splits, table_format
 
     dataset = keys.values.get("dataset_path")
     if not dataset:
         return
     path = Path(str(dataset))
     source = "--dataset_path" if "dataset_path" in keys.given else "recipe key"
-    if not path.is_dir():
+    if not path.is_dir() and table_format(path) is None:
         raise LaunchError(
             f"{recipe_path}: {source} 'dataset_path' names {dataset}, which "
-            f"{'is not a folder' if path.exists() else 'does not exist'}; write it with `persetrain prepare` (e.g. "
-            f"persetrain prepare perse --raw RAW --out {path.parent.as_posix()}) or pass -- --dataset_path DIR"
+            f"{'is not a folder (nor a .jsonl / .csv / .parquet file)' if path.exists() else 'does not exist'}; write "
+            f"it with `persetrain prepare` (e.g. persetrain prepare perse --raw RAW --out {path.parent.as_posix()}) or "
+            "pass -- --dataset_path PATH"
         )
-    if (path / DATASET_INDEX).is_file():
-        splits = saved_splits(path)
-    elif (path / "state.json").is_file():  # one Dataset saved alone: the trainers read it as the train split
-        splits = ["train"]
-    else:
-        raise InputError(
-            path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX}); write it with `persetrain prepare`"
-        )
+    splits = local_splits(path)
     wanted = {"dataset_train_split": keys.values.get("dataset_train_split", "train")}
     if keys.values.get("eval_strategy", "no") != "no":
         wanted["dataset_test_split"] = keys.values.get("dataset_test_split", "test")
