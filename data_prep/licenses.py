@@ -90,10 +90,13 @@ def combine(licenses: Iterable[License]) -> License:
 
 
 def of_dataset(folder: Path) -> License | None:
-    """The licence a prepared dataset's ``build_info.json`` records; None when it records none (built before
-    datasets recorded theirs, or by a command that does not)."""
-    info = read_json(folder / "build_info.json")
-    return License.from_info(info) if isinstance(info, dict) else None
+    """The licence a prepared dataset's ``build_info.json`` (or a JSONL dataset's ``dataset.json`` card) records;
+    None when it records none (built before datasets recorded theirs, or by a command that does not)."""
+    for card in ("build_info.json", "dataset.json"):
+        info = read_json(folder / card)
+        if isinstance(info, dict) and License.from_info(info) is not None:
+            return License.from_info(info)
+    return None
 
 
 def of_sources(sources: Sequence[Mapping[str, Any]]) -> License:

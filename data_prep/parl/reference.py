@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from data_prep.licenses import SYNTHETIC
 from persetrain.io import InputError, atomic_dir, iter_jsonl, parse_record, write_json, write_jsonl
 from persetrain.schema import ReferenceExample, uneven_outputs
 
@@ -49,7 +50,7 @@ def build_reference(
 ) -> Path:
     """Write ``out/test.jsonl`` + ``out/dataset.json`` from a PARL task folder (``columns``: ``--columns``) and
     negatives files."""
-    from data_prep.parl.prepare import attach_baselines
+    from data_prep.parl.prepare import TASK_LICENSES, attach_baselines
     from data_prep.parl.readers import read_task
 
     examples = attach_baselines(read_task(raw, task, min_history=min_history, columns=columns), list(baselines))
@@ -80,6 +81,7 @@ def build_reference(
                 "task": "reference",
                 "splits": {"test": "test.jsonl"},
                 "synthetic": synthetic,
+                **(SYNTHETIC if synthetic else TASK_LICENSES[task]).info(),
                 "source": {"raw": str(raw), "task": task, "baselines": [str(p) for p in baselines]},
                 "systems": list(records[0].outputs),
                 "n": len(records),
