@@ -28,8 +28,8 @@ from persetrain.launch.inputs import KeyReader, LaunchError, RecipeKeys
 
 #: trainer name -> the module with its ``make_parser()`` and ``main()``
 TRAINERS = {"sft": "persetrain.train.sft", "grpo": "persetrain.train.grpo", "rm": "persetrain.train.rm"}
-# Keys only TRL's GRPOConfig has (SFTConfig has none of them). Listed rather than computed from the two
-# dataclasses because importing TRL takes seconds, and rendering a command should not.
+# Keys only TRL's GRPOConfig has (SFTConfig has none of them): what picks the trainer whose parser then reads the
+# recipe. Listed, as the launcher does not import training (its parsers come through a KeyReader).
 GRPO_ONLY_KEYS = frozenset(
     {
         "num_generations",
