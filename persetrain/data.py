@@ -183,7 +183,8 @@ def _read_jsonl_card(path: Path, split: str, seed: int, person_column: str | Non
     records = path if path.is_file() else folder / _split_file(folder / CARD, split)
     if not records.is_file():
         raise InputError(records, f"missing: split {split!r} of the dataset described by {folder / CARD}")
-    if task.preference_rows:
+    first = next(iter_jsonl(records), None)
+    if task.preference_rows and first is not None and "plot_a" not in first[1]:  # preference rows, not Per-DOC's
         column = person_column or read_card(folder / CARD).get("person_column")
         return task.name, examples_of_rows(task, read_table_file(records), split, seed, column)
     lines, examples = [], []
