@@ -78,6 +78,7 @@ def test_a_profile_column_renders_through_the_person_template(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ training
+@pytest.mark.slow
 def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     for name, source, extra in (
         ("uf", ULTRAFEEDBACK, []),
@@ -94,6 +95,7 @@ def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     assert said.count("no person column") == 2 and "ultrafeedback_binarized.jsonl: no person column" in said
 
 
+@pytest.mark.slow
 def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "verifier"
     argv = ["--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(PERSONAS), "--output_dir", str(out)]
@@ -111,6 +113,7 @@ def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(t
     assert result.global_step == 1
 
 
+@pytest.mark.slow
 def test_grpo_trains_the_judge_on_preference_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "judge"
     argv = ["--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(ULTRAFEEDBACK), "--output_dir", str(out)]
@@ -141,6 +144,7 @@ def test_a_card_declares_the_pairwise_kind_of_preference_rows(tmp_path):
         load_dataset(tmp_path, task="mcq")
 
 
+@pytest.mark.slow
 def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     """The verifier (p(yes) of a causal LM) judges the pairs; meta-eval runs the flip, blind and swap probes."""
     runner = CliRunner()
@@ -158,6 +162,7 @@ def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     assert 0.0 <= meta["flip_rate"] <= 1.0 and "accuracy" in meta["blind"] and "accuracy" in meta["swap"]
 
 
+@pytest.mark.slow
 def test_llm_judge_pref_and_aupel_judge_pairs(tiny_llama_dir, tmp_path):
     """llm-judge and PREF judge a pair as a two-option question, AuPEL as a test case of two systems."""
     data = ["--data", str(PERSONAS / "test.jsonl"), "--task", "pairwise", "--person-column", "persona"]
