@@ -79,6 +79,7 @@ def test_a_profile_column_renders_through_the_person_template(tmp_path):
 
 # ------------------------------------------------------------------------------------------ training
 @pytest.mark.slow
+@pytest.mark.slow
 def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     for name, source, extra in (
         ("uf", ULTRAFEEDBACK, []),
@@ -95,6 +96,7 @@ def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     assert said.count("no person column") == 2 and "ultrafeedback_binarized.jsonl: no person column" in said
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "verifier"
@@ -113,6 +115,7 @@ def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(t
     assert result.global_step == 1
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_grpo_trains_the_judge_on_preference_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "judge"
@@ -145,6 +148,7 @@ def test_a_card_declares_the_pairwise_kind_of_preference_rows(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     """The verifier (p(yes) of a causal LM) judges the pairs; meta-eval runs the flip, blind and swap probes."""
     runner = CliRunner()
@@ -162,6 +166,7 @@ def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     assert 0.0 <= meta["flip_rate"] <= 1.0 and "accuracy" in meta["blind"] and "accuracy" in meta["swap"]
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_llm_judge_pref_and_aupel_judge_pairs(tiny_llama_dir, tmp_path):
     """llm-judge and PREF judge a pair as a two-option question, AuPEL as a test case of two systems."""
@@ -219,6 +224,7 @@ def _cache_as_hub_id(hf_home: Path, repo: str, rows_file: Path) -> None:
         arrow.rename(target / arrow.name.replace("json-", f"{name}-", 1))
 
 
+@pytest.mark.slow
 def test_a_cached_hub_id_loads_offline(tmp_path):
     _cache_as_hub_id(tmp_path / "hf", "someone/hh_pairs", HH_RLHF)
     code = (
@@ -232,6 +238,7 @@ def test_a_cached_hub_id_loads_offline(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "6 'Sunscreen, water, a towel and a hat.'"
 
 
+@pytest.mark.slow
 def test_a_hub_id_offline_fails_at_once_in_one_line(tmp_path):
     """A Hub id not in the cache, with the Hub offline: one line from the command, no traceback."""
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin"}
@@ -246,6 +253,7 @@ def test_a_hub_id_offline_fails_at_once_in_one_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the embedded model
+@pytest.mark.slow
 def test_a_reward_model_trained_on_its_pairs_beats_the_untrained_one(tmp_path):
     """Embedded SmolLM2 as a reward model: a few steps on the persona pairs, judged on the held-out ones."""
     out = tmp_path / "rm"
