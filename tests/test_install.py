@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here builds the package and installs it into a new environment
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_FOLDERS = ("recipes", "accelerate_configs", "launch")  # what persetrain.resources finds in the wheel
 
