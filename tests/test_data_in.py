@@ -79,7 +79,6 @@ def test_a_profile_column_renders_through_the_person_template(tmp_path):
 
 # ------------------------------------------------------------------------------------------ training
 @pytest.mark.slow
-@pytest.mark.slow
 def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     for name, source, extra in (
         ("uf", ULTRAFEEDBACK, []),
@@ -96,7 +95,6 @@ def test_rm_trains_on_each_layout(tiny_llama_dir, tmp_path, capsys):
     assert said.count("no person column") == 2 and "ultrafeedback_binarized.jsonl: no person column" in said
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "verifier"
@@ -115,7 +113,6 @@ def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(t
     assert result.global_step == 1
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_grpo_trains_the_judge_on_preference_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "judge"
@@ -148,7 +145,6 @@ def test_a_card_declares_the_pairwise_kind_of_preference_rows(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     """The verifier (p(yes) of a causal LM) judges the pairs; meta-eval runs the flip, blind and swap probes."""
     runner = CliRunner()
@@ -166,7 +162,6 @@ def test_evaluate_and_meta_eval_judge_a_pairs_file(tiny_llama_dir, tmp_path):
     assert 0.0 <= meta["flip_rate"] <= 1.0 and "accuracy" in meta["blind"] and "accuracy" in meta["swap"]
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_llm_judge_pref_and_aupel_judge_pairs(tiny_llama_dir, tmp_path):
     """llm-judge and PREF judge a pair as a two-option question, AuPEL as a test case of two systems."""
