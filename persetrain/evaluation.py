@@ -236,15 +236,16 @@ def check_run_dir(out: Path, config: EvaluationConfig, overwrite: bool = False) 
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         previous = None
     wanted = run_record(config)
-    if previous == wanted:
-        return False
-    if overwrite:
-        return True
+    # A key an older run's config lacks is a field added since, at its default (null) in that run.
     keys = (
         sorted(k for k in {*previous, *wanted} if previous.get(k) != wanted.get(k))
         if isinstance(previous, dict)
         else ["(unreadable)"]
     )
+    if not keys:
+        return False
+    if overwrite:
+        return True
     raise InputError(
         recorded,
         f"holds another run (it differs in {', '.join(keys)}); --overwrite replaces it, or give another --out",

@@ -340,6 +340,10 @@ def test_an_out_that_holds_another_run_is_refused_unless_overwritten(prepared_ro
     assert runner.invoke(app, ["-q", *first]).exit_code == 0
     assert (out / "scatter.png").is_file()
     assert runner.invoke(app, ["-q", *first]).exit_code == 0  # the same run: resumed, not refused
+    recorded = json.loads((out / "config.json").read_text())
+    older = {k: v for k, v in recorded.items() if k != "person_column"}  # written before the field existed
+    (out / "config.json").write_text(json.dumps(older))
+    assert runner.invoke(app, ["-q", *first]).exit_code == 0  # still the same run
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     other = ("evaluate", "--data", str(perse / "per_doc"), "--out", str(out), "--baseline", "reviewer-avg")
