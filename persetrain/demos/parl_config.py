@@ -107,7 +107,7 @@ def form_knobs(full: bool) -> dict:
 
 def read_knobs(path: Path) -> dict:
     """The knobs a ``--config`` file sets; a key that is not a knob is one line naming the file and the key."""
-    from persetrain.launch.inputs import read_yaml_mapping
+    from persetrain.config_files import read_yaml_mapping
 
     knobs = read_yaml_mapping(path, "demo config")
     unknown = [key for key in knobs if key not in KNOBS]
