@@ -413,9 +413,9 @@ def cv_summary(results: dict[str, dict], rm_by_fold: dict[int, dict]) -> dict:
     summary["collapsed_saved_models"] = sorted(k for k, r in results.items() if r["saved_model_collapsed"])
     summary["collapses"] = {k: r["collapse_step"] for k, r in results.items() if r["collapse_step"] is not None}
     rm_mean = summary["rm_accuracy"]["mean"]
-    summary["targets"] = {
-        "no_collapse_in_saved_model": not summary["collapsed_saved_models"],
-        "gain_at_least_0.15_everywhere": all(r["rl_gain"] >= 0.15 for r in results.values()),
+    summary["targets"] = {  # None: nothing measured yet (no result, or no reward model of the same folds)
+        "no_collapse_in_saved_model": not summary["collapsed_saved_models"] if results else None,
+        "gain_at_least_0.15_everywhere": all(r["rl_gain"] >= 0.15 for r in results.values()) if results else None,
         "mean_at_least_rm": None if rm_mean is None else summary["rl_accuracy_on_rm_folds"]["mean"] >= rm_mean,
     }
     return summary
