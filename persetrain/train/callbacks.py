@@ -220,9 +220,12 @@ class ValidationCallback(TrainerCallback):
             "time": time.time(),
         }
         append_record(Path(args.output_dir) / METRICS_FILE, record)
+        chosen = (
+            f"checkpoint-{best}" if best is not None else "none yet (one counts once saved before the watched window)"
+        )
         console.print(
             f"validation ({self.evaluator}, {self.data} {self.split}): checkpoint-{step} {accuracy:.3f}; "
-            f"best: {'checkpoint-' + str(best) if best is not None else 'none before the collapse'}"
+            f"chosen: {chosen}"
         )
 
     def judge(self, checkpoint: Path, out: Path, seed: int) -> float:
