@@ -82,12 +82,16 @@ class CheckpointChoice:
         if before is None and not final and self.window_start is not None:
             # a collapse found at the next log would start one step after the window's start
             before = self.window_start + 1
+        return self.choice_before(args, before, final)
+
+    def choice_before(self, args, before: int | None, final: bool = False) -> int | None:
+        """The choice if a collapse started at step ``before`` (None: no collapse)."""
         on_disk = [step for step in self.saved if checkpoint_dir(args, step).is_dir()]
         good = [step for step in on_disk if before is None or step < before]
         scored = [step for step in good if step in self.scores]
         if scored:
             return max(scored, key=lambda step: (self.scores[step], -step))  # the earlier of equal scores
-        if self.rollback and good and not (final and self.collapse_onset is None):
+        if self.rollback and good and not (final and before is None):
             return good[-1]
         return None
 
@@ -103,15 +107,22 @@ class CheckpointChoice:
         state.best_model_checkpoint = None if step is None else str(checkpoint_dir(args, step))
         return step
 
-    def prune(self, args) -> None:
-        """Delete the checkpoints that can no longer be chosen: all but the newest (to resume from), the one chosen
-        now and the one the run would end with if it ended now. Why not HF's ``save_total_limit``: it keeps the
-        newest and ``best_model_checkpoint``, one choice, and a checkpoint validated inside the watched window is
-        not that choice yet, so under ``save_total_limit: 1`` it was deleted before it could be chosen."""
+    def prune(self, args, final: bool = False) -> None:
+        """Delete the checkpoints that can no longer be chosen: all but the newest (to resume from) and the choice
+        for every step a collapse found later could still start at (the choice changes only after a saved step, so
+        those are the steps after each checkpoint from the window's start on, and no collapse at all). Why not HF's
+        ``save_total_limit``: it keeps the newest and ``best_model_checkpoint``, one choice, and a checkpoint
+        validated inside the watched window is not that choice yet, so under ``save_total_limit: 1`` it was
+        deleted before it could be chosen. ``final``: the run ends now, so no later collapse can start."""
         if not (self.rollback or self.validating) or args.save_total_limit:
             return
         on_disk = [step for step in self.saved if checkpoint_dir(args, step).is_dir()]
-        keep = {*on_disk[-1:], self.chosen(args, final=False), self.chosen(args, final=True)}
+        if self.collapse_onset is not None or final:
+            onsets: list[int | None] = [self.collapse_onset]
+        else:
+            earliest = 1 if self.window_start is None else self.window_start + 1
+            onsets = [earliest, *(step + 1 for step in on_disk if step >= earliest), None]
+        keep = {*on_disk[-1:], *(self.choice_before(args, onset) for onset in onsets)}
         for step in on_disk:
             if step not in keep:
                 shutil.rmtree(checkpoint_dir(args, step), ignore_errors=True)
@@ -147,7 +158,7 @@ class CollapseCallback(TrainerCallback):
             self.choice.saved.append(state.global_step)
         self.choice.apply(args, state, _ending(args, state, control))
         if state.is_world_process_zero and not self.choice.validating:  # else pruned once the checkpoint is scored
-            self.choice.prune(args)
+            self.choice.prune(args, _ending(args, state, control))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or EQUAL_GROUP_SHARE not in logs or self.choice.collapse_onset is not None:
@@ -210,7 +221,7 @@ class ValidationCallback(TrainerCallback):
         accuracy = self.judge(checkpoint, Path(args.output_dir) / VALIDATION_DIR / checkpoint.name, args.seed)
         self.choice.scores[step] = accuracy
         best = self.choice.apply(args, state, _ending(args, state, control))
-        self.choice.prune(args)
+        self.choice.prune(args, _ending(args, state, control))
         record = {
             "event": "validation",
             "step": step,
