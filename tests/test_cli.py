@@ -107,6 +107,7 @@ def test_models_fetch_then_info_reports_device_and_dtype():
     assert info["device"] == best_device().type
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_one_error_line_not_a_traceback(tmp_path):
     requests = _write(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
     result = runner.invoke(

@@ -366,6 +366,7 @@ def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_p
 # --- the verifier ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
     """The verifier asks exactly the VERIFIER question (VERIFIER_BLIND without the person): asked again by hand,
     every request is a hit in the engine's cache, which keys on the whole request."""
@@ -525,6 +526,7 @@ def test_pref_stage3_and_aupel_comparisons_take_a_trained_scorer(scorer, tiny_rm
         check_scorer(str(tiny_rm_dir))
 
 
+@pytest.mark.slow
 def test_expert_matching_takes_a_trained_scorer(scorer, tiny_rm_dir, tmp_path):
     from persetrain.evaluators.expert import ExPerT, ExPerTConfig
     from persetrain.evaluators.expert_pipeline import ExPerTJudge, _Step, aspect_text

@@ -65,6 +65,7 @@ def test_relative_change_is_the_change_of_the_mean_score():
     assert math.isnan(relative_change(before, []))
 
 
+@pytest.mark.slow
 def test_meta_eval_command_on_the_tiny_model(tiny_llama_dir, tmp_path):
     out = tmp_path / "meta"
     result = CliRunner().invoke(

@@ -89,6 +89,7 @@ def parl_data(tmp_path_factory):
     return root / "prepared" / "parl_news"
 
 
+@pytest.mark.slow
 def test_rubrics_induce_cli(parl_data, tmp_path, tiny_llama_dir):
     out = tmp_path / "rubrics.jsonl"
     result = CliRunner().invoke(

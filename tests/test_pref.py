@@ -178,6 +178,7 @@ def test_balanced_scores_do_not_depend_on_where_the_list_starts(tiny_llama_dir, 
     assert balanced[0].cost.calls == 4 * single[0].cost.calls
 
 
+@pytest.mark.slow
 def test_evaluate_pref_on_the_embedded_model(tmp_path):
     """The issue's exact command, on one PrefEval question with the real model."""
     run = tmp_path / "run"

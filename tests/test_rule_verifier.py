@@ -228,6 +228,7 @@ def test_judge_accuracy_batched_equals_one_check_at_a_time(verifier_data):
     assert set(measured.per_rule) == names
 
 
+@pytest.mark.slow
 def test_cli_prepares_the_data_and_measures_a_judge(parl_news, tiny_llama_dir, tmp_path):
     from typer.testing import CliRunner
 

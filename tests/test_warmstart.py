@@ -21,6 +21,7 @@ def users(parl_prepared):
     return load_dataset(parl_prepared / "parl_news", "train")[1][:2]
 
 
+@pytest.mark.slow
 def test_induced_rows_hold_each_set_valid_rules(tiny_llama_dir, users, tmp_path):
     engine = load_engine(str(tiny_llama_dir))
     # tau 0: every rule is valid, so every set that parses with 2 or more rules becomes a row
@@ -39,6 +40,7 @@ def test_induced_rows_hold_each_set_valid_rules(tiny_llama_dir, users, tmp_path)
     assert info["source"] == "induced" and info["valid"] == counts["valid"] == len(rows) and info["tau"] == 0.0
 
 
+@pytest.mark.slow
 def test_no_valid_set_is_a_clear_error_and_writes_nothing(tiny_llama_dir, users, tmp_path):
     engine = load_engine(str(tiny_llama_dir))
     with pytest.raises(ValueError, match=r"^no rubric set of 2 passed validation"):
