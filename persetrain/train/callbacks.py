@@ -216,7 +216,10 @@ class ValidationCallback(TrainerCallback):
         if step not in self.choice.saved:
             self.choice.saved.append(step)
         checkpoint = checkpoint_dir(args, step)
-        if not state.is_world_process_zero or not checkpoint.is_dir():
+        stopping = control.should_training_stop and step < state.max_steps
+        # A checkpoint saved to stop early is not judged: after a signal the job has seconds to exit, and after a
+        # collapse the checkpoint cannot be chosen.
+        if not state.is_world_process_zero or not checkpoint.is_dir() or stopping:
             return
         accuracy = self.judge(checkpoint, Path(args.output_dir) / VALIDATION_DIR / checkpoint.name, args.seed)
         self.choice.scores[step] = accuracy
