@@ -29,19 +29,6 @@ PersonColumnOpt = Annotated[
 ]
 
 
-TaskOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Task kind of rows without a card (a .jsonl / .csv / .parquet file, a saved datasets folder, a Hub id): "
-        "pairwise for preference rows (prompt, chosen, rejected, person). See docs/formats.md."
-    ),
-]
-PersonColumnOpt = Annotated[
-    str | None,
-    typer.Option(help="Column of a preference row holding the person (default: 'person' when there is one)."),
-]
-
-
 def _options(pairs: list[str] | None) -> dict[str, str]:
     options = {}
     for pair in pairs or []:
