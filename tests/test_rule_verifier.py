@@ -194,7 +194,7 @@ def test_labelled_rows_and_their_errors(tmp_path):
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "satisfied": "yes"}) + "\n")
-    with pytest.raises(InputError, match=r"bad\.jsonl:2: field 'satisfied': missing or not a bool"):
+    with pytest.raises(InputError, match=r"bad\.jsonl:2: field 'satisfied': not a bool"):
         prepare_verifier(tmp_path / "never", labels=[bad])
     assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".never*"))
 

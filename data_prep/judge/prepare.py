@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import chain, permutations
 from pathlib import Path
 
@@ -325,6 +325,7 @@ def prepare_judge(
     profile_words: int = PROFILE_WORDS,
     max_pairs_per_person: int | None = None,
     balance_yes_no: bool = False,
+    prefeval_columns: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Read every source, write the judge dataset (train / validation) with its card at ``out``; return the sizes.
 
@@ -332,6 +333,7 @@ def prepare_judge(
     variants per multiple-choice item (at most the options' permutations: a PerSE pair has 2). ``holdout_topics``,
     ``profile_items``, ``profile_words``, ``max_pairs_per_person``: as ``prepare_preference`` takes them.
     ``balance_yes_no``: a verifier group keeps as many "no" candidates as "yes" ones (:func:`balanced`).
+    ``prefeval_columns``: the PrefEval items' keys for our fields (``--columns``).
     """
     if not (prefeval or perse or verifier):
         raise ValueError("no source: give --prefeval, --perse and/or --verifier")
@@ -341,7 +343,9 @@ def prepare_judge(
     if holdout_topics and not prefeval:
         raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
     check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
-    reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
+    reads = (
+        [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed, prefeval_columns)] if prefeval else []
+    )
     reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     items: list[Item] = []
     for read in reads:

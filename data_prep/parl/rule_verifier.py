@@ -55,6 +55,7 @@ from pathlib import Path
 from data_prep.licenses import SYNTHETIC, License, combine, source_terms
 from data_prep.parl.distractors import RULE_PREFIX, distractor_checks, words
 from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
+from data_prep.readers.tables import ColumnMap, map_record, merged_columns
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
 from persetrain.prompts.parl import TASKS, judge_request
@@ -64,6 +65,10 @@ SPLITS = ("train", "validation")
 #: The PARL dataset's split names, mapped to this dataset's.
 _PARL_SPLITS = {"train": "train", "test": "validation"}
 _LABEL_FIELDS = {"task": str, "input": str, "text": str, "rule": str, "satisfied": bool, "split": str}
+#: our field -> the labels file's key (``--columns`` maps others)
+LABEL_COLUMNS = {field: field for field in _LABEL_FIELDS}
+#: the one table of ``prepare verifier``'s ``--labels`` (``--columns labels.FIELD=KEY``)
+LABEL_TABLES = {"labels": LABEL_COLUMNS}
 
 
 def _row(id: str, task: str, input: str, text: str, rule: str, satisfied: bool, **extra) -> dict:
@@ -202,22 +207,25 @@ def signature_rows(
     return rows
 
 
-def label_rows(path: Path) -> dict[str, list[dict]]:
-    """Rows from a JSON-lines file of labelled checks (module docstring), each field checked."""
+def label_rows(path: Path, columns: ColumnMap | None = None) -> dict[str, list[dict]]:
+    """Rows from a JSON-lines file of labelled checks (module docstring), each field checked; ``columns`` maps our
+    fields to the file's keys (:data:`LABEL_COLUMNS`), and errors name the file's key."""
+    keys = merged_columns(LABEL_COLUMNS, columns)
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
-    for line, record in iter_jsonl(path):
+    for line, raw in iter_jsonl(path):
+        record = map_record(raw, keys, list(keys), path, line)
         for field, kind in _LABEL_FIELDS.items():
-            if not isinstance(record.get(field), kind):
-                raise InputError(path, f"missing or not a {kind.__name__}", record=line, field=field)
+            if not isinstance(record[field], kind):
+                raise InputError(path, f"not a {kind.__name__}", record=line, field=keys[field])
         for field in ("text", "rule"):  # a blank text or rule gives a check whose answer means nothing
             if not record[field].strip():
-                raise InputError(path, "empty: a labelled check needs it", record=line, field=field)
+                raise InputError(path, "empty: a labelled check needs it", record=line, field=keys[field])
         if record["task"] not in TASKS:
             raise InputError(
-                path, f"unknown task {record['task']!r}; expected one of {TASKS}", record=line, field="task"
+                path, f"unknown task {record['task']!r}; expected one of {TASKS}", record=line, field=keys["task"]
             )
         if record["split"] not in SPLITS:
-            raise InputError(path, f"expected one of {SPLITS}", record=line, field="split")
+            raise InputError(path, f"expected one of {SPLITS}", record=line, field=keys["split"])
         fields = {k: record[k] for k in ("task", "input", "text", "rule", "satisfied")}
         rows[record["split"]].append(
             _row(f"{path.stem}:{line}", **fields, user_id="", rule_name="", wording=-1, text_kind="labelled")
@@ -313,12 +321,14 @@ def prepare_verifier(
     extra_parl: Sequence[str | Path] = (),
     rules: Sequence[str] = (),
     distractors: bool = False,
+    label_columns: ColumnMap | None = None,
 ) -> dict[str, int]:
     """Build the verifier dataset at ``out`` (train / validation, balanced) with its card; return the sizes.
 
     ``counterfactuals``: add edited copies of the synthetic train texts (:func:`signature_rows`); ``extra_parl``:
     more synthetic PARL datasets, every user of them trained on; ``rules``: keep these signature rules' checks
-    only; ``distractors``: add the distractor rules' checks (module docstring)."""
+    only; ``distractors``: add the distractor rules' checks (module docstring); ``label_columns``: the ``labels``
+    files' keys for our fields (``--columns``)."""
     from datasets import Dataset, DatasetDict
 
     if not (parl or labels):
@@ -330,7 +340,7 @@ def prepare_verifier(
         raise ValueError(f"--rules: unknown signature rule(s) {unknown}; the rules are {known}")
     _check_label_files([Path(p) for p in labels])
     reads = [signature_rows(Path(p), seed, counterfactuals, distractors=distractors) for p in parl]
-    reads += [label_rows(Path(p)) for p in labels]
+    reads += [label_rows(Path(p), label_columns) for p in labels]
     reads += [
         signature_rows(Path(p), seed, counterfactuals, extra=f"extra{k}:", distractors=distractors)
         for k, p in enumerate(extra_parl)

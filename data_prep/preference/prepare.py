@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
@@ -177,20 +177,24 @@ def prepare_preference(
     profile_items: int = 3,
     profile_words: int = PROFILE_WORDS,
     max_pairs_per_person: int | None = None,
+    prefeval_columns: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Read every source, build the three views and write ``out/listwise``, ``out/pairs``, ``out/verifier``.
 
     ``holdout_topics`` names PrefEval topics for the validation split (default none: every topic in
     train). ``profile_items`` / ``profile_words``: how many earlier items show a PerSE reviewer or a
     reference user, and the words kept of each. ``max_pairs_per_person`` caps a PerSE reviewer's pairs
-    (a seeded sample; default all: a reviewer with n texts has up to n(n-1)/2).
+    (a seeded sample; default all: a reviewer with n texts has up to n(n-1)/2). ``prefeval_columns``: the PrefEval
+    items' keys for our fields (``--columns``).
     """
     if not (prefeval or perse or reference):
         raise ValueError("no source: give --prefeval, --perse and/or --reference")
     if holdout_topics and not prefeval:
         raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
     check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
-    reads = [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed)] if prefeval else []
+    reads = (
+        [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed, prefeval_columns)] if prefeval else []
+    )
     reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     reads += [reference_groups(Path(p), seed, profile_items, profile_words) for p in reference]
     _check_unique(reads)

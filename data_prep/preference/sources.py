@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from data_prep.parl.prepare import split_of
 from data_prep.parl.reference import GOLD
 from data_prep.readers.prefeval import read_topic, shuffle_options, topic_files
+from data_prep.readers.tables import ColumnMap
 from persetrain.console import track
 from persetrain.data import CARD, DATASET_INDEX, load_dataset, read_card, saved_splits
 from persetrain.io import InputError
@@ -93,8 +94,11 @@ def _topics(folders: Sequence[Path]) -> dict[str, Path]:
     return topics
 
 
-def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) -> SourceRead:
-    """Every question of every topic; topics in ``holdout`` go to validation, the rest to train."""
+def prefeval_groups(
+    folders: Sequence[Path], holdout: Sequence[str], seed: int, columns: ColumnMap | None = None
+) -> SourceRead:
+    """Every question of every topic; topics in ``holdout`` go to validation, the rest to train; ``columns``: the
+    items' keys for our fields (``data_prep.readers.prefeval.PREFEVAL_COLUMNS``)."""
     topics = _topics(folders)
     where = ", ".join(str(f) for f in folders)
     unknown = sorted(set(holdout) - set(topics))
@@ -108,7 +112,7 @@ def prefeval_groups(folders: Sequence[Path], holdout: Sequence[str], seed: int) 
         raise InputError(where, "every topic is held out: the train split would be empty", field="holdout_topics")
     groups = []
     for topic, path in topics.items():
-        for ex in read_topic(path, seed):
+        for ex in read_topic(path, seed, columns):
             groups.append(
                 Group(
                     id=ex.id,

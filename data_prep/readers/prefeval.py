@@ -23,11 +23,22 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persetrain.io import InputError, parse_record
+from data_prep.readers.tables import ColumnMap, map_record, merged_columns, parse_row
+from persetrain.io import InputError
 from persetrain.schema import McqExample
 
 TASK = "mcq"
 OPTIONS_DIR = "mcq_options"
+
+#: our field -> the item's key (``--columns`` maps others); ``explanation`` may be absent unless mapped
+PREFEVAL_COLUMNS = {
+    "preference": "preference",
+    "question": "question",
+    "explanation": "explanation",
+    "classification_task_options": "classification_task_options",
+}
+#: the one table of ``prepare preference`` / ``prepare judge``'s ``--prefeval`` (``--columns prefeval.FIELD=KEY``)
+PREFEVAL_TABLES = {"prefeval": PREFEVAL_COLUMNS}
 
 
 class _Item(BaseModel):
@@ -75,8 +86,11 @@ def shuffle_options(options: list[str], key: str) -> tuple[list[str], int]:
     return [options[k] for k in order], order.index(0)
 
 
-def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
-    """Every item of one topic file as an ``McqExample`` with shuffled options."""
+def read_topic(path: Path, seed: int = 0, columns: ColumnMap | None = None) -> list[McqExample]:
+    """Every item of one topic file as an ``McqExample`` with shuffled options; ``columns`` maps our fields to other
+    keys (:data:`PREFEVAL_COLUMNS`), and a mapped key an item lacks is an error at that item."""
+    mapping = merged_columns(PREFEVAL_COLUMNS, columns)
+    required = [f for f in mapping if f != "explanation" or f in (columns or {})]
     try:
         items = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -90,8 +104,8 @@ def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
     for index, obj in enumerate(items):
         if not isinstance(obj, dict):
             raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=index)
-        item = parse_record(_Item, obj, path, index)
-        _check_options(item.classification_task_options, path, index)
+        item = parse_row(_Item, map_record(obj, mapping, required, path, index), path, index, mapping)
+        _check_options(item.classification_task_options, path, index, mapping["classification_task_options"])
         example_id = f"{topic}-{index}"
         options, gold = shuffle_options(item.classification_task_options, f"{seed}-{example_id}")
         examples.append(
@@ -108,10 +122,9 @@ def read_topic(path: Path, seed: int = 0) -> list[McqExample]:
     return examples
 
 
-def _check_options(options: list[str], path: Path, index: int) -> None:
+def _check_options(options: list[str], path: Path, index: int, field: str) -> None:
     """Options a judge can choose between: at least two, none empty, and no distractor with the text of the
-    preference-following (first) option, which would leave the gold answer undefined."""
-    field = "classification_task_options"
+    preference-following (first) option, which would leave the gold answer undefined. ``field``: the file's key."""
     if len(options) < 2:
         raise InputError(path, f"has {len(options)} option; a question needs at least 2", record=index, field=field)
     for k, option in enumerate(options):

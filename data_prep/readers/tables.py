@@ -147,10 +147,18 @@ def _csv_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: l
 
 def _jsonl_rows(path: Path, columns: ColumnMap, required: Sequence[str], fields: list[str]):
     for line_no, obj in iter_jsonl(path):
-        for name in required:
-            if columns[name] not in obj:
-                raise InputError(path, f"missing column (holds our '{name}')", record=line_no, field=columns[name])
-        yield line_no, {name: obj[columns[name]] for name in fields if columns[name] in obj}
+        yield line_no, map_record(obj, {name: columns[name] for name in fields}, required, path, line_no)
+
+
+def map_record(
+    obj: Mapping, columns: ColumnMap, required: Sequence[str], path: str | os.PathLike, record: int | str
+) -> dict:
+    """One JSON record keyed by our field names (the fields of ``columns`` whose column it has), for readers of
+    JSON records as well as of tables; a ``required`` field's column it lacks is an error at the record."""
+    for name in required:
+        if columns[name] not in obj:
+            raise InputError(path, f"missing column (holds our '{name}')", record=record, field=columns[name])
+    return {name: obj[column] for name, column in columns.items() if column in obj}
 
 
 def parse_row(model: type[T], row: dict, path: str | os.PathLike, line: int, columns: ColumnMap) -> T:

@@ -181,9 +181,11 @@ def prepare_verifier_cmd(
         ),
     ] = False,
     seed: int = 0,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Labelled (rule, text, satisfied) rows in PARL's judge prompt, for `persetrain sft` to train the judge."""
-    from data_prep.parl.rule_verifier import prepare_verifier
+    from data_prep.parl.rule_verifier import LABEL_TABLES, prepare_verifier
+    from data_prep.readers.tables import parse_columns
 
     prepare_verifier(
         out,
@@ -194,6 +196,7 @@ def prepare_verifier_cmd(
         extra_parl=extra_parl or [],
         rules=rules or [],
         distractors=distractors,
+        label_columns=parse_columns(columns or [], LABEL_TABLES).get("labels"),
     )
 
 
@@ -223,10 +226,13 @@ def prepare_preference_cmd(
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer or a user.")] = 3,
     profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
     max_pairs_per_person: MaxPairsOpt = None,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Preference data for reward models and yes/no verifiers: listwise (mcq), pairs (TRL RewardTrainer) and
     verifier (SFT) datasets, train / validation, from PrefEval, PerSE and reference data."""
     from data_prep.preference.prepare import prepare_preference
+    from data_prep.readers.prefeval import PREFEVAL_TABLES
+    from data_prep.readers.tables import parse_columns
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
     prepare_preference(
@@ -239,6 +245,7 @@ def prepare_preference_cmd(
         profile_items=profile_items,
         profile_words=profile_words,
         max_pairs_per_person=max_pairs_per_person,
+        prefeval_columns=parse_columns(columns or [], PREFEVAL_TABLES).get("prefeval"),
     )
 
 
@@ -268,10 +275,13 @@ def prepare_judge_cmd(
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer.")] = 3,
     profile_words: Annotated[int, typer.Option(help="Words kept of each profile item.")] = 40,
     max_pairs_per_person: MaxPairsOpt = None,
+    columns: ColumnsOpt = None,
 ) -> None:
     """Verdict prompts with their gold verdict for a judge trained by GRPO on its own verdicts (`persetrain grpo`
     with the judge-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
     from data_prep.judge.prepare import prepare_judge
+    from data_prep.readers.prefeval import PREFEVAL_TABLES
+    from data_prep.readers.tables import parse_columns
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
     prepare_judge(
@@ -287,6 +297,7 @@ def prepare_judge_cmd(
         profile_words=profile_words,
         max_pairs_per_person=max_pairs_per_person,
         balance_yes_no=balance_yes_no,
+        prefeval_columns=parse_columns(columns or [], PREFEVAL_TABLES).get("prefeval"),
     )
 
 
