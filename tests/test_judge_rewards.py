@@ -101,6 +101,7 @@ def test_verdict_and_format_rewards_restate_right_and_readable():
     assert logged == {
         "judge/accuracy": pytest.approx(sum(right) / len(right)),
         "judge/parsed_share": pytest.approx(sum(readable) / len(readable)),
+        "judge/verdict_entropy": 0.0,  # every row is its own prompt: one verdict each, no spread
     }
 
 
