@@ -434,7 +434,7 @@ def test_the_readme_slurm_example_runs_once_its_data_is_there_and_a_dry_run_chec
     assert len(refusals) == 1 and refusals.pop() == (
         f"error: {REPO}/recipes/perse/llama2-13b-chat_per-mpst-k3.yaml: recipe key 'dataset_path' names "
         "data/perse/per_mpst_k3, which does not exist; write it with `persetrain prepare` (e.g. persetrain prepare "
-        "perse --raw RAW --out data/perse) or pass -- --dataset_path DIR"
+        "perse --raw RAW --out data/perse) or pass -- --dataset_path PATH"
     )
     (work / "data/perse").mkdir(parents=True)
     (work / "data/perse/per_mpst_k3").symlink_to(tiny_dataset, target_is_directory=True)
