@@ -40,7 +40,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, Features, List, Value
 
 from data_prep.judge.card import build_info, readme
-from data_prep.preference.prepare import check_profile_sizes
+from data_prep.preference.prepare import check_profile_sizes, listwise_row
 from data_prep.preference.sources import (
     TRAIN,
     VALIDATION,
@@ -262,16 +262,9 @@ QUESTION_FIELDS = ("id", "topic", "preference", "question", "options", "gold", "
 
 
 def group_question(group: Group) -> dict:
-    """A PrefEval group as the ``mcq`` question the evaluators judge, its options in the group's own order."""
-    return {
-        "id": group.id,
-        "topic": group.topic,
-        "preference": group.person,
-        "question": group.request,
-        "options": list(group.options),
-        "gold": group.gold,
-        "explanation": group.explanation,
-    }
+    """A PrefEval group as the ``mcq`` question the evaluators judge, its options in the group's own order: the
+    ``McqExample`` columns of the preference data's listwise row, so the two views cannot drift apart."""
+    return {key: value for key, value in listwise_row(group).items() if key in QUESTION_FIELDS}
 
 
 def listwise_questions(verifier: Path, item_ids: set[str]) -> list[dict]:
