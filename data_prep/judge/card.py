@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from data_prep.card import bullets, render_card, source_topic_table, synthetic_note
 from data_prep.licenses import License, of_sources
 from data_prep.preference.card import source_lines, source_topic_counts
 from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
@@ -93,20 +94,8 @@ def build_info(
 
 def readme(info: dict) -> str:
     """The dataset card."""
-    splits = list(info["splits"])
-    keys = sorted({k for counts in info["counts"].values() for k in counts})
-    table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
-    table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
-    table.append("| **all rows** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
-    table.append("| **items (questions)** | " + " | ".join(str(info["items"][s]) for s in splits) + " |")
-    license = License.from_info(info)
-    header = f'---\npretty_name: "{info["title"]}"\n' + (license.front_matter() if license else "")
-    header += "tags:\n- persetrain\n- judge\n- grpo\n- personalized-evaluation\n"
-    header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
     synthetic = [s["path"] for s in info["sources"] if s.get("synthetic")]
-    parts = [
-        header,
-        f"# {info['title']}\n",
+    intro = [
         "Verdict prompts with their gold verdict, for a judge trained by GRPO on its own verdicts (the "
         "`judge-verdict`, `judge-format` and `judge-consistent` rewards). Each row asks which option is best for a "
         "person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
@@ -116,32 +105,30 @@ def readme(info: dict) -> str:
         ORDER_RULE + "\n",
     ]
     if synthetic:
-        parts.append(
-            f"> **Synthetic data.** The sources {', '.join(f'`{p}`' for p in synthetic)} are SYNTHETIC (generated "
-            "samples with planted preferences or signatures), not real people.\n"
+        intro.append(
+            synthetic_note(
+                f"The sources {', '.join(f'`{p}`' for p in synthetic)} are SYNTHETIC (generated samples with planted "
+                "preferences or signatures), not real people."
+            )
         )
-    parts += [
-        "## Sources\n",
-        "\n".join(source_lines(info["sources"])),
-        "",
-        "## Splits\n",
-        info["split_rule"] + "\n",
-        "\n".join(table),
-        "",
-        "## Verdict balance\n",
-        "Gold verdicts per split and row kind. A question in several orders shows its gold at several positions, so "
-        "a position-balanced set has each letter about equally often.\n",
-        "\n".join(f"- {split}: {value}" for split, value in info["verdict_balance"].items()),
-        "",
-        "## Columns\n",
-        COLUMNS,
-        "",
-        "## Settings\n",
-        "\n".join(f"- {key}: {value}" for key, value in info["params"].items()),
-        "",
-    ]
-    if info["dropped"]:
-        parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
-    if license:
-        parts.append(license.section())
-    return "\n".join(parts)
+    table = source_topic_table(info, {"all rows": info["splits"], "items (questions)": info["items"]})
+    return render_card(
+        info["title"],
+        tags=("judge", "grpo", "personalized-evaluation"),
+        license=License.from_info(info),
+        synthetic=info["synthetic"],
+        intro=intro,
+        sections=[
+            ("Sources", "\n".join(source_lines(info["sources"]))),
+            ("Splits", info["split_rule"] + "\n\n" + table),
+            (
+                "Verdict balance",
+                "Gold verdicts per split and row kind. A question in several orders shows its gold at several "
+                "positions, so a position-balanced set has each letter about equally often.\n\n"
+                + bullets(info["verdict_balance"]),
+            ),
+            ("Columns", COLUMNS),
+            ("Settings", bullets(info["params"])),
+            ("Left out", bullets(info["dropped"]) if info["dropped"] else None),
+        ],
+    )
