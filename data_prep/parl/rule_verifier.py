@@ -52,12 +52,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from data_prep.card import render_card, synthetic_note, write_card
 from data_prep.licenses import SYNTHETIC, License, combine, source_terms
 from data_prep.parl.distractors import RULE_PREFIX, distractor_checks, words
 from data_prep.parl.signatures import RULES, TRAIN_WORDINGS, UNITS, RuleCheck, composed_wordings
 from data_prep.readers.tables import ColumnMap, map_record, merged_columns
 from persetrain.console import console, track
-from persetrain.io import InputError, atomic_dir, iter_jsonl, write_json
+from persetrain.io import InputError, atomic_dir, iter_jsonl
 from persetrain.prompts.parl import TASKS, judge_request
 from persetrain.prompts.yes_no import YES_NO
 
@@ -274,41 +275,45 @@ def _card(info: dict) -> str:
         f"| {split} | {info['before'][split]['yes']} | {info['before'][split]['no']} | {info['splits'][split]} |"
         for split in SPLITS
     )
-    return "\n".join(
-        [
-            '---\npretty_name: "PARL rule verifier data"\n'
-            + License.from_info(info).front_matter()
-            + "tags:\n- persetrain\n- parl\n- verifier\n"
-            + ("- synthetic\n" if info["synthetic"] else "")
-            + "---\n",
-            "# PARL rule verifier data\n",
-            "Task kind `verifier_sft`: TRL SFTTrainer's conversational prompt-completion format (`persetrain sft` "
-            "reads it). Each row asks PARL's judge prompt (`persetrain.prompts.parl.judge_request`) whether a text "
-            "satisfies a rule; the completion is `yes` or `no`. Built by `persetrain prepare verifier` "
-            "(`data_prep/parl/rule_verifier.py`).\n",
+    intro = [
+        "Task kind `verifier_sft`: TRL SFTTrainer's conversational prompt-completion format (`persetrain sft` "
+        "reads it). Each row asks PARL's judge prompt (`persetrain.prompts.parl.judge_request`) whether a text "
+        "satisfies a rule; the completion is `yes` or `no`. Built by `persetrain prepare verifier` "
+        "(`data_prep/parl/rule_verifier.py`).\n"
+    ]
+    if info["synthetic"]:
+        intro.append(
+            synthetic_note(
+                "Texts are the synthetic PARL sample users' (`data_prep.synthetic.parl`); labels come from the "
+                "checkers of their planted signatures (`data_prep.parl.signatures`)."
+            )
+        )
+    return render_card(
+        "PARL rule verifier data",
+        tags=("parl", "verifier"),
+        license=License.from_info(info),
+        synthetic=info["synthetic"],
+        intro=intro,
+        sections=[
             (
-                "> **Synthetic data.** Texts are the synthetic PARL sample users' (`data_prep.synthetic.parl`); labels "
-                "come from the checkers of their planted signatures (`data_prep.parl.signatures`).\n"
-                if info["synthetic"]
-                else ""
+                "Sources",
+                "\n".join(f"- `{s}`" for s in info["sources"])
+                + "".join(f"\n- `{s}` (every user to train)" for s in info["extra_parl"]),
             ),
-            "## Sources\n",
-            "\n".join(f"- `{s}`" for s in info["sources"])
-            + "".join(f"\n- `{s}` (every user to train)" for s in info["extra_parl"]),
-            "",
-            "## Splits and balance\n",
-            info["split_rule"] + " Per split and rule the majority answer is subsampled to the minority's count.\n",
-            "| split | yes before | no before | rows kept (balanced) |\n|---|---:|---:|---:|\n" + counts,
-            "",
-            "## Columns\n",
-            "`id`, `task`, `input` (the task input), `text` (the text judged), `rule`, `label` (`yes`/`no`), "
-            "`prompt` (system + user messages), `completion`, `user_id`, "
-            "`rule_name` (the signature; empty for labelled rows), `wording` (index of the rule's wording: its "
-            "hand-written ones first, then its composed ones; -1 for labelled rows), `text_kind` (`history-<k>`, "
-            "`target`, `negative-<generator>` or `labelled`).",
-            "",
-            License.from_info(info).section(),
-        ]
+            (
+                "Splits and balance",
+                info["split_rule"] + " Per split and rule the majority answer is subsampled to the minority's count.\n"
+                "\n| split | yes before | no before | rows kept (balanced) |\n|---|---:|---:|---:|\n" + counts,
+            ),
+            (
+                "Columns",
+                "`id`, `task`, `input` (the task input), `text` (the text judged), `rule`, `label` (`yes`/`no`), "
+                "`prompt` (system + user messages), `completion`, `user_id`, "
+                "`rule_name` (the signature; empty for labelled rows), `wording` (index of the rule's wording: its "
+                "hand-written ones first, then its composed ones; -1 for labelled rows), `text_kind` (`history-<k>`, "
+                "`target`, `negative-<generator>` or `labelled`).",
+            ),
+        ],
     )
 
 
@@ -394,7 +399,6 @@ def prepare_verifier(
         DatasetDict({split: Dataset.from_list(r) for split, r in rows.items()}).save_to_disk(
             str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
         )
-        write_json(tmp / "build_info.json", info)
-        (tmp / "README.md").write_text(_card(info), encoding="utf-8")
+        write_card(tmp, info, _card(info))
     console.print(f"[green]wrote[/green] verifier data -> {out} {info['splits']}")
     return info["splits"]

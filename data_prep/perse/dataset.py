@@ -14,11 +14,12 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
+from data_prep.card import bullets, render_card, synthetic_note, write_card
 from data_prep.licenses import SYNTHETIC, License, source_terms
 from data_prep.perse.builders import BuiltDataset
 from data_prep.perse.reviewer_split import Example
 from persetrain.console import warn
-from persetrain.io import atomic_dir, write_json
+from persetrain.io import atomic_dir
 from persetrain.prompts.perse import pairwise_completion, pairwise_request, scalar_completion, scalar_request
 from persetrain.schema import ScalarExample, reviewer_of, ten_point_score
 
@@ -75,41 +76,33 @@ def dataset_card(built: BuiltDataset, sources: Mapping[str, str], synthetic: boo
     filters = "\n".join(
         f"| {f.name} | {f.dropped} {f.unit}{f' ({f.detail})' if f.detail else ''} |" for f in built.filters
     )
-    parts = [
-        f'---\npretty_name: "{built.title}"\n{license.front_matter()}'
-        "tags:\n- persetrain\n- perse\n- personalized-evaluation\n" + ("- synthetic\n" if synthetic else "") + "---\n",
-        f"# {built.title}\n",
-        f"PerSE {built.task} instruction data built by `data_prep.perse.builders` (persetrain).\n",
-    ]
+    intro = [f"PerSE {built.task} instruction data built by `data_prep.perse.builders` (persetrain).\n"]
     if synthetic:
-        parts.append(
-            "> **Synthetic data.** Built from `data_prep.synthetic.perse` output: plots, reviewers and "
-            "scores are generated with planted preferences (see the source's `ground_truth.json`). "
-            "Nothing here is a real review.\n"
+        intro.append(
+            synthetic_note(
+                "Built from `data_prep.synthetic.perse` output: plots, reviewers and scores are generated with "
+                "planted preferences (see the source's `ground_truth.json`). Nothing here is a real review."
+            )
         )
-    parts += [
-        "## Sources\n",
-        "\n".join(f"- {name}: `{path}`" for name, path in sources.items()) or "- (not recorded)",
-        "",
-        "## Filters (in order)\n",
-        "| filter | dropped |\n|---|---|\n" + filters,
-        "",
-        "## Settings\n",
-        "\n".join(f"- {key}: {value}" for key, value in built.params.items()),
-        "",
-        "## Splits\n",
-        'Reviewers are split 9:1 by `sha256(f"{seed}:{reviewer_id}") % 10 == 0` -> test; '
-        "no reviewer is in two splits.\n",
-        _count_table(built),
-        "",
-        "## Columns\n",
-        _COLUMNS[built.task],
-        "",
-    ]
-    if built.notes:
-        parts += ["## Notes\n", "\n".join(f"- {n}" for n in built.notes), ""]
-    parts.append(license.section())
-    return "\n".join(parts)
+    return render_card(
+        built.title,
+        tags=("perse", "personalized-evaluation"),
+        license=license,
+        synthetic=synthetic,
+        intro=intro,
+        sections=[
+            ("Sources", "\n".join(f"- {name}: `{path}`" for name, path in sources.items()) or "- (not recorded)"),
+            ("Filters (in order)", "| filter | dropped |\n|---|---|\n" + filters),
+            ("Settings", bullets(built.params)),
+            (
+                "Splits",
+                'Reviewers are split 9:1 by `sha256(f"{seed}:{reviewer_id}") % 10 == 0` -> test; '
+                "no reviewer is in two splits.\n\n" + _count_table(built),
+            ),
+            ("Columns", _COLUMNS[built.task]),
+            ("Notes", "\n".join(f"- {n}" for n in built.notes) if built.notes else None),
+        ],
+    )
 
 
 def save_dataset(
@@ -148,6 +141,5 @@ def save_dataset(
     }
     with atomic_dir(out_dir) as tmp:
         to_dataset_dict(built).save_to_disk(str(tmp))
-        (tmp / "README.md").write_text(dataset_card(built, sources, synthetic, license), encoding="utf-8")
-        write_json(tmp / "build_info.json", info)
+        write_card(tmp, info, dataset_card(built, sources, synthetic, license))
     return Path(out_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from data_prep.card import bullets, render_card, source_topic_table
 from data_prep.licenses import License, of_sources
 
 #: Per view: the task kind ``build_info.json`` declares, the format, and its columns.
@@ -126,40 +127,22 @@ def source_lines(sources: Sequence[dict]) -> list[str]:
 
 def readme(info: dict) -> str:
     """The dataset card of one view."""
-    splits = list(info["splits"])
-    keys = sorted({k for counts in info["counts"].values() for k in counts})
-    table = ["| source/topic | " + " | ".join(splits) + " |", "|---" + "|---:" * len(splits) + "|"]
-    table += [f"| {k} | " + " | ".join(str(info["counts"][s].get(k, 0)) for s in splits) + " |" for k in keys]
-    table.append("| **all** | " + " | ".join(str(info["splits"][s]) for s in splits) + " |")
-    license = License.from_info(info)
-    header = f'---\npretty_name: "{info["title"]}"\n' + (license.front_matter() if license else "")
-    header += "tags:\n- persetrain\n- preference\n- personalized-evaluation\n"
-    header += ("- synthetic\n" if info["synthetic"] else "") + "---\n"
     view = VIEWS[info["name"]]
-    parts = [
-        header,
-        f"# {info['title']}\n",
-        f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
-        "(`data_prep/preference/prepare.py`); the wording of every prompt is `persetrain.prompts.preference`.\n",
-        "## Sources\n",
-        "\n".join(source_lines(info["sources"])),
-        "",
-        "## Splits\n",
-        info["split_rule"] + "\n",
-        "\n".join(table),
-        "",
-        "## Class balance\n",
-        "\n".join(f"- {split}: {value}" for split, value in info["class_balance"].items()),
-        "",
-        "## Columns\n",
-        view["columns"],
-        "",
-        "## Settings\n",
-        "\n".join(f"- {key}: {value}" for key, value in info["params"].items()),
-        "",
-    ]
-    if info["dropped"]:
-        parts += ["## Left out\n", "\n".join(f"- {why}: {n}" for why, n in info["dropped"].items()), ""]
-    if license:
-        parts.append(license.section())
-    return "\n".join(parts)
+    return render_card(
+        info["title"],
+        tags=("preference", "personalized-evaluation"),
+        license=License.from_info(info),
+        synthetic=info["synthetic"],
+        intro=[
+            f"Task kind `{info['task']}`; format: {view['format']}. Built by `persetrain prepare preference` "
+            "(`data_prep/preference/prepare.py`); the wording of every prompt is `persetrain.prompts.preference`.\n"
+        ],
+        sections=[
+            ("Sources", "\n".join(source_lines(info["sources"]))),
+            ("Splits", info["split_rule"] + "\n\n" + source_topic_table(info, {"all": info["splits"]})),
+            ("Class balance", bullets(info["class_balance"])),
+            ("Columns", view["columns"]),
+            ("Settings", bullets(info["params"])),
+            ("Left out", bullets(info["dropped"]) if info["dropped"] else None),
+        ],
+    )

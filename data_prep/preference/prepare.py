@@ -27,6 +27,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
+from data_prep.card import write_card
 from data_prep.preference.card import VIEWS, build_info, readme
 from data_prep.preference.sources import (
     TRAIN,
@@ -38,7 +39,7 @@ from data_prep.preference.sources import (
     reference_groups,
 )
 from persetrain.console import console, track
-from persetrain.io import InputError, atomic_dir, write_json
+from persetrain.io import InputError, atomic_dir
 from persetrain.prompts.perse import PROFILE_WORDS
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, rm_context
 from persetrain.prompts.yes_no import YES_NO
@@ -156,8 +157,7 @@ def write_views(
             # which it cannot load back; the views are small enough for one file each.
             _dataset_dict(by_split).save_to_disk(str(tmp), num_shards=dict.fromkeys(by_split, 1))
             info = build_info(view, by_split, sources, dropped, settings)
-            write_json(tmp / "build_info.json", info)
-            (tmp / "README.md").write_text(readme(info), encoding="utf-8")
+            write_card(tmp, info, readme(info))
     return {view: out / view for view in rows}
 
 
