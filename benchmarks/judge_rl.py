@@ -8,7 +8,7 @@ by supervision on the same rows.
    question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
    its "yes" one and one drawn "no" one, ``--balance-yes-no``).
 2. Training, each timed: the RL judge (by the view ``recipes/judge/cpu_smollm2_prefeval.yaml`` or
-   ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with judge-verdict and judge-consistent, from ``--start``), the
+   ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with verdict-correct and verdict-consistent, from ``--start``), the
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
    verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
    supervised ceiling, the same model SFT-trained on the same verdict prompts with their gold verdict
@@ -92,8 +92,8 @@ VIEWS = {
 }
 RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
-#: What TRL logs per step for the judge-verdict reward (its function's name).
-VERDICT_REWARD = "rewards/judge_verdict/mean"
+#: What TRL logs per step for the verdict-correct reward (its function's name).
+VERDICT_REWARD = "rewards/verdict_correct/mean"
 #: Prompts a step of the SFT judge (the verifier recipe's batch).
 SFT_BATCH = 8
 
@@ -391,7 +391,7 @@ def fold_seed(args, seed: int, fold_dir: Path, data: Path, eval_dir: Path, start
         "reward_last_fifth": last,
         "reward_curve": curve,
         "equal_group_share_curve": [r.get("frac_reward_zero_std") for r in steps],
-        "verdict_entropy_curve": [r.get("judge/verdict_entropy") for r in steps],
+        "verdict_entropy_curve": [r.get("verdict/entropy") for r in steps],
         "reward_time_share": reward_time_share(steps),
     }
     return found

@@ -117,12 +117,12 @@ def test_sft_trains_the_verifier_on_preference_rows_and_prompt_completion_rows(t
 def test_grpo_trains_the_judge_on_preference_rows(tiny_llama_dir, tmp_path):
     out = tmp_path / "judge"
     argv = ["--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(ULTRAFEEDBACK), "--output_dir", str(out)]
-    judge = ["--reward_funcs", "judge-verdict", "judge-consistent", "--shuffle_dataset", "false"]
+    judge = ["--reward_funcs", "verdict-correct", "verdict-consistent", "--shuffle_dataset", "false"]
     sizes = ["--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "4"]
     result = run_grpo([*argv, *judge, *sizes, "--max_steps", "1", "--beta", "0.001", *QUIET])
     assert result.global_step == 1
     steps = [r for r in _log(out) if r["event"] == "log" and "loss" in r]
-    assert steps and "rewards/judge_verdict/mean" in steps[0]
+    assert steps and "rewards/verdict_correct/mean" in steps[0]
 
 
 # ------------------------------------------------------------------------------------------ evaluating

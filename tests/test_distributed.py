@@ -359,10 +359,10 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
 
 @pytest.mark.parametrize("config", ["deepspeed_zero3", "fsdp"])
 def test_a_judge_is_paid_for_whole_questions_on_every_rank(config, tiny_llama_dir, tmp_path):
-    """judge-consistent compares a question's two orders within the batch one rank scores: each generation, a rank
+    """verdict-consistent compares a question's two orders within the batch one rank scores: each generation, a rank
     scores the next per_device_train_batch_size x steps_per_generation completions of the stream (2 x 2 here, one
     question in both orders with 2 rollouts each). Under ZeRO-3 and under FSDP, no completion on either rank was
-    scored without its question's other order (``judge/split_item_share``, averaged over the ranks, 0 at every
+    scored without its question's other order (``verdict/split_item_share``, averaged over the ranks, 0 at every
     step; 1.0 at 2 x 1)."""
     from data_prep.judge.prepare import prepare_judge
 
@@ -378,8 +378,8 @@ def test_a_judge_is_paid_for_whole_questions_on_every_rank(config, tiny_llama_di
     )
     logged = [r for r in _records(out) if r["event"] == "log" and "reward" in r]
     assert [r["step"] for r in logged] == [1, 2, 3]
-    assert [r["judge/split_item_share"] for r in logged] == [0.0, 0.0, 0.0]
-    assert all(r["rewards/judge_consistent/mean"] <= r["rewards/judge_verdict/mean"] for r in logged)
+    assert [r["verdict/split_item_share"] for r in logged] == [0.0, 0.0, 0.0]
+    assert all(r["rewards/verdict_consistent/mean"] <= r["rewards/verdict_correct/mean"] for r in logged)
 
 
 def test_two_machines_meet_at_one_rendezvous_and_equal_one_process(tiny_llama_dir, perse_dir, sft_reference, tmp_path):

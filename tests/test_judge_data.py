@@ -220,7 +220,7 @@ def test_a_verifier_row_is_kept_as_it_is_in_verdict_mode(tmp_path):
 
 def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_keeps_one_no(tmp_path):
     """The verifier view of `prepare preference`: its rows of one question (group_id) are one item whose variants
-    are the candidates, so judge-consistent compares them; --balance-yes-no keeps the "yes" and one drawn "no"."""
+    are the candidates, so verdict-consistent compares them; --balance-yes-no keeps the "yes" and one drawn "no"."""
     views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
     source = load_from_disk(str(views["verifier"]))
     prepare_judge(tmp_path / "all", verifier=[views["verifier"]])

@@ -1,18 +1,20 @@
-"""The judge rewards (``persetrain.rewards.judge``) against plain restatements, on hand-made completions laid out as
+"""The judge rewards (``persetrain.rewards.verdict``) against plain restatements, on hand-made completions laid out as
 TRL lays a batch out, and the verl adapter against the TRL rewards."""
 
 from __future__ import annotations
 
 import pytest
 
-from persetrain.rewards.judge import (
-    JUDGE_REWARDS,
-    judge_consistent,
-    judge_format,
-    judge_verdict,
+from persetrain.rewards.verdict import (
+    VERDICT_REWARDS,
     parse_verdict,
+    verdict_consistent,
+    verdict_correct,
+    verdict_format,
 )
-from persetrain.rewards.judge_verl import compute_score
+from persetrain.rewards.verdict_verl import compute_score
+from persetrain.train.grpo import make_parser
+from persetrain.train.recipe import RecipeError
 
 ABCD = ["A", "B", "C", "D"]
 YES_NO = ["yes", "no"]
@@ -95,21 +97,21 @@ def test_verdict_and_format_rewards_restate_right_and_readable():
         readable.append(0.0 if expected is None else 1.0)
     logged = {}
     columns = _columns(batch)
-    assert judge_verdict(**columns, log_metric=logged.__setitem__) == right
-    assert judge_format(**columns, log_metric=logged.__setitem__) == readable
+    assert verdict_correct(**columns, log_metric=logged.__setitem__) == right
+    assert verdict_format(**columns, log_metric=logged.__setitem__) == readable
     assert 0 < sum(right) < len(right) and 0 < sum(readable) < len(readable)
     assert logged == {
-        "judge/accuracy": pytest.approx(sum(right) / len(right)),
-        "judge/parsed_share": pytest.approx(sum(readable) / len(readable)),
-        "judge/verdict_entropy": 0.0,  # every row is its own prompt: one verdict each, no spread
+        "verdict/accuracy": pytest.approx(sum(right) / len(right)),
+        "verdict/parsed_share": pytest.approx(sum(readable) / len(readable)),
+        "verdict/entropy": 0.0,  # every row is its own prompt: one verdict each, no spread
     }
 
 
 def test_the_rewards_are_named_as_trl_logs_them():
-    assert {name: f.__name__ for name, f in JUDGE_REWARDS.items()} == {
-        "judge-verdict": "judge_verdict",
-        "judge-format": "judge_format",
-        "judge-consistent": "judge_consistent",
+    assert {name: f.__name__ for name, f in VERDICT_REWARDS.items()} == {
+        "verdict-correct": "verdict_correct",
+        "verdict-format": "verdict_format",
+        "verdict-consistent": "verdict_consistent",
     }
 
 
@@ -158,20 +160,20 @@ def _consistent_restated(right: list[bool], items: list[str], orders: list[list[
 
 def test_consistent_reward_pays_only_rollouts_right_in_every_order():
     batch = _consistent_batch()
-    right = [r == 1.0 for r in judge_verdict(**batch)]
-    rewards = judge_consistent(**batch)
+    right = [r == 1.0 for r in verdict_correct(**batch)]
+    rewards = verdict_consistent(**batch)
     assert rewards == _consistent_restated(right, batch["item_id"], batch["order"])
-    # q1: rollout 0 right both ways, 1 wrong backward, 2 wrong forward; q2 always "A"; q3 alone is judge-verdict.
+    # q1: rollout 0 right both ways, 1 wrong backward, 2 wrong forward; q2 always "A"; q3 alone is verdict-correct.
     assert rewards == [1.0, 0.0, 0.0] * 2 + [0.0] * 6 + [1.0, 0.0, 1.0]
 
 
 def test_consistent_reward_of_an_item_in_one_order_is_the_verdict_reward():
     batch = _consistent_batch()
     alone = {key: values[12:] for key, values in batch.items()}
-    assert judge_consistent(**alone) == judge_verdict(**alone) == [1.0, 0.0, 1.0]
+    assert verdict_consistent(**alone) == verdict_correct(**alone) == [1.0, 0.0, 1.0]
     # Groups in another order of the batch: the same reward for each completion.
     swapped = {key: values[3:6] + values[:3] for key, values in batch.items()}
-    assert judge_consistent(**swapped) == judge_consistent(**batch)[3:6] + judge_consistent(**batch)[:3]
+    assert verdict_consistent(**swapped) == verdict_consistent(**batch)[3:6] + verdict_consistent(**batch)[:3]
 
 
 def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_split():
@@ -180,14 +182,14 @@ def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_sp
     for q3_orders, expected in ((1, 0.0), (2, 3 / 15)):
         logged: dict[str, float] = {}
         n_orders = [2] * 12 + [q3_orders] * 3
-        rewards = judge_consistent(**batch, n_orders=n_orders, log_metric=logged.__setitem__)
-        assert rewards == judge_consistent(**batch) and logged == {"judge/split_item_share": expected}
+        rewards = verdict_consistent(**batch, n_orders=n_orders, log_metric=logged.__setitem__)
+        assert rewards == verdict_consistent(**batch) and logged == {"verdict/split_item_share": expected}
 
 
 # --- errors --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reward", [judge_verdict, judge_format, judge_consistent])
+@pytest.mark.parametrize("reward", [verdict_correct, verdict_format, verdict_consistent])
 def test_a_missing_column_names_it_and_the_command_that_writes_it(reward):
     batch = _consistent_batch()
     del batch["verdicts"]
@@ -200,14 +202,14 @@ def test_a_bad_mode_or_gold_names_the_row_and_the_field():
     batch["id"] = [f"row{k}" for k in range(len(batch["gold"]))]
     batch["mode"][4] = "chat"
     with pytest.raises(ValueError, match=r"'row4' has mode 'chat'"):
-        judge_format(**batch)
+        verdict_format(**batch)
     batch = _consistent_batch()
     batch["gold"][2] = "E"
     with pytest.raises(ValueError, match=r"row 2 of the batch has gold 'E'"):
-        judge_verdict(**batch)
+        verdict_correct(**batch)
     with pytest.raises(ValueError, match=r"gold 'E'"):
-        judge_consistent(**batch)
-    assert judge_format(**batch)  # the format reward reads no gold
+        verdict_consistent(**batch)
+    assert verdict_format(**batch)  # the format reward reads no gold
 
 
 # --- verl ----------------------------------------------------------------------------------------------------
@@ -215,18 +217,28 @@ def test_a_bad_mode_or_gold_names_the_row_and_the_field():
 
 def test_verl_scores_each_sample_as_the_trl_rewards_do():
     batch = _batch()
-    right, readable = judge_verdict(**_columns(batch)), judge_format(**_columns(batch))
+    right, readable = verdict_correct(**_columns(batch)), verdict_format(**_columns(batch))
     for k, text in enumerate(batch["texts"]):
         info = {"verdicts": batch["verdicts"][k], "mode": batch["mode"][k]}
         scored = compute_score("judge/prefeval", text, batch["gold"][k], info)
         assert scored == {"score": right[k], "verdict_correct": int(right[k]), "parsed": int(readable[k])}
-        formatted = compute_score("judge/prefeval", text, batch["gold"][k], info, reward="judge-format")
+        formatted = compute_score("judge/prefeval", text, batch["gold"][k], info, reward="verdict-format")
         assert formatted["score"] == readable[k]
 
 
 def test_verl_refuses_the_consistent_reward_and_a_row_without_its_verdicts():
     info = {"verdicts": ABCD, "mode": "verdict"}
-    with pytest.raises(ValueError, match="use judge-verdict with verl"):
-        compute_score("judge/prefeval", "A", "A", info, reward="judge-consistent")
+    with pytest.raises(ValueError, match="use verdict-correct with verl"):
+        compute_score("judge/prefeval", "A", "A", info, reward="verdict-consistent")
     with pytest.raises(KeyError, match=r"extra_info\['mode'\].*persetrain prepare judge"):
         compute_score("judge/prefeval", "A", "A", {"verdicts": ABCD})
+
+
+def test_a_reward_named_as_before_the_rename_is_refused_with_its_new_name(tmp_path):
+    """A recipe written when these rewards were ``judge-*`` fails on its first old name, in one line that gives the
+    new one, before anything loads."""
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("output_dir: runs/x\nreward_funcs: [judge-verdict, judge-consistent]\n")
+    with pytest.raises(RecipeError) as err:
+        make_parser().parse_args_and_config(["--config", str(recipe)])
+    assert str(err.value) == f"{recipe}: reward_funcs: 'judge-verdict' is now 'verdict-correct'"

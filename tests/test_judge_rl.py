@@ -136,7 +136,7 @@ def test_a_yes_no_prompt_trains_on_the_tokens_the_verifier_reads(yes_no_data):
 
 def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, yes_no_data, tmp_path):
     """Unshuffled, the yes / no recipe's generation batch of 4 prompts is 2 questions x their "yes" and "no"
-    candidate, what judge-consistent compares."""
+    candidate, what verdict-consistent compares."""
     argv = _argv(tiny_llama_dir, yes_no_data, tmp_path, recipe=YES_NO_RECIPE)
     argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
     script, training, model = make_parser().parse_args_and_config(argv)
@@ -157,9 +157,9 @@ def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, 
             judge_data,
             out,
             "--reward_funcs",
-            "judge-verdict",
-            "judge-consistent",
-            "judge-format",
+            "verdict-correct",
+            "verdict-consistent",
+            "verdict-format",
             "--reward_weights",
             "1",
             "1",
@@ -170,16 +170,16 @@ def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, 
     steps = _logged(out)
     assert [r["step"] for r in steps] == [1, 2]
     for record in steps:
-        for name in ("judge_verdict", "judge_consistent", "judge_format"):
+        for name in ("verdict_correct", "verdict_consistent", "verdict_format"):
             assert 0.0 <= record[f"rewards/{name}/mean"] <= 1.0
         # right in both orders is never more common than right
-        assert record["rewards/judge_consistent/mean"] <= record["rewards/judge_verdict/mean"]
+        assert record["rewards/verdict_consistent/mean"] <= record["rewards/verdict_correct/mean"]
     resolved = json.loads((out / "resolved_config.json").read_text())
     assert resolved["training"]["shuffle_dataset"] is False
 
 
 def test_a_step_holds_every_order_of_its_questions(tiny_llama_dir, judge_data, tmp_path):
-    """Unshuffled, a generation batch of 4 prompts is 2 questions x their 2 orders, what judge-consistent needs."""
+    """Unshuffled, a generation batch of 4 prompts is 2 questions x their 2 orders, what verdict-consistent needs."""
     argv = _argv(tiny_llama_dir, judge_data, tmp_path)
     argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
     script, training, model = make_parser().parse_args_and_config(argv)
@@ -194,25 +194,25 @@ def test_bad_input_is_refused_in_one_line_naming_the_file_and_the_field(tiny_lla
     """An unknown reward (the recipe and the key), a dataset without gold verdicts and a verdict format the parser
     does not know (the dataset, the row and the field), each before anything trains."""
     with pytest.raises(RecipeError, match=rf"{re.escape(str(RECIPE))} \+ command line: reward_funcs: unknown reward"):
-        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "a", "--reward_funcs", "judge-verdicts"))
+        run_grpo(_argv(tiny_llama_dir, judge_data, tmp_path / "a", "--reward_funcs", "verdict-corrects"))
     splits = load_from_disk(str(judge_data))
     no_gold = tmp_path / "no-gold"
     splits.remove_columns("gold").save_to_disk(str(no_gold))
-    with pytest.raises(InputError, match=rf"^{re.escape(str(no_gold))}: field 'gold': the judge-verdict reward"):
-        run_grpo(_argv(tiny_llama_dir, no_gold, tmp_path / "b", "--reward_funcs", "judge-verdict"))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(no_gold))}: field 'gold': the verdict-correct reward"):
+        run_grpo(_argv(tiny_llama_dir, no_gold, tmp_path / "b", "--reward_funcs", "verdict-correct"))
     odd = tmp_path / "odd-mode"
     first = splits["train"][0]["id"]
     splits.map(lambda r: {"mode": "essay" if r["id"] == first else r["mode"]}).save_to_disk(str(odd))
     where = re.escape(f"{odd}:{first}: field 'mode': verdict format 'essay' is not one the parser knows")
     with pytest.raises(InputError, match=rf"^{where}"):
-        run_grpo(_argv(tiny_llama_dir, odd, tmp_path / "c", "--reward_funcs", "judge-format"))
+        run_grpo(_argv(tiny_llama_dir, odd, tmp_path / "c", "--reward_funcs", "verdict-format"))
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 
 
 def test_a_layout_that_splits_an_items_orders_is_refused_before_training(tiny_llama_dir, judge_data, tmp_path):
-    """judge-consistent compares an item's orders within one process's batch: a batch of 2 completions (one order of
+    """verdict-consistent compares an item's orders within one process's batch: a batch of 2 completions (one order of
     one question, 2 rollouts), a shuffled sampler and rows stored apart are each refused before the model loads."""
-    consistent = ("--reward_funcs", "judge-verdict", "judge-consistent")
+    consistent = ("--reward_funcs", "verdict-correct", "verdict-consistent")
     argv = _argv(tiny_llama_dir, judge_data, tmp_path / "a", *consistent)
     argv[argv.index("--per_device_train_batch_size") + 1] = "2"
     whole = (
@@ -282,7 +282,7 @@ def test_a_killed_judge_run_resumes_with_every_step_logged_once(tiny_llama_dir, 
     assert subprocess.run(command, env=env, capture_output=True).returncode == 0
     steps = _logged(out)
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
-    assert all("rewards/judge_verdict/mean" in r for r in steps)
+    assert all("rewards/verdict_correct/mean" in r for r in steps)
 
 
 @pytest.mark.slow
@@ -331,7 +331,7 @@ def _same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
 
-COLLAPSING = ("--reward_funcs", "judge-verdict", "test_judge_rl.spread_then_equal", "--reward_weights", "0", "1")
+COLLAPSING = ("--reward_funcs", "verdict-correct", "test_judge_rl.spread_then_equal", "--reward_weights", "0", "1")
 COLLAPSE_WATCH = ("--save_strategy", "steps", "--save_steps", "1", "--collapse_window", "2", "--logging_steps", "1")
 
 
@@ -351,7 +351,7 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     assert result.global_step == 5 and result.exit_code == 0
     steps = _logged(out)
     assert [r["frac_reward_zero_std"] for r in steps] == [0.0, 0.0, 0.0, 1.0, 1.0]
-    assert all(r["judge/verdict_entropy"] >= 0 for r in steps)
+    assert all(r["verdict/entropy"] >= 0 for r in steps)
     [collapse] = _events(out, "collapse")
     assert (collapse["step"], collapse["onset"], collapse["ends_with_step"], collapse["action"]) == (
         5,
@@ -409,7 +409,7 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
 
 
 def test_verdict_entropy_is_per_prompt():
-    from persetrain.rewards.judge import verdict_entropy
+    from persetrain.rewards.verdict import verdict_entropy
 
     # two prompts of 4 rollouts: one split 2 / 2 (1 bit), one unanimous (0 bits)
     parsed = ["yes", "no", "yes", "no", "no", "no", "no", "no"]

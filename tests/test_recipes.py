@@ -150,7 +150,7 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
         # every prompt position against the whole vocabulary (on Triton devices, the rollout tokens only),
         # most of a step for the tiny model; the recipes' activation checkpointing sends the log-probs down
         # that path, so it is off here and each prompt runs once (persetrain.train.grpo_trainer). A judge's
-        # batch holds one question's 2 orders (or 2 candidates) x 2 rollouts, what judge-consistent compares.
+        # batch holds one question's 2 orders (or 2 candidates) x 2 rollouts, what verdict-consistent compares.
         whole_items = "4" if "judge" in recipe.relative_to(REPO).parts else "2"
         overrides += [
             "--activation_checkpointing",

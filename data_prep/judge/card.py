@@ -18,7 +18,7 @@ from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
 
 FORMAT = (
     "TRL GRPOTrainer, conversational prompt-only format (`persetrain grpo` reads it) with the gold verdict and the "
-    "columns the `judge-*` rewards read"
+    "columns the `verdict-*` rewards read"
 )
 
 MODES = {
@@ -53,7 +53,7 @@ SPLIT_RULE = (
 ORDER_RULE = (
     "Rows are shuffled by item with `random.Random(seed)`; the order variants of an item are ADJACENT and in variant "
     "order (0: the question's own order, 1: its reverse, then rotations), so GRPO must train with "
-    "`shuffle_dataset: false` for one step to hold every order of a question (the `judge-consistent` reward)."
+    "`shuffle_dataset: false` for one step to hold every order of a question (the `verdict-consistent` reward)."
 )
 
 
@@ -97,8 +97,8 @@ def readme(info: dict) -> str:
     synthetic = [s["path"] for s in info["sources"] if s.get("synthetic")]
     intro = [
         "Verdict prompts with their gold verdict, for a judge trained by GRPO on its own verdicts (the "
-        "`judge-verdict`, `judge-format` and `judge-consistent` rewards). Each row asks which option is best for a "
-        "person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
+        "`verdict-correct`, `verdict-format` and `verdict-consistent` rewards). Each row asks which option is best "
+        "for a person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
         f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare judge` "
         "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.judge`.\n",
         f"Mode `{info['mode']}`: {MODES[info['mode']]}\n",

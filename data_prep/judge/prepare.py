@@ -1,11 +1,11 @@
 """``persetrain prepare judge``: verdict prompts with their gold verdict, for a judge trained by GRPO on its own
-verdicts (the ``judge-*`` rewards of ``persetrain.rewards.judge``).
+verdicts (the ``verdict-*`` rewards of ``persetrain.rewards.verdict``).
 
 A judge rewarded for the right letter can earn much of that reward by favouring a position, so every multiple-choice
 question (an *item*) is written in several orders of its options (``orders``, its *order variants*): variant 0 is the
 group's own order (for PrefEval the order ``persetrain evaluate`` shows), variant 1 its reverse, further ones its
 rotations, seeded so that the gold lands on positions the first two leave out (:func:`orders_of`). The variants of
-an item share ``item_id`` and differ in ``order``, which is what ``judge-consistent`` groups by: it pays only a judge
+an item share ``item_id`` and differ in ``order``, which is what ``verdict-consistent`` groups by: it pays only a judge
 that is right in every order.
 
 Rows are shuffled by item (``random.Random(seed)``), the variants of an item kept ADJACENT and in variant order.
@@ -21,7 +21,7 @@ held out whole, PerSE reviewers person-disjoint):
 - verifier datasets (``--verifier``, ``persetrain prepare verifier`` output, or the ``verifier`` view of ``persetrain
   prepare preference``): yes / no checks in their own prompt (``yes_no_request``), their train / validation split
   kept. A check alone is an item of one variant; rows that share a ``group_id`` (the preference view: one question,
-  one row per candidate) are one item whose variants are its candidates, so ``judge-consistent`` pays only a judge
+  one row per candidate) are one item whose variants are its candidates, so ``verdict-consistent`` pays only a judge
   right on every candidate of the question: "no" to everything, right on three rows of four, earns nothing there.
 
 Every row has every column (one schema, :data:`FEATURES`); yes / no rows hold empty choice columns. Everything is
@@ -283,7 +283,7 @@ def listwise_questions(verifier: Path, item_ids: set[str]) -> list[dict]:
 
 
 def _check_unique(items: Sequence[Item]) -> None:
-    """``judge-consistent`` groups rows by ``item_id``: two items with one id would be compared as one question."""
+    """``verdict-consistent`` groups rows by ``item_id``: two items with one id would be compared as one question."""
     owner: dict[str, str] = {}
     for where, _, rows in items:
         item_id = rows[0]["item_id"]

@@ -17,7 +17,7 @@ from datasets import DatasetDict
 from data_prep.preference.sources import load_prepared
 from persetrain.io import InputError, atomic_dir
 from persetrain.prompts.judge import request_of
-from persetrain.rewards.judge import check_judge_rows
+from persetrain.rewards.verdict import check_verdict_rows
 
 #: The judge columns an SFT row keeps, besides the completion it gains: where it came from, and its gold.
 KEPT = ("id", "item_id", "source", "topic", "gold", "prompt")
@@ -36,7 +36,7 @@ def judge_sft(judge: Path, out: Path) -> DatasetDict:
     """Write the SFT view of the judge dataset at ``judge`` (every split) to ``out``, whole or not at all."""
     found = load_prepared(judge, "persetrain prepare judge")
     for split, rows in found.items():
-        check_judge_rows(rows, judge / split, ["judge-verdict"])  # the columns, a known mode, a gold among verdicts
+        check_verdict_rows(rows, judge / split, ["verdict-correct"])  # the columns, a known mode, a gold among verdicts
         for row in rows.select_columns(["id", "mode"]):
             if row["mode"] != "verdict":
                 raise InputError(

@@ -269,7 +269,7 @@ def prepare_judge_cmd(
         str, typer.Option(help="verdict (the verdict alone: mcq-letter's prompt) or think (a rationale, then it).")
     ] = "verdict",
     orders: Annotated[
-        int, typer.Option(help="Orders of the options per question, adjacent rows (judge-consistent compares them).")
+        int, typer.Option(help="Orders of the options per question, adjacent rows (verdict-consistent compares them).")
     ] = 2,
     seed: Annotated[int, typer.Option(help="Seeds the option orders, the PerSE profiles and the row order.")] = 0,
     profile_items: Annotated[int, typer.Option(help="Earlier items that show a PerSE reviewer.")] = 3,
@@ -278,7 +278,7 @@ def prepare_judge_cmd(
     columns: ColumnsOpt = None,
 ) -> None:
     """Verdict prompts with their gold verdict for a judge trained by GRPO on its own verdicts (`persetrain grpo`
-    with the judge-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
+    with the verdict-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
     from data_prep.judge.prepare import prepare_judge
     from data_prep.readers.prefeval import PREFEVAL_TABLES
     from data_prep.readers.tables import parse_columns

@@ -5,7 +5,7 @@ A judge trained in ``verdict`` mode answers with the letter alone and is read by
 one trained in ``think`` mode writes its reasoning first, so its answer is text to parse, not a next-token
 distribution. This evaluator asks the very prompt it was trained on (:func:`persetrain.prompts.judge.choice_request`
 in ``think`` mode), generates, and reads the verdict exactly as the training reward does
-(:func:`persetrain.rewards.judge.parse_verdict`): a letter named anywhere but on the last line does not count, so
+(:func:`persetrain.rewards.verdict.parse_verdict`): a letter named anywhere but on the last line does not count, so
 the evaluation measures the same thing the training rewarded.
 
 The chosen option scores 10 and the others 0 (``details["scores"]``, the scale of the multiple-choice metrics) and
@@ -32,7 +32,7 @@ from persetrain.evaluators.base import (
 )
 from persetrain.prompts.judge import choice_request
 from persetrain.prompts.pref import LETTERS, SCORE_MAX
-from persetrain.rewards.judge import parse_verdict
+from persetrain.rewards.verdict import parse_verdict
 from persetrain.schema import Judgment, McqExample
 
 

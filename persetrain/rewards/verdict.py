@@ -2,12 +2,12 @@
 
 A judge is asked a verdict prompt (:mod:`persetrain.prompts.judge`: which lettered option is best for this person,
 or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL
-reward functions, named as the recipe's ``reward_funcs`` name them (:data:`JUDGE_REWARDS`):
+reward functions, named as the recipe's ``reward_funcs`` name them (:data:`VERDICT_REWARDS`):
 
-- ``judge-verdict`` (:func:`judge_verdict`): 1 when the parsed verdict is the gold one.
-- ``judge-format`` (:func:`judge_format`): 1 when a verdict can be parsed at all; a small weight of it keeps a
+- ``verdict-correct`` (:func:`verdict_correct`): 1 when the parsed verdict is the gold one.
+- ``verdict-format`` (:func:`verdict_format`): 1 when a verdict can be parsed at all; a small weight of it keeps a
   ``think`` judge ending on its ``Verdict: X`` line while the verdict reward is still mostly 0.
-- ``judge-consistent`` (:func:`judge_consistent`): J1's position-consistent reward, 1 only when the judge is right
+- ``verdict-consistent`` (:func:`verdict_consistent`): J1's position-consistent reward, 1 only when the judge is right
   in every order the candidates were shown in, which leaves nothing to gain from a favourite position.
 
 TRL 1.16 calls each as ``f(prompts=, completions=, completion_ids=, **dataset_columns, trainer_state=,
@@ -87,17 +87,17 @@ def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: 
     return parsed
 
 
-def judge_verdict(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+def verdict_correct(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """1.0 where the parsed verdict is the row's ``gold``, else 0.0 (an unparsable completion is wrong).
 
-    Logs ``judge/accuracy``, the batch's share of right verdicts, and ``judge/verdict_entropy``
+    Logs ``verdict/accuracy``, the batch's share of right verdicts, and ``verdict/entropy``
     (:func:`verdict_entropy`) through TRL's ``log_metric``.
     """
-    parsed = _parsed("judge-verdict", completions, columns, ("gold", "verdicts", "mode"))
+    parsed = _parsed("verdict-correct", completions, columns, ("gold", "verdicts", "mode"))
     rewards = [float(p == gold) for p, gold in zip(parsed, columns["gold"], strict=True)]
     if log_metric is not None and rewards:
-        log_metric("judge/accuracy", sum(rewards) / len(rewards))
-        log_metric("judge/verdict_entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
+        log_metric("verdict/accuracy", sum(rewards) / len(rewards))
+        log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
     return rewards
 
 
@@ -125,18 +125,18 @@ def verdict_entropy(parsed: Sequence[str | None], prompts: Sequence | None) -> f
     return sum(entropies) / len(entropies)
 
 
-def judge_format(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+def verdict_format(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """1.0 where a verdict can be parsed (:func:`parse_verdict`), right or wrong, else 0.0.
 
-    Logs ``judge/parsed_share`` through TRL's ``log_metric``.
+    Logs ``verdict/parsed_share`` through TRL's ``log_metric``.
     """
-    rewards = [float(p is not None) for p in _parsed("judge-format", completions, columns, ("verdicts", "mode"))]
+    rewards = [float(p is not None) for p in _parsed("verdict-format", completions, columns, ("verdicts", "mode"))]
     if log_metric is not None and rewards:
-        log_metric("judge/parsed_share", sum(rewards) / len(rewards))
+        log_metric("verdict/parsed_share", sum(rewards) / len(rewards))
     return rewards
 
 
-def judge_consistent(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+def verdict_consistent(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """J1's position-consistent reward: right only counts when the judge is right in every order of the candidates.
 
     ``persetrain prepare judge`` writes an item's order variants (one question, its candidates shown in different
@@ -150,14 +150,14 @@ def judge_consistent(completions: Sequence, log_metric: Callable | None = None, 
 
     Why: a judge that favours a position is right on the order that puts the gold there and wrong on the others,
     and earns nothing; only a verdict that follows the candidates wherever they stand is rewarded. An item with a
-    single variant in the batch (a split batch, or data written with one order) reduces to :func:`judge_verdict`.
+    single variant in the batch (a split batch, or data written with one order) reduces to :func:`verdict_correct`.
     The reward sees only the batch it is called with, so a recipe keeps every variant of an item in one process's
     generation batch (a multiple of ``n_orders`` x ``num_generations``; ``persetrain grpo`` refuses a layout that
-    splits them before training). Logs ``judge/split_item_share`` through TRL's ``log_metric`` (averaged over
+    splits them before training). Logs ``verdict/split_item_share`` through TRL's ``log_metric`` (averaged over
     the processes): the share of the batch's completions whose item has fewer of its ``n_orders`` variants in the
     batch, rewarded by their verdict alone. It stays 0 when the layout is right.
     """
-    parsed = _parsed("judge-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
+    parsed = _parsed("verdict-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
     right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
     keys = [(item, tuple(order)) for item, order in zip(columns["item_id"], columns["order"], strict=True)]
     seen: dict[tuple, int] = {}
@@ -174,19 +174,19 @@ def judge_consistent(completions: Sequence, log_metric: Callable | None = None, 
         for item, order in keys:
             shown.setdefault(item, set()).add(order)
         split = [len(shown[item]) < n for (item, _), n in zip(keys, columns["n_orders"], strict=True)]
-        log_metric("judge/split_item_share", sum(split) / len(split))
+        log_metric("verdict/split_item_share", sum(split) / len(split))
     return [float(all_right[item, r]) for (item, _), r in zip(keys, rollout, strict=True)]
 
 
 #: The dataset columns each reward reads.
 COLUMNS: dict[str, tuple[str, ...]] = {
-    "judge-verdict": ("gold", "verdicts", "mode"),
-    "judge-format": ("verdicts", "mode"),
-    "judge-consistent": ("gold", "verdicts", "mode", "item_id", "order"),
+    "verdict-correct": ("gold", "verdicts", "mode"),
+    "verdict-format": ("verdicts", "mode"),
+    "verdict-consistent": ("gold", "verdicts", "mode", "item_id", "order"),
 }
 
 
-def check_judge_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) -> None:
+def check_verdict_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) -> None:
     """Before training: every column the ``rewards`` read is there, and every row's verdict format (``mode``) and
     gold verdict are ones the parser knows; else one line naming the dataset, the row and the field. Found in a
     reward, the same fault would end the run mid-step with no file named."""
@@ -212,9 +212,17 @@ def check_judge_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) -> N
             )
 
 
-#: The recipe's names (``reward_funcs: [judge-verdict]``) of the reward functions.
-JUDGE_REWARDS: dict[str, Callable[..., list[float]]] = {
-    "judge-verdict": judge_verdict,
-    "judge-format": judge_format,
-    "judge-consistent": judge_consistent,
+#: The recipe's names (``reward_funcs: [verdict-correct]``) of the reward functions.
+VERDICT_REWARDS: dict[str, Callable[..., list[float]]] = {
+    "verdict-correct": verdict_correct,
+    "verdict-format": verdict_format,
+    "verdict-consistent": verdict_consistent,
+}
+
+#: The names these rewards had before the RL-trained judges were named ``verdict``, and the names they have now
+#: (``persetrain.rewards.registry`` refuses an old one with its new name).
+RENAMED_REWARDS = {
+    "judge-verdict": "verdict-correct",
+    "judge-format": "verdict-format",
+    "judge-consistent": "verdict-consistent",
 }

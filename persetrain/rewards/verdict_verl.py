@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from persetrain.rewards.judge import judge_format, judge_verdict
+from persetrain.rewards.verdict import verdict_correct, verdict_format
 
-#: ``judge-consistent`` compares the samples of one batch, which a per-sample function never sees.
-_PER_SAMPLE = ("judge-verdict", "judge-format")
+#: ``verdict-consistent`` compares the samples of one batch, which a per-sample function never sees.
+_PER_SAMPLE = ("verdict-correct", "verdict-format")
 
 
 def compute_score(
@@ -23,14 +23,14 @@ def compute_score(
     solution_str: str,
     ground_truth: str,
     extra_info: dict | None = None,
-    reward: str = "judge-verdict",
+    reward: str = "verdict-correct",
     **_: Any,
 ) -> dict:
     """verl's per-sample reward: ``{"score": reward, "verdict_correct": 0 | 1, "parsed": 0 | 1}``."""
-    if reward == "judge-consistent":
+    if reward == "verdict-consistent":
         raise ValueError(
-            "judge-consistent compares the samples of one batch, and verl's reward sees one sample at a time: "
-            "use judge-verdict with verl"
+            "verdict-consistent compares the samples of one batch, and verl's reward sees one sample at a time: "
+            "use verdict-correct with verl"
         )
     if reward not in _PER_SAMPLE:
         raise ValueError(f"unknown judge reward {reward!r} for verl; expected one of {', '.join(_PER_SAMPLE)}")
@@ -44,7 +44,7 @@ def compute_score(
     columns = {"gold": [ground_truth], "verdicts": [list(info["verdicts"])], "mode": [info["mode"]]}
     if "id" in info:
         columns["id"] = [info["id"]]
-    correct = int(judge_verdict([solution_str], **columns)[0])
-    parsed = int(judge_format([solution_str], **columns)[0])
-    score = float(correct if reward == "judge-verdict" else parsed)
+    correct = int(verdict_correct([solution_str], **columns)[0])
+    parsed = int(verdict_format([solution_str], **columns)[0])
+    score = float(correct if reward == "verdict-correct" else parsed)
     return {"score": score, "verdict_correct": correct, "parsed": parsed}

@@ -65,9 +65,9 @@ from persetrain.train.user_rows import judge_view
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
 PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
-#: A judge's own verdicts against the gold (``persetrain.rewards.judge``; data of ``persetrain prepare judge``).
-JUDGE_REWARD_NAMES = ("judge-verdict", "judge-format", "judge-consistent")
-NAMED_REWARDS = (*PARL_REWARDS, "perse", *JUDGE_REWARD_NAMES)
+#: A judge's own verdicts against the gold (``persetrain.rewards.verdict``; data of ``persetrain prepare judge``).
+VERDICT_REWARD_NAMES = ("verdict-correct", "verdict-format", "verdict-consistent")
+NAMED_REWARDS = (*PARL_REWARDS, "perse", *VERDICT_REWARD_NAMES)
 
 #: What a run returns: the same record as ``persetrain sft``'s.
 GRPOResult = RunResult
@@ -100,8 +100,8 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         default_factory=lambda: ["parl-a"],
         metadata={
             "help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
-            "(the PARL reward variants), perse (a PerSE judge's expected score), judge-verdict, judge-format, "
-            "judge-consistent (a judge's own verdicts; persetrain prepare judge), or a dotted import path to a TRL "
+            "(the PARL reward variants), perse (a PerSE judge's expected score), verdict-correct, verdict-format, "
+            "verdict-consistent (a judge's own verdicts; persetrain prepare judge), or a dotted import path to a TRL "
             "reward function."
         },
     )
@@ -236,10 +236,10 @@ def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
             funcs.append(
                 PARLReward(engine, RewardConfig(variant=name), parts_path=Path(config.output_dir) / REWARD_PARTS_FILE)
             )
-        elif name in JUDGE_REWARD_NAMES:
-            from persetrain.rewards.judge import JUDGE_REWARDS
+        elif name in VERDICT_REWARD_NAMES:
+            from persetrain.rewards.verdict import VERDICT_REWARDS
 
-            funcs.append(JUDGE_REWARDS[name])
+            funcs.append(VERDICT_REWARDS[name])
         elif name == "perse":
             from persetrain.rewards.perse import PerSEReward
 
@@ -262,7 +262,7 @@ def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None
 
     A judge item's variants (``item_id``: a question's orders, or its yes / no candidates, which differ in length)
     go together: a variant dropped alone would leave its item split and every later item shifted against the
-    batch edges that ``judge-consistent`` relies on (:func:`check_item_layout`)."""
+    batch edges that ``verdict-consistent`` relies on (:func:`check_item_layout`)."""
     if max_prompt_length is None:
         return ds
     encoded = [
@@ -285,19 +285,19 @@ def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None
 
 
 def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
-    """Refuse, before any step, a ``judge-consistent`` run whose batches would split an item's variants.
+    """Refuse, before any step, a ``verdict-consistent`` run whose batches would split an item's variants.
 
-    The reward compares an item's variants within the batch one process scores (``persetrain.rewards.judge``), and
+    The reward compares an item's variants within the batch one process scores (``persetrain.rewards.verdict``), and
     TRL hands each process, each generation, the next ``per_device_train_batch_size`` x ``steps_per_generation``
     completions of the unshuffled prompt stream, each prompt ``num_generations`` times in a row (measured on two
     ranks, ``tests/test_distributed.py``). So the variants of every item must be adjacent and complete, the data
     unshuffled, and that batch a multiple of an item's variants x ``num_generations``. A split item would be paid by
-    its verdict alone, silently (``judge/split_item_share`` shows it during training); with items of several sizes
+    its verdict alone, silently (``verdict/split_item_share`` shows it during training); with items of several sizes
     no batch keeps every item whole, which is said.
     """
     if args.shuffle_dataset:
         raise RecipeError(
-            "judge-consistent compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
+            "verdict-consistent compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
             "sampler scatters them)"
         )
     ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
@@ -308,7 +308,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
         first = min(apart)
         raise InputError(
             path,
-            f"the rows of item {items[first]!r} are not adjacent; judge-consistent needs an item's variants next to "
+            f"the rows of item {items[first]!r} are not adjacent; verdict-consistent needs an item's variants next to "
             "each other, as `persetrain prepare judge` writes them",
             ids[first],
             "item_id",
@@ -318,7 +318,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
             if len(rows[item]) != n:
                 raise InputError(
                     path,
-                    f"item {item!r} has {len(rows[item])} of its {n} variants here; judge-consistent needs them all, "
+                    f"item {item!r} has {len(rows[item])} of its {n} variants here; verdict-consistent needs them all, "
                     "as `persetrain prepare judge` writes them",
                     row_id,
                     "n_orders",
@@ -326,15 +326,15 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
     distinct = sorted({len(indices) for indices in rows.values()})
     if len(distinct) > 1:
         console.print(
-            f"[yellow]judge-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "
-            "at batch edges and paid by their verdict alone (judge/split_item_share)[/yellow]"
+            f"[yellow]verdict-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "
+            "at batch edges and paid by their verdict alone (verdict/split_item_share)[/yellow]"
         )
         return
     whole = distinct[0] * args.num_generations
     per_process = args.generation_batch_size // args.world_size
     if per_process % whole:
         raise RecipeError(
-            f"judge-consistent: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"verdict-consistent: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
             f"steps_per_generation {args.steps_per_generation} = {per_process} completions at a time, which must be a "
             f"multiple of an item's {distinct[0]} variants x num_generations {args.num_generations} = {whole}"
         )
@@ -431,16 +431,16 @@ def build_grpo_trainer(
         keep=None,
         convert=lambda rows, split, person: judge_view(rows, split, person, training_args.seed),
     )
-    judged = [name for name in training_args.reward_funcs if name in JUDGE_REWARD_NAMES]
+    judged = [name for name in training_args.reward_funcs if name in VERDICT_REWARD_NAMES]
     if judged:
-        from persetrain.rewards.judge import check_judge_rows
+        from persetrain.rewards.verdict import check_verdict_rows
 
         for split in filter(None, (train_split, eval_split)):
-            check_judge_rows(split, script_args.dataset_path, judged)
+            check_verdict_rows(split, script_args.dataset_path, judged)
     train_dataset = render_prefixed_prompts(
         _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
     )
-    if "judge-consistent" in training_args.reward_funcs:
+    if "verdict-consistent" in training_args.reward_funcs:
         check_item_layout(train_dataset, script_args.dataset_path, training_args)
     eval_dataset = (
         None

@@ -130,7 +130,7 @@ def whole_items(ds: Dataset, limit: int, seed: int, where: Path) -> Dataset:
     adjacent and in their own order.
 
     Why: a judge item's variants (a question's orders, or its yes / no candidates) are compared within one batch by
-    ``judge-consistent``, which needs them all and next to each other; rows sampled one by one would scatter them.
+    ``verdict-consistent``, which needs them all and next to each other; rows sampled one by one would scatter them.
     """
     rows = item_rows(ds["item_id"])
     items = list(rows)
