@@ -25,8 +25,8 @@ from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
-from persetrain.prompts.judge import prompt_messages, request_of
-from persetrain.prompts.pref import letter_request
+from persetrain.prompts.mcq_letter import letter_request
+from persetrain.prompts.verdict import prompt_messages, request_of
 from persetrain.train.grpo import build_grpo_trainer, make_parser, render_prefixed_prompts, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.runner import METRICS_FILE

@@ -18,7 +18,7 @@ from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
 from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
-from persetrain.prompts.pref import letter_request
+from persetrain.prompts.mcq_letter import letter_request
 
 PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 

@@ -27,7 +27,7 @@ from persetrain.evaluators.verifier import Verifier
 from persetrain.io import InputError
 from persetrain.metrics.odd_one_out import oddness
 from persetrain.person import NOT_STATED, blind_examples, derangement, has_person, swapped_examples
-from persetrain.prompts.pref import letter_request
+from persetrain.prompts.mcq_letter import letter_request
 from persetrain.prompts.preference import VERIFIER, VERIFIER_BLIND, rm_context
 from persetrain.reward_model.scorer import RewardModelScorer, check_reward_model
 from persetrain.schema import McqExample, ProfileReview, ScalarExample

@@ -17,7 +17,7 @@ from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.evaluators.verdict import Verdict, VerdictConfig, read_verdict
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
-from persetrain.prompts.judge import choice_request
+from persetrain.prompts.verdict import choice_request
 from persetrain.schema import McqExample
 
 PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"

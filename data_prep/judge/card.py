@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from data_prep.card import bullets, render_card, source_topic_table, synthetic_note
 from data_prep.licenses import License, of_sources
 from data_prep.preference.card import source_lines, source_topic_counts
-from persetrain.prompts.judge import THINK_WORDS, VERDICT_MARK
+from persetrain.prompts.verdict import THINK_WORDS, VERDICT_MARK
 
 FORMAT = (
     "TRL GRPOTrainer, conversational prompt-only format (`persetrain grpo` reads it) with the gold verdict and the "
@@ -100,7 +100,7 @@ def readme(info: dict) -> str:
         "`verdict-correct`, `verdict-format` and `verdict-consistent` rewards). Each row asks which option is best "
         "for a person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
         f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare judge` "
-        "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.judge`.\n",
+        "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.verdict`.\n",
         f"Mode `{info['mode']}`: {MODES[info['mode']]}\n",
         ORDER_RULE + "\n",
     ]

@@ -52,15 +52,15 @@ from data_prep.preference.sources import (
 )
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
-from persetrain.prompts.judge import (
+from persetrain.prompts.mcq_letter import LETTERS
+from persetrain.prompts.perse import PROFILE_WORDS
+from persetrain.prompts.verdict import (
     check_mode,
     choice_request,
     pair_request,
     prompt_messages,
     yes_no_request,
 )
-from persetrain.prompts.perse import PROFILE_WORDS
-from persetrain.prompts.pref import LETTERS
 from persetrain.prompts.yes_no import YES_NO
 
 SPLITS = (TRAIN, VALIDATION)

@@ -16,7 +16,7 @@ from datasets import DatasetDict
 
 from data_prep.preference.sources import load_prepared
 from persetrain.io import InputError, atomic_dir
-from persetrain.prompts.judge import request_of
+from persetrain.prompts.verdict import request_of
 from persetrain.rewards.verdict import check_verdict_rows
 
 #: The judge columns an SFT row keeps, besides the completion it gains: where it came from, and its gold.

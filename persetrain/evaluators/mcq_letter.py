@@ -21,7 +21,8 @@ from persetrain.evaluators.base import (
     register,
 )
 from persetrain.metrics.mcq import strict_argmax
-from persetrain.prompts.pref import LETTERS, SCORE_MAX, letter_request
+from persetrain.prompts.mcq_letter import LETTERS, letter_request
+from persetrain.prompts.pref import SCORE_MAX
 from persetrain.schema import Judgment, McqExample
 
 

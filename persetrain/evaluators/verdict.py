@@ -3,7 +3,7 @@
 
 A judge trained in ``verdict`` mode answers with the letter alone and is read by ``mcq-letter`` like any model;
 one trained in ``think`` mode writes its reasoning first, so its answer is text to parse, not a next-token
-distribution. This evaluator asks the very prompt it was trained on (:func:`persetrain.prompts.judge.choice_request`
+distribution. This evaluator asks the very prompt it was trained on (:func:`persetrain.prompts.verdict.choice_request`
 in ``think`` mode), generates, and reads the verdict exactly as the training reward does
 (:func:`persetrain.rewards.verdict.parse_verdict`): a letter named anywhere but on the last line does not count, so
 the evaluation measures the same thing the training rewarded.
@@ -30,8 +30,9 @@ from persetrain.evaluators.base import (
     refuse_unlettered,
     register,
 )
-from persetrain.prompts.judge import choice_request
-from persetrain.prompts.pref import LETTERS, SCORE_MAX
+from persetrain.prompts.mcq_letter import LETTERS
+from persetrain.prompts.pref import SCORE_MAX
+from persetrain.prompts.verdict import choice_request
 from persetrain.rewards.verdict import parse_verdict
 from persetrain.schema import Judgment, McqExample
 

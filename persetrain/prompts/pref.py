@@ -1,4 +1,4 @@
-"""PREF prompts (paper, Appendix A, Figures 3-5) and the zero-shot letter-choice baseline.
+"""PREF prompts (paper, Appendix A, Figures 3-5).
 
 Stage 1 (``pref/coverage``) sees the question only and lists what makes a good answer as
 ``{keyword: sentence}``. Stage 2 (``pref/alignment``) sees the question, that list and the user's
@@ -10,7 +10,7 @@ without weights. The JSON schemas below are what structured output enforces on e
 
 For the ``choice_probs`` path of stage 3 the same request gets an assistant prefix that restates one
 candidate and opens its score (``score_prefix``); the 0..10 distribution there gives an expected
-score per candidate. ``mcq-letter`` shows the options as A-D and reads the letter distribution.
+score per candidate. (The zero-shot letter-choice prompt is :mod:`persetrain.prompts.mcq_letter`.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from persetrain.prompts.template import PromptTemplate, register
 
 SCORE_MIN, SCORE_MAX = 0, 10
 SCORE_CHOICES: tuple[str, ...] = tuple(str(n) for n in range(SCORE_MIN, SCORE_MAX + 1))
-LETTERS = "ABCDEFGHIJ"
 #: Stage 2 keys that the preference stage adds start with this prefix (the paper's convention).
 ADDED_PREFIX = "preh_"
 #: Bounds that keep small models from looping inside a JSON object.
@@ -90,19 +89,6 @@ SCORE_BASE = register(
     )
 )
 
-LETTER = register(
-    PromptTemplate(
-        method="mcq-letter",
-        task="choose",
-        user=(
-            "{preference}\n\n{question}\n\n"
-            "Options:\n{options}\n\n"
-            "Which option is the best answer for me? Reply with the letter of the option only."
-        ),
-        assistant_prefix="Answer: ",
-    )
-)
-
 #: Shown after "Factors to consider" so the model knows how to read the numbers.
 WEIGHTED_NOTE = " (weight 0-10: a high weight means the factor matters a lot for this user)"
 
@@ -147,11 +133,6 @@ def score_request(
 def score_prefix(index: int, option: str) -> str:
     """Assistant prefix that asks for one candidate's score (the ``choice_probs`` path of stage 3)."""
     return f'Candidate {index + 1}: "{option}"\nScore (0-10): '
-
-
-def letter_request(preference: str, question: str, options: list[str], id: str | None = None) -> ChatRequest:
-    listed = "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
-    return LETTER.render(id=id, preference=stated(preference), question=question, options=listed)
 
 
 def coverage_schema() -> dict:

@@ -1,6 +1,6 @@
 """Rewards of a judge trained by GRPO on its own verdicts (data of ``persetrain prepare judge``).
 
-A judge is asked a verdict prompt (:mod:`persetrain.prompts.judge`: which lettered option is best for this person,
+A judge is asked a verdict prompt (:mod:`persetrain.prompts.verdict`: which lettered option is best for this person,
 or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL
 reward functions, named as the recipe's ``reward_funcs`` name them (:data:`VERDICT_REWARDS`):
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from persetrain.io import InputError
-from persetrain.prompts.judge import MODES, VERDICT_MARK, check_mode
+from persetrain.prompts.verdict import MODES, VERDICT_MARK, check_mode
 from persetrain.rewards.parl_trl import completion_text
 
 if TYPE_CHECKING:

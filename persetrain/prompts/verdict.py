@@ -4,7 +4,7 @@ rewards, the ``verdict`` evaluator).
 Two modes (:data:`MODES`):
 
 - ``verdict``: the judge answers with the verdict alone, a letter or yes / no. A PrefEval question is asked with
-  exactly the ``mcq-letter`` prompt (:data:`persetrain.prompts.pref.LETTER`, its ``Answer: `` prefix included) and
+  exactly the ``mcq-letter`` prompt (:data:`persetrain.prompts.mcq_letter.LETTER`, its ``Answer: `` prefix included) and
   a yes / no check with exactly the prompt it came with (the verifier's, PARL's rule judge), so a judge trained in
   this mode is read by ``mcq-letter`` / ``verifier`` as any model is: no evaluator of its own is needed to
   measure it. The cheap mode: one sampled token a rollout.
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from persetrain.engine.types import ChatRequest, Message
 from persetrain.person import stated
-from persetrain.prompts.pref import LETTER, LETTERS, letter_request
+from persetrain.prompts.mcq_letter import LETTER, letter_request, lettered
 from persetrain.prompts.template import PromptTemplate, register
 
 MODES = ("verdict", "think")
@@ -39,7 +39,7 @@ _THINK_TAIL = (
 
 CHOOSE_THINK = register(
     PromptTemplate(
-        method="judge",
+        method="verdict",
         task="choose-think",
         user=(
             "{preference}\n\n{question}\n\n"
@@ -52,7 +52,7 @@ CHOOSE_THINK = register(
 #: Two texts of a person that is shown by a profile (a PerSE reviewer's past reviews), not by a stated preference.
 PAIR = register(
     PromptTemplate(
-        method="judge",
+        method="verdict",
         task="pair",
         user=(
             "{person_label}: {person}\n\n{request}\n\n"
@@ -65,7 +65,7 @@ PAIR = register(
 
 PAIR_THINK = register(
     PromptTemplate(
-        method="judge",
+        method="verdict",
         task="pair-think",
         user=(
             "{person_label}: {person}\n\n{request}\n\n"
@@ -74,11 +74,6 @@ PAIR_THINK = register(
         ),
     )
 )
-
-
-def lettered(options: Sequence[str]) -> str:
-    """``A. first`` per line, as ``mcq-letter`` shows options."""
-    return "\n".join(f"{LETTERS[k]}. {option}" for k, option in enumerate(options))
 
 
 def choice_request(preference: str, question: str, options: Sequence[str], mode: str) -> ChatRequest:
