@@ -21,7 +21,7 @@ from data_prep.synthetic.parl import write_parl_sample
 from data_prep.synthetic.perse import write_sample_data
 from persetrain.cli import app
 from persetrain.io import InputError
-from persetrain.prompts.pref import LETTERS, letter_request
+from persetrain.prompts.mcq_letter import LETTERS, letter_request
 from persetrain.prompts.verdict import VERDICT_MARK, pair_request, prompt_messages, yes_no_request
 
 PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
