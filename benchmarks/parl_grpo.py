@@ -23,7 +23,7 @@ from pathlib import Path
 from common import emit  # beside this script
 
 from persetrain.console import set_quiet
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.demos.parl import run_parl_demo
 from persetrain.demos.parl_config import JUDGE_CURRICULUM, demo_config, parse_curriculum
 from persetrain.engine import load_engine
@@ -68,7 +68,7 @@ def grpo_run(args: argparse.Namespace) -> dict:
         fresh=True,
     )
     summary = run_parl_demo(config)
-    _, test = load_dataset(OUT / "data" / "parl_news", "test")
+    _, test = read_split(OUT / "data" / "parl_news", "test")
     judged = PARLConfig(temperature=0.6, max_new_tokens=args.max_new_tokens, judge_model=summary["judge"])
     summary["valid_share_base_unaided"] = round(
         _valid_share_unaided(args.model, test[: args.heldout_users], judged, args.seed), 3

@@ -37,7 +37,7 @@ from scipy import stats
 
 from data_prep.parl.rubrics import true_checks, true_other_user_pass_rates
 from data_prep.parl.rule_verifier import require_synthetic
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, UserRubrics, induce, other_user_pass_rates, valid_sets
 from persetrain.io import InputError
@@ -124,7 +124,7 @@ def main() -> None:
         require_synthetic(Path(args.data), "this check's references are those users' true sets")
     except InputError as err:
         raise SystemExit(str(err)) from None
-    _, examples = load_dataset(args.data, args.split)
+    _, examples = read_split(args.data, args.split)
     config = PARLConfig(
         temperature=args.temperature,
         max_new_tokens=args.max_new_tokens,

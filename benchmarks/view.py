@@ -29,7 +29,7 @@ from common import best_of, emit  # beside this script
 from fastapi.testclient import TestClient
 
 from persetrain.console import set_quiet
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.view.app import Viewed, build_app
@@ -39,7 +39,7 @@ DEV = Path(__file__).resolve().parent.parent / "data" / "prefeval" / "dev"
 
 def write_run(out: Path, n: int) -> Path:
     """A run of ``n`` judgments by ``persetrain evaluate`` (dev questions repeated under new ids)."""
-    _, questions = load_dataset(DEV, "test")
+    _, questions = read_split(DEV, "test")
     examples = [
         questions[i % len(questions)].model_copy(update={"id": f"{questions[i % len(questions)].id}~{i}"})
         for i in range(n)

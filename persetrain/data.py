@@ -32,12 +32,12 @@ from pathlib import Path
 from data_prep.readers.prefeval import is_prefeval, read_prefeval
 from persetrain.io import InputError, iter_jsonl, parse_record
 from persetrain.rows import PreferencePair, Rows, load_rows, person_column_of, preference_pair, read_table_file
+from persetrain.saved import load_prepared_split, read_card
 from persetrain.schema import PreferencePairExample
 from persetrain.tasks import TaskKind, get_task
 
 BUILD_INFO = "build_info.json"
 CARD = "dataset.json"
-DATASET_INDEX = "dataset_dict.json"  # what ``DatasetDict.save_to_disk`` writes beside the splits
 
 
 @dataclass(frozen=True)
@@ -56,17 +56,6 @@ def register_reader(
     name: str, detect: Callable[[Path], bool], read: Callable[[Path, str, int], tuple[str, list]]
 ) -> None:
     _READERS.append(Reader(name, detect, read))
-
-
-def read_card(card: Path) -> dict:
-    """The JSON object of a card (``dataset.json``, ``build_info.json``) or of ``datasets``' own index."""
-    try:
-        info = json.loads(card.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(card, f"not readable JSON ({err})") from None
-    if not isinstance(info, dict):
-        raise InputError(card, f"expected a JSON object, got {json.dumps(info)}")
-    return info
 
 
 def _declared_task(card: Path) -> TaskKind:
@@ -96,30 +85,9 @@ def _check_records(task: TaskKind, path: Path, records: list[int], examples: lis
         raise InputError(path, problem, record=records[index], field=field)
 
 
-def saved_splits(path: Path) -> list[str]:
-    """The split names in ``datasets``' own index of a ``DatasetDict`` saved at ``path``, read here so that a damaged
-    index, or a ``splits`` that is not a list of names, is named: ``datasets`` reports the JSON error alone, or
-    takes a string's letters for split names."""
-    index = path / DATASET_INDEX
-    if not index.is_file():
-        raise InputError(path, f"not a dataset saved with save_to_disk (no {DATASET_INDEX})")
-    splits = read_card(index).get("splits")
-    if not isinstance(splits, list) or not all(isinstance(name, str) and name for name in splits):
-        raise InputError(index, f"expected a list of split names, got {json.dumps(splits)}", field="splits")
-    return splits
-
-
 def _read_prepared(path: Path, split: str, seed: int) -> tuple[str, list]:
-    from datasets import Dataset
-
     task = _declared_task(path / BUILD_INFO)
-    splits = saved_splits(path)
-    if split not in splits:
-        raise InputError(path, f"has no split {split!r}; it has {sorted(splits)}")
-    try:
-        dataset = Dataset.load_from_disk(str(path / split))
-    except (FileNotFoundError, json.JSONDecodeError) as err:
-        raise InputError(path / split, f"not a dataset split saved with save_to_disk ({err})") from None
+    dataset = load_prepared_split(path, split)
     fields = set(task.example.model_fields)
     examples = [
         parse_record(task.example, {k: v for k, v in row.items() if k in fields}, path / split, i)
@@ -207,7 +175,7 @@ def _kind(name: str, where: Path) -> TaskKind:
         raise InputError(where, f"{err} (--task)", field="task") from None
 
 
-def load_dataset(
+def read_split(
     path: str | Path, split: str = "test", seed: int = 0, task: str | None = None, person_column: str | None = None
 ) -> tuple[TaskKind, list]:
     """The task kind a dataset declares and its examples of one split.

@@ -30,7 +30,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from persetrain.config_files import read_yaml_mapping
 from persetrain.console import console
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.environment import environment
 from persetrain.evaluators.base import Evaluator, JudgeContext, check_fields, config_fields
 from persetrain.evaluators.registry import SystemSpec, evaluators_for
@@ -134,7 +134,7 @@ def random_sample(examples: Sequence, n: int, seed: int) -> list:
 
 def load_examples(config: EvaluationConfig) -> tuple[TaskKind, list]:
     """The dataset's task kind and the examples this evaluation judges."""
-    task, examples = load_dataset(
+    task, examples = read_split(
         config.data, config.split, seed=config.seed, task=config.task, person_column=config.person_column
     )
     if config.max_per_reviewer:
@@ -277,7 +277,7 @@ def check_data_needs(
             if split == config.split:
                 continue
             try:
-                load_dataset(data, split, seed=config.seed, task=config.task, person_column=config.person_column)
+                read_split(data, split, seed=config.seed, task=config.task, person_column=config.person_column)
             except InputError as err:
                 raise ValueError(f"{err}: {who} {why} ('{split}'), so it cannot judge this dataset") from None
 

@@ -22,7 +22,6 @@ column holds one, is rendered by ``persetrain.prompts.preference.person_of``.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from datasets import Dataset
 
 from persetrain.io import InputError, iter_jsonl, open_text
 from persetrain.prompts.preference import person_of
+from persetrain.saved import DATASET_INDEX, load_prepared_split, saved_splits
 
 #: File suffixes read as tables, and the reader of each (a trailing ``.gz`` is looked through for text formats).
 TABLE_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -142,20 +142,6 @@ def _no_split(where: str | Path, split: str, has: Sequence[str]) -> InputError:
     return InputError(where, f"no split '{split}' (has: {', '.join(has) or 'none'}){hint}")
 
 
-def _saved_split(path: Path, split: str) -> Rows:
-    from datasets import Dataset as HFDataset
-    from datasets import load_from_disk
-
-    try:
-        loaded = load_from_disk(str(path))
-    except (FileNotFoundError, json.JSONDecodeError, ValueError) as err:
-        raise InputError(path, f"not a dataset saved with save_to_disk ({str(err).splitlines()[0]})") from None
-    splits = {"train": loaded} if isinstance(loaded, HFDataset) else dict(loaded)
-    if split not in splits:
-        raise _no_split(path, split, list(splits))
-    return Rows(splits[split], str(path))
-
-
 def hub_split(name: str, config: str | None, split: str) -> Rows:
     """One split of a Hub dataset through ``datasets.load_dataset`` (its cache first; offline, only its cache)."""
     import datasets
@@ -181,15 +167,8 @@ def local_splits(path: Path) -> list[str]:
         return ["train"]
     if not path.is_dir():
         raise InputError(path, "no such file or folder")
-    index = path / SAVED_MARKERS[0]
-    if index.is_file():
-        try:
-            splits = json.loads(index.read_text(encoding="utf-8")).get("splits")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-            raise InputError(index, f"not readable ({err})") from None
-        if not isinstance(splits, list) or not all(isinstance(name, str) and name for name in splits):
-            raise InputError(index, f"expected a list of split names, got {json.dumps(splits)}", field="splits")
-        return splits
+    if (path / DATASET_INDEX).is_file():
+        return saved_splits(path)
     if any((path / marker).is_file() for marker in SAVED_MARKERS):
         return ["train"]
     files = _split_files(path)
@@ -211,7 +190,7 @@ def load_rows(source: str | Path, split: str, config: str | None = None, any_spl
         return read_table_file(path)
     if path.is_dir():
         if any((path / marker).is_file() for marker in SAVED_MARKERS):
-            return _saved_split(path, split)
+            return Rows(load_prepared_split(path, split, lone=True), str(path))
         files = _split_files(path)
         if not files:
             raise InputError(path, NO_DATA)

@@ -16,7 +16,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.evaluators.registry import registered
 from persetrain.tasks import get_task, record_examples
 from persetrain.train import grpo, rm, sft
@@ -133,7 +133,7 @@ def test_evaluators_name_documents_every_option_and_the_records_it_reads(name, t
         folder.mkdir()
         (folder / "dataset.json").write_text(json.dumps({"task": kind}))
         (folder / "test.jsonl").write_text("\n".join(lines) + "\n")
-        task, records = load_dataset(folder)
+        task, records = read_split(folder)
         assert task.name == kind and len(records) == 2
 
 

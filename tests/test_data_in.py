@@ -23,7 +23,7 @@ from datasets import Dataset, DatasetDict
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.io import InputError
 from persetrain.rows import load_rows, preference_pairs
 from persetrain.schema import PreferencePairExample
@@ -127,21 +127,21 @@ def test_grpo_trains_the_judge_on_preference_rows(tiny_llama_dir, tmp_path):
 
 # ------------------------------------------------------------------------------------------ evaluating
 def test_a_pairs_file_is_a_pairwise_task_with_a_seeded_order():
-    task, examples = load_dataset(PERSONAS / "test.jsonl", task="pairwise", person_column="persona")
+    task, examples = read_split(PERSONAS / "test.jsonl", task="pairwise", person_column="persona")
     assert task.name == "pairwise" and all(isinstance(ex, PreferencePairExample) for ex in examples)
     assert {ex.preferred for ex in examples} == {"A", "B"}  # chosen is not always shown first
     assert examples[0].chosen.startswith("A halloumi") and examples[0].person == "I am vegetarian."
-    _, again = load_dataset(PERSONAS / "test.jsonl", task="pairwise", person_column="persona")
+    _, again = read_split(PERSONAS / "test.jsonl", task="pairwise", person_column="persona")
     assert [ex.preferred for ex in again] == [ex.preferred for ex in examples]
 
 
 def test_a_card_declares_the_pairwise_kind_of_preference_rows(tmp_path):
     shutil.copy(PERSONAS / "test.jsonl", tmp_path / "test.jsonl")
     (tmp_path / "dataset.json").write_text(json.dumps({"task": "pairwise", "person_column": "persona"}))
-    task, examples = load_dataset(tmp_path)
+    task, examples = read_split(tmp_path)
     assert task.name == "pairwise" and examples[1].person == "I am gluten intolerant."
     with pytest.raises(InputError, match=r"declares the task kind 'pairwise', not 'mcq' \(--task\)"):
-        load_dataset(tmp_path, task="mcq")
+        read_split(tmp_path, task="mcq")
 
 
 @pytest.mark.slow
@@ -179,9 +179,9 @@ def test_bad_input_is_one_line_naming_file_record_and_field(tmp_path):
     no_chosen = tmp_path / "pairs.jsonl"
     no_chosen.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "rejected": "c"}\n')
     with pytest.raises(InputError, match=r"pairs.jsonl:2: field 'chosen': missing"):
-        load_dataset(no_chosen, task="pairwise")
+        read_split(no_chosen, task="pairwise")
     with pytest.raises(InputError, match=r"test.jsonl: field 'persona_text': no such column \(person_column\)"):
-        load_dataset(PERSONAS / "test.jsonl", task="pairwise", person_column="persona_text")
+        read_split(PERSONAS / "test.jsonl", task="pairwise", person_column="persona_text")
     fake = tmp_path / "pairs.parquet"
     fake.write_text("prompt,chosen\n")
     with pytest.raises(InputError, match=r"pairs.parquet: not a Parquet file"):
@@ -296,7 +296,7 @@ def test_prepare_reads_amazons_2018_and_2023_dumps_alike(tmp_path):
     for year in ("2018", "2023"):
         result = _prepare(DATA / f"amazon_{year}", tmp_path / year, "--k-core", "2")
         assert result.exit_code == 0, result.output
-        _, examples = load_dataset(tmp_path / year / "amazon_books", split="test")
+        _, examples = read_split(tmp_path / year / "amazon_books", split="test")
         built[year] = sorted((ex.query_plot, ex.score, ex.review, ex.score_max) for ex in examples)
     assert built["2018"] == built["2023"] and len(built["2018"]) == 9  # the fourth customer is outside the 2-core
 

@@ -15,7 +15,7 @@ import pytest
 from datasets import load_from_disk
 
 from data_prep.parl.rubrics import true_rules
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.demos.parl import REPORT, SUMMARY, run_parl_demo
 from persetrain.demos.parl_config import (
     FORM_KNOBS,
@@ -52,7 +52,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
         max_new_tokens=16,
     )
     summary = run_parl_demo(config)
-    test = load_dataset(config.out / "data" / "parl_news", "test")[1][:2]
+    test = read_split(config.out / "data" / "parl_news", "test")[1][:2]
     # two verifiers (seeds 0 and 1) judge as one ensemble, each member also measured alone
     first, second = summary["judge"].split(",")
     assert first.endswith("verifier/merged") and second.endswith("verifier-seed-1/merged")
@@ -78,7 +78,7 @@ def test_demo_parl_runs_every_stage_and_resumes_from_its_summary(tiny_llama_dir,
     extra = [
         ex
         for split in ("train", "test")
-        for ex in load_dataset(config.out / "extra" / "seed-1" / "data" / "parl_news", split)[1]
+        for ex in read_split(config.out / "extra" / "seed-1" / "data" / "parl_news", split)[1]
     ]
     assert summary["warmstart_source"] == "truth" and summary["warmstart_samples"] == 1
     assert summary["warmstart_rows"] == 2 + sum(len(true_rules(ex)) >= 2 for ex in extra) > 2

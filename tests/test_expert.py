@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.parl.reference import read_reference
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.expert import ExPerT, ExPerTConfig
@@ -88,14 +88,14 @@ def _write(folder: Path, records: list[dict]) -> Path:
 def test_reader_errors_name_file_line_and_field(tmp_path):
     data = _write(tmp_path / "d", [_record(), _record(id="r2", input="")])
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'input'"):
-        load_dataset(data)
+        read_split(data)
     data = _write(tmp_path / "e", [_record(), _record(id="r2", outputs={"gold": "x", "non": "  "})])
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'outputs'.*'non' is empty"):
         read_reference(data / "test.jsonl")
     data = _write(tmp_path / "f", [_record(), _record(id="r2", outputs={"gold": "x"})])
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'outputs': no output of non"):
         read_reference(data / "test.jsonl")
-    task, examples = load_dataset(_write(tmp_path / "g", [_record()]))
+    task, examples = read_split(_write(tmp_path / "g", [_record()]))
     assert task.name == "reference" and isinstance(examples[0], ReferenceExample)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.readers.examples import RAW_EXAMPLES
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.tasks import RECORD_EXAMPLES, record_examples
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "formats.md"
@@ -37,7 +37,7 @@ def test_the_page_shows_each_layouts_records(layout):
 def test_each_task_kinds_records_read_as_its_examples(kind, layout, tmp_path):
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORD_EXAMPLES[kind, layout]))
     (tmp_path / "dataset.json").write_text(json.dumps({"task": kind}))
-    task, examples = load_dataset(tmp_path)
+    task, examples = read_split(tmp_path)
     assert task.name == kind and len(examples) == 2
     assert record_examples(kind)[layout] == RECORD_EXAMPLES[kind, layout]
 

@@ -1,6 +1,6 @@
 """persetrain.io's folder writes: a folder is replaced whole or not at all, and a killed run's leftovers are mended.
 
-And the dataset readers (``persetrain.data.load_dataset`` over ``persetrain.io``): bad input is one error naming the
+And the dataset readers (``persetrain.data.read_split`` over ``persetrain.io``): bad input is one error naming the
 file, the record and the field, whatever is wrong (a card's field, the bytes of a file, a record, or records together).
 """
 
@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.io import InputError, atomic_dir, read_step_log, trim_step_log
 
 
@@ -104,7 +104,7 @@ def _dataset(folder, records, card=None, name="test.jsonl"):
 )
 def test_a_card_field_of_the_wrong_type_is_named(tmp_path, card, error):
     with pytest.raises(InputError, match=error):
-        load_dataset(_dataset(tmp_path / "d", [MCQ], card))
+        read_split(_dataset(tmp_path / "d", [MCQ], card))
 
 
 def test_a_damaged_gzip_file_is_one_error_naming_it_not_aborted(tmp_path):
@@ -120,14 +120,14 @@ def test_a_damaged_gzip_file_is_one_error_naming_it_not_aborted(tmp_path):
         assert result.output.startswith(f"error: {data / 'test.jsonl.gz'}:")
         assert f"cannot read the gzip file ({error}" in result.output and "Aborted" not in result.output
     with pytest.raises(InputError, match=r"test\.jsonl\.gz:(\d+): ") as err:
-        load_dataset(cut)
+        read_split(cut)
     assert err.value.record > 1  # the line being read when the stream ended, not the first
 
 
 def test_text_that_is_not_utf8_is_named_with_its_line(tmp_path):
     data = _dataset(tmp_path / "d", json.dumps(MCQ).encode() + b'\n{"id": "b", "preference": "caf\xe9"}\n')
     with pytest.raises(InputError, match=r"test\.jsonl:2: not UTF-8 text \(byte 0xe9 at position 31 of the line\)$"):
-        load_dataset(data)
+        read_split(data)
 
 
 def test_a_damaged_index_of_a_prepared_dataset_is_named(tmp_path):
@@ -136,10 +136,10 @@ def test_a_damaged_index_of_a_prepared_dataset_is_named(tmp_path):
     data = tmp_path / "prepared"
     DatasetDict(train=Dataset.from_list([MCQ, {**MCQ, "id": "b", "gold": 2}])).save_to_disk(str(data))
     (data / "build_info.json").write_text(json.dumps({"task": "mcq"}))
-    assert [ex.id for ex in load_dataset(data, "train")[1]] == ["a", "b"]
+    assert [ex.id for ex in read_split(data, "train")[1]] == ["a", "b"]
     (data / "dataset_dict.json").write_text('{"splits": ["train",\n')
     with pytest.raises(InputError, match=r"prepared/dataset_dict\.json: not readable JSON \(Expecting value"):
-        load_dataset(data, "train")
+        read_split(data, "train")
 
 
 @pytest.mark.parametrize(
@@ -162,26 +162,26 @@ def test_a_damaged_index_of_a_prepared_dataset_is_named(tmp_path):
 def test_a_check_across_fields_names_its_field_in_its_own_words(tmp_path, card, record, error):
     first = MCQ if card["task"] == "mcq" else SCALAR
     with pytest.raises(InputError, match=r"test\.jsonl:2: " + error) as err:
-        load_dataset(_dataset(tmp_path / "d", [first, {**record, "id": "b"}], card))
+        read_split(_dataset(tmp_path / "d", [first, {**record, "id": "b"}], card))
     assert "Value error" not in str(err.value)
 
 
 def test_a_repeated_id_is_named_at_its_second_record(tmp_path):
     data = _dataset(tmp_path / "d", [MCQ, {**MCQ, "gold": 1}])
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'id': 'a' is already the id of record 1$"):
-        load_dataset(data)
+        read_split(data)
 
 
 def test_reference_records_must_hold_the_same_systems(tmp_path):
     card = {"task": "reference"}
     data = _dataset(tmp_path / "d", [REFERENCE, {**REFERENCE, "id": "r2", "outputs": {"rag": "a"}}], card)
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'outputs': no output of non, unlike the first record"):
-        load_dataset(data)
+        read_split(data)
     extra = {**REFERENCE, "id": "r2", "outputs": {**REFERENCE["outputs"], "x": "c"}}
     data = _dataset(tmp_path / "e", [REFERENCE, extra], card)
     with pytest.raises(InputError, match=r"test\.jsonl:2: field 'outputs': outputs of x, unlike the first record"):
-        load_dataset(data)
-    assert len(load_dataset(_dataset(tmp_path / "f", [REFERENCE, {**REFERENCE, "id": "r2"}], card))[1]) == 2
+        read_split(data)
+    assert len(read_split(_dataset(tmp_path / "f", [REFERENCE, {**REFERENCE, "id": "r2"}], card))[1]) == 2
 
 
 def test_a_killed_runs_step_log_reads_without_its_torn_line_and_a_resume_trims_it(tmp_path):

@@ -260,15 +260,15 @@ def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judg
     ``mcq`` dataset `persetrain evaluate` reads: from PrefEval itself, and from the ``listwise`` view beside a
     ``prepare preference`` verifier view (a yes / no row holds one candidate, not its question). A verifier dataset
     with no such view has none."""
-    from persetrain.data import load_dataset
+    from persetrain.data import read_split
 
-    task, questions = load_dataset(prefeval_out / "questions", "validation")
+    task, questions = read_split(prefeval_out / "questions", "validation")
     assert task.name == "mcq" and len(questions) == QUESTIONS[HOLDOUT]
     assert {q.id for q in questions} == set(load_from_disk(str(prefeval_out))["validation"]["item_id"])
     assert {q.topic for q in questions} == {HOLDOUT}
     views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
     prepare_judge(tmp_path / "yes-no", verifier=[views["verifier"]], balance_yes_no=True)
-    _, from_view = load_dataset(tmp_path / "yes-no" / "questions", "validation")
+    _, from_view = read_split(tmp_path / "yes-no" / "questions", "validation")
     listwise = load_from_disk(str(views["listwise"]))["validation"]
     assert [q.model_dump(include={"id", "options", "gold"}) for q in sorted(from_view, key=lambda q: q.id)] == [
         {"id": row["id"], "options": row["options"], "gold": row["gold"]}

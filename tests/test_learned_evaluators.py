@@ -17,7 +17,7 @@ from numerics import close
 from typer.testing import CliRunner
 
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.learned import items_of
@@ -370,7 +370,7 @@ def test_rm_judges_a_prefeval_sample_through_the_command_line(tiny_rm_dir, tmp_p
 def test_verifier_reads_p_yes_of_the_embedded_model(tmp_path):
     """The verifier asks exactly the VERIFIER question (VERIFIER_BLIND without the person): asked again by hand,
     every request is a hit in the engine's cache, which keys on the whole request."""
-    _, examples = load_dataset(PREFEVAL)
+    _, examples = read_split(PREFEVAL)
     examples = examples[:2]
     engine = load_engine(MODEL, cache_path=tmp_path / "cache.sqlite")
     try:

@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from data_prep.parl.rubrics import true_rules
 from data_prep.parl.signatures import RULES, TRAIN_WORDINGS
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 
 
 @pytest.mark.parametrize("task", ["amazon", "reddit", "news"])
 def test_true_rules_are_the_planted_signatures(parl_sample, parl_prepared, task):
     planted = json.loads(parl_sample.ground_truth.read_text())["users"]
     for split in ("train", "test"):
-        for ex in load_dataset(parl_prepared / f"parl_{task}", split)[1]:
+        for ex in read_split(parl_prepared / f"parl_{task}", split)[1]:
             assert set(true_rules(ex)) == set(planted[ex.user_id]), ex.id
 
 
@@ -31,7 +31,7 @@ def test_truth_warmstart_data_holds_training_users_true_rules_in_training_wordin
         ["-q", "rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--source", "truth", "--runs", "2"],
     )
     assert result.exit_code == 0, result.output
-    train = {ex.id: ex for ex in load_dataset(data, "train")[1]}
+    train = {ex.id: ex for ex in read_split(data, "train")[1]}
     rows = list(load_from_disk(str(out))["train"])
     assert len(rows) == 2 * len(train) and {r["id"] for r in rows} == set(train)
     checks = {c.name: c for c in RULES["news"]}
@@ -75,8 +75,8 @@ def test_truth_warmstart_adds_every_user_of_an_extra_sample(parl_prepared, tmp_p
     args = ["-q", "rubrics", "warmstart-data", "--data", str(data), "--out", str(out), "--runs", "1"]
     result = CliRunner().invoke(app, [*args, "--source", "truth", "--extra-data", str(extra)])
     assert result.exit_code == 0, result.output
-    users = load_dataset(data, "train")[1]
-    added = [ex for split in ("train", "test") for ex in load_dataset(extra, split)[1]]
+    users = read_split(data, "train")[1]
+    added = [ex for split in ("train", "test") for ex in read_split(extra, split)[1]]
     rows = list(load_from_disk(str(out))["train"])
     # each sample numbers its users from 0, so ids repeat across samples; the prompts (histories) do not
     prompt = {id(ex): warmstart_row(ex, [], 0)["prompt"][-1]["content"] for ex in users + added}
@@ -93,7 +93,7 @@ def test_other_user_pass_rate_batched_equals_one_check_at_a_time(parl_prepared, 
     from persetrain.evaluators.parl import other_user_pass_rates
     from persetrain.rewards.parl import RubricJudge
 
-    examples = load_dataset(parl_prepared / "parl_news", "test")[1][:4]
+    examples = read_split(parl_prepared / "parl_news", "test")[1][:4]
     checks = {c.name: c for c in RULES["news"]}
     # two sets of one user (two runs) and one of another, in training wordings
     sets = [(examples[0].id, [checks["colon"].wordings[0], checks["short"].wordings[1]])]
@@ -126,7 +126,7 @@ def test_other_user_pass_rate_batched_equals_one_check_at_a_time(parl_prepared, 
 def test_true_sets_are_personal_on_the_sample(parl_prepared):
     from data_prep.parl.rubrics import true_checks, true_other_user_pass_rates
 
-    examples = load_dataset(parl_prepared / "parl_news", "train")[1]
+    examples = read_split(parl_prepared / "parl_news", "train")[1]
     sets = true_checks(examples)
     assert set(sets) == {ex.id for ex in examples if len(true_rules(ex)) >= 2}
     rates = true_other_user_pass_rates(examples)

@@ -13,7 +13,7 @@ from datasets import load_from_disk
 
 from data_prep.perse.prepare import prepare_perse
 from data_prep.synthetic.perse import write_sample_data
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.demos.perse import CPU_RECIPE
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.perse import built_profile_words
@@ -33,7 +33,7 @@ def test_perse_pipeline_on_embedded_model(tmp_path):
     ]
     # The judge is asked exactly what the judge was trained on: prompts cut as the dataset was built.
     row = load_from_disk(str(dataset))["test"][0]
-    example = load_dataset(dataset, "test")[1][0]
+    example = read_split(dataset, "test")[1][0]
     assert built_profile_words(dataset) == 12
     assert [m.model_dump() for m in scalar_request(example, 12).messages] == row["prompt"]
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from data_prep.readers.prefeval import is_prefeval, read_prefeval, shuffle_options
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
 from persetrain.evaluators.mcq_letter import McqLetter
@@ -73,7 +73,7 @@ def test_reader_keeps_every_question_and_moves_the_gold_option():
     assert read_prefeval(PREFEVAL)[1] == examples  # fixed per question: the same on every read
     assert shuffle_options(["a", "b", "c", "d"], "k") == shuffle_options(["a", "b", "c", "d"], "k")
     assert is_prefeval(PREFEVAL) and is_prefeval(PREFEVAL / "mcq_options") and not is_prefeval(Path(__file__).parent)
-    task_kind, loaded = load_dataset(PREFEVAL / "mcq_options" / "travel_restaurant.json")
+    task_kind, loaded = read_split(PREFEVAL / "mcq_options" / "travel_restaurant.json")
     assert task_kind.name == "mcq" and len(loaded) == len(raw)
 
 

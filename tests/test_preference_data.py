@@ -21,7 +21,7 @@ from data_prep.readers.prefeval import read_prefeval
 from data_prep.synthetic.parl import write_parl_sample
 from data_prep.synthetic.perse import write_sample_data
 from persetrain.cli import app
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.io import InputError
 from persetrain.prompts.preference import rm_context
 
@@ -101,7 +101,7 @@ def test_prefeval_rows_hold_the_gold_text_and_the_prompts_wording(prefeval_out):
 
 
 def test_listwise_is_the_mcq_dataset_evaluate_reads_with_prefevals_option_order(prefeval_out):
-    task, examples = load_dataset(prefeval_out / "listwise", "validation")
+    task, examples = read_split(prefeval_out / "listwise", "validation")
     assert task.name == "mcq"
     _, direct = read_prefeval(DATA / "dev")
     same = {e.id: e for e in direct}
@@ -201,9 +201,9 @@ def test_bad_input_is_one_line_naming_file_record_field_and_writes_nothing(sampl
 
     one = _topic(tmp_path, "one", lambda item: item.update(classification_task_options=["only one"]))
     same = _topic(tmp_path, "same", lambda item: item.update(classification_task_options=["same text"] * 4))
-    # The PrefEval reader refuses them, for `prepare preference` and for `evaluate` (`load_dataset`) alike.
+    # The PrefEval reader refuses them, for `prepare preference` and for `evaluate` (`read_split`) alike.
     for folder, problem in ((one, "has 1 option; a question needs at least 2"), (same, "option 1 is the same text as")):
-        for err in (_error(out=out, prefeval=[folder]), pytest.raises(InputError, load_dataset, folder).value):
+        for err in (_error(out=out, prefeval=[folder]), pytest.raises(InputError, read_split, folder).value):
             where = (err.path, err.record, err.field)
             assert where == (str(folder / "lifestyle_dietary.json"), 2, "classification_task_options")
             assert problem in str(err)

@@ -8,7 +8,7 @@ import json
 import pytest
 from datasets import load_from_disk
 
-from persetrain.data import load_dataset
+from persetrain.data import read_split
 from persetrain.engine import load_engine
 from persetrain.evaluators.parl import PARLConfig, induce
 from persetrain.prompts.parl import induction_messages
@@ -18,7 +18,7 @@ from persetrain.train.warmstart import write_warmstart_data
 
 @pytest.fixture(scope="module")
 def users(parl_prepared):
-    return load_dataset(parl_prepared / "parl_news", "train")[1][:2]
+    return read_split(parl_prepared / "parl_news", "train")[1][:2]
 
 
 @pytest.mark.slow

@@ -88,19 +88,18 @@ def write_true_warmstart_data(
 
     Refuses a dataset whose ``build_info.json`` does not say ``synthetic``: elsewhere the checkers know no truth.
     """
-    from datasets import load_from_disk
-
     from data_prep.parl.rule_verifier import require_synthetic
-    from persetrain.data import load_dataset
+    from persetrain.data import read_split
+    from persetrain.saved import saved_splits
     from persetrain.train.warmstart import save_warmstart
 
     hint = "warm-start from induced sets instead (--source induced)"
     for path in (parl_dir, *extra):
         require_synthetic(path, hint)
-    _, examples = load_dataset(parl_dir, split)
+    _, examples = read_split(parl_dir, split)
     examples = examples[:max_examples]
     for path in extra:
-        examples += [ex for name in load_from_disk(str(path)) for ex in load_dataset(path, name)[1]]
+        examples += [ex for name in saved_splits(path) for ex in read_split(path, name)[1]]
     rows, counts = true_rubric_rows(examples, seed, copies)
     if not rows:
         raise InputError(parl_dir, f"no {split} user has {MIN_RULES} or more rules that all their history satisfies")

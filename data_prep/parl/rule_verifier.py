@@ -61,6 +61,7 @@ from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, iter_jsonl
 from persetrain.prompts.parl import TASKS, judge_request
 from persetrain.prompts.yes_no import YES_NO
+from persetrain.saved import load_prepared
 
 SPLITS = ("train", "validation")
 #: The PARL dataset's split names, mapped to this dataset's.
@@ -140,8 +141,6 @@ def signature_rows(
     ``distractors``, every original text is also checked against the distractor rules of its split, their "no"
     slots drawn from the words of the split's texts.
     """
-    from datasets import load_from_disk
-
     require_synthetic(parl_dir)
     rng = random.Random(f"{seed}:verifier:{extra}{parl_dir.name}")
     # The edits draw from their own generator: the wordings drawn for the original texts (validation's
@@ -150,7 +149,7 @@ def signature_rows(
     distractor_rng = random.Random(f"{seed}:distractors:{extra}{parl_dir.name}")
     splits = dict.fromkeys(_PARL_SPLITS, "train") if extra else _PARL_SPLITS
     rows: dict[str, list[dict]] = {split: [] for split in SPLITS}
-    dataset = load_from_disk(str(parl_dir))
+    dataset = load_prepared(parl_dir, "persetrain prepare parl")
     for parl_split, split in splits.items():
         texts = (text for ex in dataset[parl_split] for _, _, text in _texts(ex))
         vocabulary = sorted({w for text in texts for w in words(text)}) if distractors else []

@@ -28,20 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from data_prep.parl.prepare import split_of
 from data_prep.parl.reference import GOLD
 from data_prep.readers.prefeval import read_topic, shuffle_options, topic_files
 from data_prep.readers.tables import ColumnMap
 from persetrain.console import track
-from persetrain.data import CARD, DATASET_INDEX, load_dataset, read_card, saved_splits
+from persetrain.data import CARD, read_split
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LABELS, PLOT_REQUEST, reviews_person, texts_person
+from persetrain.saved import DATASET_INDEX, complete_splits, read_card
+from persetrain.saved import load_prepared as load_prepared  # the judge data's modules load their sources by it
 from persetrain.schema import ProfileReview
-
-if TYPE_CHECKING:
-    from datasets import DatasetDict
 
 TRAIN, VALIDATION = "train", "validation"
 
@@ -146,28 +144,10 @@ def source_splits(path: Path) -> list[str]:
     Checked here, not left to ``datasets``: a split listed whose folder is gone makes ``load_from_disk`` fail deep
     inside with a file it guessed."""
     if (path / DATASET_INDEX).is_file():
-        splits = saved_splits(path)
-        for split in splits:
-            missing = path / split / "state.json"
-            if not missing.is_file():
-                raise InputError(
-                    path / DATASET_INDEX, f"split {split!r} is missing or incomplete: no {missing}", field="splits"
-                )
-        return splits
+        return complete_splits(path)
     if (path / CARD).is_file():
         return list(read_card(path / CARD).get("splits") or ["test"])
     raise InputError(path, "not a dataset `persetrain prepare` wrote (no dataset_dict.json or dataset.json)")
-
-
-def load_prepared(path: Path, written_by: str) -> DatasetDict:
-    """The ``DatasetDict`` saved at ``path``, its splits checked first (:func:`source_splits`); ``written_by``: the
-    command that writes it, for the message when ``path`` is not one."""
-    from datasets import load_from_disk
-
-    if not (path / DATASET_INDEX).is_file():
-        raise InputError(path, f"not a dataset `{written_by}` wrote (no {DATASET_INDEX})")
-    source_splits(path)
-    return load_from_disk(str(path))
 
 
 def _split(person_id: str, source_split: str, splits: Sequence[str], seed: int) -> str:
@@ -181,7 +161,7 @@ def _read(path: Path, kinds: tuple[str, ...], flag: str, seed: int):
     """``(split, all split names, example)`` for every example of ``path``, which must be of a task ``kinds``."""
     splits = source_splits(path)
     for name in splits:
-        task, examples = load_dataset(path, name, seed)
+        task, examples = read_split(path, name, seed)
         if task.name not in kinds:
             raise InputError(
                 path, f"is a {task.name!r} dataset; {flag} takes a {' or '.join(kinds)} dataset", field="task"

@@ -22,9 +22,9 @@ app.add_typer(rubrics_app, name="rubrics")
 
 def _rubric_examples(data: Path, split: str, max_examples: int | None, command: str) -> list:
     """The first ``max_examples`` users of a split of a dataset `prepare parl` wrote; any other kind is refused."""
-    from persetrain.data import load_dataset
+    from persetrain.data import read_split
 
-    task, examples = load_dataset(data, split)
+    task, examples = read_split(data, split)
     if task.name != "rubric":
         raise ValueError(f"{data} is a {task.name!r} dataset; {command} needs one `prepare parl` wrote")
     return examples[:max_examples] if max_examples else examples
@@ -121,21 +121,16 @@ def rubrics_judge_accuracy(
     """How often a PARL judge answers labelled (rule, text) checks right: accuracy, yes share, per rule."""
     import json
 
-    from datasets import load_from_disk
-
     from persetrain.io import InputError, write_json
     from persetrain.rewards.parl import RubricJudge
     from persetrain.rewards.parl_judge_eval import judge_accuracy
+    from persetrain.saved import load_prepared_split
 
-    if not (data / "dataset_dict.json").is_file():
-        raise InputError(data, "not a dataset `persetrain prepare verifier` wrote (no dataset_dict.json)")
-    loaded = load_from_disk(str(data))
-    if split not in loaded:
-        raise InputError(data, f"no split '{split}' (has: {', '.join(loaded)})")
-    missing = {"task", "rule", "input", "text", "label"} - set(loaded[split].column_names)
+    rows = load_prepared_split(data, split, "persetrain prepare verifier")
+    missing = {"task", "rule", "input", "text", "label"} - set(rows.column_names)
     if missing:
         raise InputError(data, f"split '{split}' lacks the columns {sorted(missing)}; write it with prepare verifier")
-    result = judge_accuracy(RubricJudge(make_engine(model, backend, base_url, None)), list(loaded[split]), tau)
+    result = judge_accuracy(RubricJudge(make_engine(model, backend, base_url, None)), list(rows), tau)
     if out is not None:
         write_json(out, result.as_dict())
     console.print(json.dumps(result.as_dict()))

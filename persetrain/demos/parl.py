@@ -68,14 +68,13 @@ def _no_bars() -> str:
 
 
 def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
-    from datasets import load_from_disk
-
     from data_prep.parl.distractors import RULE_PREFIX
     from data_prep.parl.rule_verifier import prepare_verifier
     from persetrain.engine import Engine, load_engine
     from persetrain.engine.ensemble import EnsembleBackend
     from persetrain.rewards.parl import RubricJudge
     from persetrain.rewards.parl_judge_eval import judge_accuracy
+    from persetrain.saved import load_prepared_split
     from persetrain.train.runner import MERGED_DIR
     from persetrain.train.sft import run_sft
 
@@ -106,7 +105,7 @@ def _judge_stage(cfg: ParlDemoConfig, data: Path) -> dict:
                 ).trained_model()
             trained_dirs.append(model)
         judge = ",".join(str(d) for d in trained_dirs)
-    validation = list(load_from_disk(str(cfg.out / "verifier_data"))["validation"])
+    validation = list(load_prepared_split(cfg.out / "verifier_data", "validation"))
     # the issue's measure, signature rules in wordings never trained on, apart from the distractor rules
     rows = [r for r in validation if not r["rule_name"].startswith(RULE_PREFIX)]
     distractors = [r for r in validation if r["rule_name"].startswith(RULE_PREFIX)]
@@ -306,7 +305,7 @@ STAGES = tuple(STAGE_TITLES)
 
 def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     """Run (or finish) every stage; return the summary, also in ``out/summary.json`` and ``out/report.md``."""
-    from persetrain.data import load_dataset
+    from persetrain.data import read_split
     from persetrain.evaluators.parl import PARLConfig
     from persetrain.metrics.parl import paired_runs_t_test
 
@@ -316,8 +315,8 @@ def run_parl_demo(cfg: ParlDemoConfig) -> dict:
     path = cfg.out / SUMMARY
     summary: dict = json.loads(path.read_text()) if path.is_file() else {}
     data = _sample_data(cfg.out, cfg.seed, cfg.user_negatives)
-    _, train = load_dataset(data, "train")
-    _, test = load_dataset(data, "test")
+    _, train = read_split(data, "train")
+    _, test = read_split(data, "test")
     test = test[: cfg.heldout_users]
     summary["heldout_users"] = len(test)
     summary["form"] = cfg.form

@@ -285,7 +285,7 @@ class MatrixFactorization(Evaluator):
     needs = DataNeeds(splits={"train": "fits its factors on the training split"})
 
     def judge(self, examples: Sequence, engine: Engine | None, context: JudgeContext) -> list[Judgment]:
-        from persetrain.data import load_dataset
+        from persetrain.data import read_split
 
-        _, train = load_dataset(context.data, "train")
+        _, train = read_split(context.data, "train")
         return _as_system(matrix_factorization(train, examples, self.config), context.system)

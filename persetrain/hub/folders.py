@@ -16,6 +16,7 @@ from persetrain.hub.cards import dataset_card, model_card
 from persetrain.hub.checkpoint import RESOLVED_CONFIG, check_upload_folder, checkpoint_kind, link_model_files
 from persetrain.hub.errors import HubError
 from persetrain.io import InputError, atomic_dir, read_json
+from persetrain.saved import load_prepared
 
 
 def build_model_folder(
@@ -102,14 +103,9 @@ def build_dataset_folder(
     note) and adds the Hub metadata: license (the sources', :func:`dataset_license`), the Parquet ``configs``, the
     task, and the method's citation.
     """
-    from datasets import Dataset, load_from_disk
-
     dataset, out = Path(dataset), Path(out)
-    if not (dataset / "dataset_dict.json").is_file() and not (dataset / "dataset_info.json").is_file():
-        raise InputError(dataset, "not a dataset folder written by `persetrain prepare` (no dataset_dict.json)")
+    splits = dict(load_prepared(dataset, "persetrain prepare", lone=True))
     info = read_json(dataset / "build_info.json")
-    loaded = load_from_disk(str(dataset))
-    splits = {"train": loaded} if isinstance(loaded, Dataset) else dict(loaded)
     method = method or ("parl" if "parl" in str(info.get("name", "")) else "perse")
 
     check_upload_folder(out, dataset)
