@@ -8,7 +8,7 @@ import pytest
 
 from persetrain.engine import load_engine
 from persetrain.evaluators.base import JudgeContext
-from persetrain.evaluators.judges import GEMBAConfig, GEvalConfig, truncate
+from persetrain.evaluators.llm_judge import GEMBAConfig, GEvalConfig, truncate
 from persetrain.evaluators.registry import get_evaluator
 from persetrain.metrics.text_similarity import meteor, sentence_bleu
 from persetrain.schema import McqExample, ReferenceExample

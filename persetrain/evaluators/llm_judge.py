@@ -30,7 +30,7 @@ from persetrain.evaluators.pairs import is_pairs, judge_pairs, refuse_plot_pairs
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.person import stated
 from persetrain.prompts import render
-from persetrain.prompts.judges import GEMBA_RANGE, LLM_JUDGE_RANGE
+from persetrain.prompts.llm_judge import GEMBA_RANGE, LLM_JUDGE_RANGE
 from persetrain.prompts.pref import SCORE_MAX
 from persetrain.schema import Judgment, McqExample, ReferenceExample
 
