@@ -1,7 +1,7 @@
 """A judge trained by reinforcement on its own verdicts, on PrefEval topics it never saw, next to the judges trained
 by supervision on the same rows.
 
-1. Data: the training topics as verdict prompts (``persetrain prepare judge``) and as the reward model's and
+1. Data: the training topics as verdict prompts (``persetrain prepare verdict``) and as the reward model's and
    verifier's views (``persetrain prepare preference``), the same questions; the validation pair (or ``--eval DIR``)
    held out whole, as ``benchmarks/learned_judges.py`` does. The verdict prompts by ``--view``: ``letter``
    (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
@@ -12,7 +12,7 @@ by supervision on the same rows.
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
    verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
    supervised ceiling, the same model SFT-trained on the same verdict prompts with their gold verdict
-   (``persetrain prepare judge-sft``, the verifier's recipe) for as many prompts as the RL run samples from
+   (``persetrain prepare verdict-sft``, the verifier's recipe) for as many prompts as the RL run samples from
    (``--sft-steps``): told the answer where GRPO learns only whether its own was right.
 3. Judging, through ``persetrain meta-eval`` on the held-out questions (``--max-eval N --seed S`` picks the questions
    ``persetrain evaluate --max-examples N --seed S`` picks): the RL judge, its starting point and the SFT judge of
@@ -283,7 +283,7 @@ def topic_folds(train: list[Path], k: int) -> list[list[str]]:
 def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> tuple[Path, Path, list[str]]:
     """The fold's data: ``prepare preference`` of every other topic with ``--validation-topics`` of them held out
     (the reward model's rows and the verifier view), the RL judge's yes / no prompts and validation questions from
-    it (``prepare judge``), and a PrefEval folder of the fold's own topics; and the validation topics."""
+    it (``prepare verdict``), and a PrefEval folder of the fold's own topics; and the validation topics."""
     rest = sorted(t for fold in folds for t in fold if t not in test)
     validation = rest[: args.validation_topics]
     data, eval_dir, sources = fold_dir / "data", fold_dir / "data" / "eval", fold_dir / "data" / "sources"

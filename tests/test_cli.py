@@ -37,6 +37,22 @@ def test_every_command_has_help():
         assert "Usage" in result.output
 
 
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["prepare", "judge", "--prefeval", "data/prefeval/dev", "--out", "x"], "prepare verdict"),
+        (["prepare", "judge-sft", "--judge", "x", "--out", "y"], "prepare verdict-sft"),
+        (["rubrics", "judge-accuracy", "--data", "x", "--help"], "rubrics verifier-accuracy"),
+    ],
+    ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else None,
+)
+def test_a_renamed_command_is_refused_in_one_line_naming_the_new_one(argv, new):
+    """A script written before the rename fails at once, whatever its arguments, and says what to type instead."""
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert result.output == f"error: `persetrain {argv[0]} {argv[1]}` is now `persetrain {new}`\n"
+
+
 def test_generate_and_choices_roundtrip(tiny_llama_dir, tmp_path):
     requests = _write(
         tmp_path / "in.jsonl",

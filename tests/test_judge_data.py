@@ -1,4 +1,4 @@
-"""`persetrain prepare judge`: verdict prompts with their gold verdict from the real PrefEval slice, a synthetic PerSE
+"""`persetrain prepare verdict`: verdict prompts with their gold verdict from the real PrefEval slice, a synthetic PerSE
 dataset and verifier datasets; order variants, prompts, splits, the card and errors."""
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
 def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judges_each_checkpoint(
     prefeval_out, tmp_path
 ):
-    """Beside the verdict rows, `prepare judge` writes the validation topics' whole questions (``questions``), an
+    """Beside the verdict rows, `prepare verdict` writes the validation topics' whole questions (``questions``), an
     ``mcq`` dataset `persetrain evaluate` reads: from PrefEval itself, and from the ``listwise`` view beside a
     ``prepare preference`` verifier view (a yes / no row holds one candidate, not its question). A verifier dataset
     with no such view has none."""
@@ -340,7 +340,7 @@ def test_an_empty_train_split_or_a_source_twice_is_refused_and_out_is_left_as_it
 def test_cli_writes_the_dataset_and_its_card_and_reports_bad_input_in_one_line(tmp_path):
     runner = CliRunner()
     out = tmp_path / "out"
-    args = ["-q", "prepare", "judge", "--out", str(out), "--prefeval", str(PREFEVAL)]
+    args = ["-q", "prepare", "verdict", "--out", str(out), "--prefeval", str(PREFEVAL)]
     result = runner.invoke(app, [*args, "--holdout-topics", f"{HOLDOUT}, ", "--mode", "think", "--orders", "3"])
     assert result.exit_code == 0, result.output
     info = json.loads((out / "build_info.json").read_text())

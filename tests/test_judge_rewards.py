@@ -193,7 +193,7 @@ def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_sp
 def test_a_missing_column_names_it_and_the_command_that_writes_it(reward):
     batch = _consistent_batch()
     del batch["verdicts"]
-    with pytest.raises(KeyError, match=r"verdicts.*persetrain prepare judge"):
+    with pytest.raises(KeyError, match=r"verdicts.*persetrain prepare verdict"):
         reward(**batch)
 
 
@@ -230,7 +230,7 @@ def test_verl_refuses_the_consistent_reward_and_a_row_without_its_verdicts():
     info = {"verdicts": ABCD, "mode": "verdict"}
     with pytest.raises(ValueError, match="use verdict-correct with verl"):
         compute_score("judge/prefeval", "A", "A", info, reward="verdict-consistent")
-    with pytest.raises(KeyError, match=r"extra_info\['mode'\].*persetrain prepare judge"):
+    with pytest.raises(KeyError, match=r"extra_info\['mode'\].*persetrain prepare verdict"):
         compute_score("judge/prefeval", "A", "A", {"verdicts": ABCD})
 
 

@@ -39,7 +39,7 @@ PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 
 @pytest.fixture(scope="module")
 def judge_data(tmp_path_factory) -> Path:
-    """PrefEval's dev topics as verdict prompts, one topic held out (``persetrain prepare judge``)."""
+    """PrefEval's dev topics as verdict prompts, one topic held out (``persetrain prepare verdict``)."""
     out = tmp_path_factory.mktemp("judge") / "prefeval"
     prepare_judge(out, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
     return out
@@ -385,7 +385,7 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
     tiny_llama_dir, yes_no_data, tmp_path
 ):
     """The yes / no recipe judges each saved checkpoint with the verifier on the held-out topic's questions that
-    `prepare judge` wrote, writes validation/accuracy to metrics.jsonl, and ends with the best one (the earliest of
+    `prepare verdict` wrote, writes validation/accuracy to metrics.jsonl, and ends with the best one (the earliest of
     equal ones): the final adapter is that checkpoint's, merged once, and the run's metrics name it."""
     out = tmp_path / "validated"
     argv = _argv(tiny_llama_dir, yes_no_data, out, recipe=YES_NO_RECIPE)

@@ -1,4 +1,4 @@
-"""`persetrain prepare judge-sft`: the judge rows as SFT rows whose completion is the gold verdict, trained at the
+"""`persetrain prepare verdict-sft`: the judge rows as SFT rows whose completion is the gold verdict, trained at the
 token `mcq-letter` reads, and the one-line refusals of rows it cannot train on."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_the_sft_view_trains_the_gold_letter_where_mcq_letter_reads_it(judge, tm
     follows the prompt's generation prompt; the first trained token that is not the prefix's is the gold letter's
     choice token after exactly the context mcq-letter reads (``split_choices``)."""
     out = tmp_path / "sft"
-    result = CliRunner().invoke(app, ["prepare", "judge-sft", "--judge", str(judge), "--out", str(out)])
+    result = CliRunner().invoke(app, ["prepare", "verdict-sft", "--data", str(judge), "--out", str(out)])
     assert result.exit_code == 0, result.output
     view, rows = load_from_disk(str(out)), load_from_disk(str(judge))
     assert {s: view[s].num_rows for s in view} == {s: rows[s].num_rows for s in rows}
@@ -63,9 +63,9 @@ def test_rows_it_cannot_train_on_are_refused_naming_the_file_row_and_field(judge
     with pytest.raises(InputError, match=r"think/train:[a-z_]+-\d+:o0: field 'mode': mode 'think': only verdict"):
         judge_sft(think, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    result = CliRunner().invoke(app, ["prepare", "judge-sft", "--judge", str(tmp_path), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(app, ["prepare", "verdict-sft", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
-    assert f"{tmp_path}: not a dataset `persetrain prepare judge` wrote" in result.output
+    assert f"{tmp_path}: not a dataset `persetrain prepare verdict` wrote" in result.output
 
 
 def test_a_judge_dataset_missing_a_split_or_with_bad_splits_is_one_line_naming_it(judge, tmp_path):
@@ -73,7 +73,7 @@ def test_a_judge_dataset_missing_a_split_or_with_bad_splits_is_one_line_naming_i
     for split names), was a FileNotFoundError from inside ``datasets``."""
     torn = shutil.copytree(judge, tmp_path / "torn")
     shutil.rmtree(torn / "validation")
-    result = CliRunner().invoke(app, ["prepare", "judge-sft", "--judge", str(torn), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(app, ["prepare", "verdict-sft", "--data", str(torn), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert f"{torn / 'dataset_dict.json'}: field 'splits': split 'validation' is missing" in result.output
     (torn / "dataset_dict.json").write_text(json.dumps({"splits": "train"}))

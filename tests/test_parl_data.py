@@ -187,7 +187,7 @@ def _labels(path, **changes):
 
 def test_verifier_labels_given_twice_or_sharing_a_name_are_refused(tmp_path):
     """A labelled row's id is ``<file name>:<line>``: the same file twice, or two files of one name, gave two rows one
-    id, and ``prepare judge`` then refused the dataset with a message about the verifier folder."""
+    id, and ``prepare verdict`` then refused the dataset with a message about the verifier folder."""
     ok, other = _labels(tmp_path / "ok.jsonl"), _labels(tmp_path / "b" / "ok.jsonl")
     with pytest.raises(InputError, match=r"ok.jsonl: given twice in --labels"):
         prepare_verifier(tmp_path / "o", labels=[ok, tmp_path / "b" / ".." / "ok.jsonl"])

@@ -63,7 +63,7 @@ def test_prepare_preference_maps_prefeval_keys(tmp_path):
 
 def test_prepare_judge_maps_prefeval_keys(tmp_path):
     folder = _renamed_prefeval(tmp_path)
-    args = ["prepare", "judge", "--prefeval", folder]
+    args = ["prepare", "verdict", "--prefeval", folder]
     result = _invoke(*args, "--out", tmp_path / "o1", "--columns", "preference=persona", "--columns", "question=prompt")
     assert result.exit_code != 0
     msg = "lifestyle_dietary.json:0: field 'classification_task_options': missing column (holds our "

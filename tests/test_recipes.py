@@ -96,7 +96,7 @@ def prepared(prepared_root):
                 str(data / "judge" / name),
             )
         out = data / "judge" / "prefeval-yes-no"  # the preference data's verifier view, prepared above
-        _prepare("judge", "--verifier", str(data / "preference" / "verifier"), "--balance-yes-no", "--out", str(out))
+        _prepare("verdict", "--verifier", str(data / "preference" / "verifier"), "--balance-yes-no", "--out", str(out))
     reference = data / "preference-reference"
     if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
         sources = []

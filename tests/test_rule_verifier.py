@@ -239,12 +239,12 @@ def test_cli_prepares_the_data_and_measures_a_judge(parl_news, tiny_llama_dir, t
     result = runner.invoke(app, ["prepare", "verifier", "--parl", str(parl_news), "--out", str(out)])
     assert result.exit_code == 0, result.output
     measured = tmp_path / "accuracy.json"
-    args = ["rubrics", "judge-accuracy", "--data", str(out), "--model", str(tiny_llama_dir), "--out", str(measured)]
+    args = ["rubrics", "verifier-accuracy", "--data", str(out), "--model", str(tiny_llama_dir), "--out", str(measured)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     got = json.loads(measured.read_text())
     assert got["n"] == len(load_from_disk(str(out))["validation"]) and 0 <= got["accuracy"] <= 1
     assert set(got["per_rule"]) == {c.name for c in RULES["news"]}
 
-    result = runner.invoke(app, ["rubrics", "judge-accuracy", "--data", str(parl_news), "--split", "train"])
+    result = runner.invoke(app, ["rubrics", "verifier-accuracy", "--data", str(parl_news), "--split", "train"])
     assert result.exit_code != 0 and "lacks the columns ['label', 'rule', 'text']" in result.output

@@ -99,7 +99,7 @@ def readme(info: dict) -> str:
         "Verdict prompts with their gold verdict, for a judge trained by GRPO on its own verdicts (the "
         "`verdict-correct`, `verdict-format` and `verdict-consistent` rewards). Each row asks which option is best "
         "for a person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
-        f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare judge` "
+        f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare verdict` "
         "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.verdict`.\n",
         f"Mode `{info['mode']}`: {MODES[info['mode']]}\n",
         ORDER_RULE + "\n",

@@ -1,4 +1,4 @@
-"""``persetrain prepare judge``: verdict prompts with their gold verdict, for a judge trained by GRPO on its own
+"""``persetrain prepare verdict``: verdict prompts with their gold verdict, for a judge trained by GRPO on its own
 verdicts (the ``verdict-*`` rewards of ``persetrain.rewards.verdict``).
 
 A judge rewarded for the right letter can earn much of that reward by favouring a position, so every multiple-choice
@@ -398,7 +398,7 @@ def prepare_judge(
             DatasetDict({VALIDATION: Dataset.from_dict(columns)}).save_to_disk(str(tmp / QUESTIONS_DIR))
             write_json(
                 tmp / QUESTIONS_DIR / "build_info.json",
-                {"task": "mcq", "split": VALIDATION, "questions": len(questions), "of": "persetrain prepare judge"},
+                {"task": "mcq", "split": VALIDATION, "questions": len(questions), "of": "persetrain prepare verdict"},
             )
     console.print(
         f"[green]wrote[/green] judge data -> {out} {info['splits']}"

@@ -1,4 +1,4 @@
-"""``persetrain prepare judge-sft``: a judge dataset's rows as SFT rows, the gold verdict as the completion.
+"""``persetrain prepare verdict-sft``: a judge dataset's rows as SFT rows, the gold verdict as the completion.
 
 The supervised counterpart of the judge's GRPO run on the same rows: SFT is told the gold verdict where GRPO only
 learns whether its sampled one was right, so a judge SFT-trained on this view is both the GRPO run's starting
@@ -34,7 +34,7 @@ def sft_row(row: dict) -> dict:
 
 def judge_sft(judge: Path, out: Path) -> DatasetDict:
     """Write the SFT view of the judge dataset at ``judge`` (every split) to ``out``, whole or not at all."""
-    found = load_prepared(judge, "persetrain prepare judge")
+    found = load_prepared(judge, "persetrain prepare verdict")
     for split, rows in found.items():
         check_verdict_rows(rows, judge / split, ["verdict-correct"])  # the columns, a known mode, a gold among verdicts
         for row in rows.select_columns(["id", "mode"]):

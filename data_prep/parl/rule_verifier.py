@@ -235,7 +235,7 @@ def label_rows(path: Path, columns: ColumnMap | None = None) -> dict[str, list[d
 
 def _check_label_files(paths: Sequence[Path]) -> None:
     """Refuse a labels file given twice, or two that share a name: a labelled row's id is ``<file name>:<line>``,
-    so that the row (and the judge item ``prepare judge`` makes of it) names the line it came from, and two rows with
+    so that the row (and the judge item ``prepare verdict`` makes of it) names the line it came from, and two rows with
     one id are taken for one question downstream. Renaming a file keeps ids that say where a row came from; numbering
     the files instead would make every id depend on the order of ``--labels``."""
     seen: dict[str, Path] = {}

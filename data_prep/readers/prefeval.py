@@ -37,7 +37,7 @@ PREFEVAL_COLUMNS = {
     "explanation": "explanation",
     "classification_task_options": "classification_task_options",
 }
-#: the one table of ``prepare preference`` / ``prepare judge``'s ``--prefeval`` (``--columns prefeval.FIELD=KEY``)
+#: the one table of ``prepare preference`` / ``prepare verdict``'s ``--prefeval`` (``--columns prefeval.FIELD=KEY``)
 PREFEVAL_TABLES = {"prefeval": PREFEVAL_COLUMNS}
 
 

@@ -95,6 +95,21 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(code=2)
 
 
+#: A renamed command takes any arguments, ``--help`` included: it refuses them all the same.
+_ANY_ARGUMENTS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+def renamed_command(group: typer.Typer, group_name: str, old: str, new: str) -> None:
+    """Keep ``old``, a command's name before it was renamed ``new``, as a hidden command that fails in one line
+    naming the new one (exit 2), so that a script written before the rename says what to type instead of
+    "No such command"."""
+    old_path, new_path = f"persetrain {group_name} {old}", f"persetrain {group_name} {new}"
+
+    @group.command(old, hidden=True, context_settings=_ANY_ARGUMENTS, help=f"Renamed: {new_path}.")
+    def refuse() -> None:
+        raise ValueError(f"`{old_path}` is now `{new_path}`")
+
+
 def make_engine(model: str, backend: str, base_url: str | None, cache: Path | None, **options):
     """The engine a command runs on; one place, so that every command passes backend, cache and server alike."""
     from persetrain.engine import load_engine

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine
+from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine, renamed_command
 from persetrain.console import console
 from persetrain.models import DEFAULT_MODEL
 
@@ -200,7 +200,7 @@ def prepare_verifier_cmd(
     )
 
 
-#: Options `prepare preference` and `prepare judge` share.
+#: Options `prepare preference` and `prepare verdict` share.
 PrefevalOpt = Annotated[list[Path] | None, typer.Option(help="A PrefEval folder (mcq_options/*.json) (repeatable).")]
 HoldoutTopicsOpt = Annotated[
     str,
@@ -249,9 +249,9 @@ def prepare_preference_cmd(
     )
 
 
-@prepare_app.command("judge")
-def prepare_judge_cmd(
-    out: Annotated[Path, typer.Option(help="Folder for the judge dataset (train / validation).")],
+@prepare_app.command("verdict")
+def prepare_verdict_cmd(
+    out: Annotated[Path, typer.Option(help="Folder for the verdict judge dataset (train / validation).")],
     prefeval: PrefevalOpt = None,
     holdout_topics: HoldoutTopicsOpt = "",
     perse: PerseOpt = None,
@@ -301,16 +301,20 @@ def prepare_judge_cmd(
     )
 
 
-@prepare_app.command("judge-sft")
-def prepare_judge_sft_cmd(
-    judge: Annotated[Path, typer.Option(help="A verdict-mode dataset `prepare judge` wrote.")],
+@prepare_app.command("verdict-sft")
+def prepare_verdict_sft_cmd(
+    data: Annotated[Path, typer.Option(help="A verdict-mode dataset `prepare verdict` wrote.")],
     out: Annotated[Path, typer.Option(help="Folder for the SFT dataset (its splits kept).")],
 ) -> None:
     """The judge rows as SFT prompt-completion rows, the gold verdict as the completion (`persetrain sft`): the
     GRPO judge's supervised starting point and the ceiling to read it against."""
     from data_prep.judge.sft_view import judge_sft
 
-    judge_sft(judge, out)
+    judge_sft(data, out)
+
+
+renamed_command(prepare_app, "prepare", "judge", "verdict")
+renamed_command(prepare_app, "prepare", "judge-sft", "verdict-sft")
 
 
 @app.command("generate-baselines")

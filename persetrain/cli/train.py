@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine
+from persetrain.cli.common import BackendOpt, BaseUrlOpt, ModelOpt, app, make_engine, renamed_command
 from persetrain.console import console
 from persetrain.models import DEFAULT_MODEL
 
@@ -108,8 +108,8 @@ def rubrics_warmstart_data(
     )
 
 
-@rubrics_app.command("judge-accuracy")
-def rubrics_judge_accuracy(
+@rubrics_app.command("verifier-accuracy")
+def rubrics_verifier_accuracy(
     data: Annotated[Path, typer.Option(help="A dataset `persetrain prepare verifier` wrote.")],
     model: ModelOpt = DEFAULT_MODEL,
     split: str = "validation",
@@ -118,7 +118,8 @@ def rubrics_judge_accuracy(
     base_url: BaseUrlOpt = None,
     out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
 ) -> None:
-    """How often a PARL judge answers labelled (rule, text) checks right: accuracy, yes share, per rule."""
+    """How often PARL's rule verifier (the reward judge) answers labelled (rule, text) checks right: accuracy, yes
+    share, per rule."""
     import json
 
     from persetrain.io import InputError, write_json
@@ -134,6 +135,9 @@ def rubrics_judge_accuracy(
     if out is not None:
         write_json(out, result.as_dict())
     console.print(json.dumps(result.as_dict()))
+
+
+renamed_command(rubrics_app, "rubrics", "judge-accuracy", "verifier-accuracy")
 
 
 #: The trainers take every recipe key as a flag and parse their own arguments, ``--help`` included (TRL's parser

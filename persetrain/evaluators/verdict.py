@@ -1,4 +1,4 @@
-"""A think-then-verdict judge: a rationale, then ``Verdict: X`` on a last line (``persetrain prepare judge``'s
+"""A think-then-verdict judge: a rationale, then ``Verdict: X`` on a last line (``persetrain prepare verdict``'s
 ``think`` mode).
 
 A judge trained in ``verdict`` mode answers with the letter alone and is read by ``mcq-letter`` like any model;

@@ -1,4 +1,4 @@
-"""Prompts of judges trained by reinforcement on their own verdicts (``persetrain prepare judge``, the ``verdict-*``
+"""Prompts of judges trained by reinforcement on their own verdicts (``persetrain prepare verdict``, the ``verdict-*``
 rewards, the ``verdict`` evaluator).
 
 Two modes (:data:`MODES`):

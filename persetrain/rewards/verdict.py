@@ -1,4 +1,4 @@
-"""Rewards of a judge trained by GRPO on its own verdicts (data of ``persetrain prepare judge``).
+"""Rewards of a judge trained by GRPO on its own verdicts (data of ``persetrain prepare verdict``).
 
 A judge is asked a verdict prompt (:mod:`persetrain.prompts.verdict`: which lettered option is best for this person,
 or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL
@@ -71,7 +71,7 @@ def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: 
     if missing:
         raise KeyError(
             f"the {reward} reward needs the dataset column(s) {', '.join(missing)}; write the dataset with "
-            "`persetrain prepare judge`"
+            "`persetrain prepare verdict`"
         )
     ids = columns.get("id")
     parsed = []
@@ -139,7 +139,7 @@ def verdict_format(completions: Sequence, log_metric: Callable | None = None, **
 def verdict_consistent(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """J1's position-consistent reward: right only counts when the judge is right in every order of the candidates.
 
-    ``persetrain prepare judge`` writes an item's order variants (one question, its candidates shown in different
+    ``persetrain prepare verdict`` writes an item's order variants (one question, its candidates shown in different
     orders; rows sharing ``item_id``, told apart by ``order``) next to each other, so TRL samples them in one
     batch, where each prompt's ``num_generations`` rollouts are consecutive. For completion i of item g, shown in
     variant v (its ``order``), let r be its rollout index: how many completions of the same item and variant come
@@ -196,7 +196,7 @@ def check_verdict_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) ->
         raise InputError(
             path,
             f"the {', '.join(rewards)} reward(s) read the column(s) {', '.join(missing)}, which this dataset lacks "
-            "(gold verdicts and their format); write it with `persetrain prepare judge`",
+            "(gold verdicts and their format); write it with `persetrain prepare verdict`",
             field=missing[0],
         )
     ids = ds["id"] if "id" in ds.column_names else range(len(ds))

@@ -3,7 +3,7 @@
 verl 0.9 calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` once
 per sample and wants a dict holding ``score`` and the same other keys for every sample (it stacks each key
 across the batch: fixed types, no None). ``ground_truth`` is the gold verdict and ``extra_info`` holds the row's
-``verdicts`` and ``mode``, as in ``persetrain prepare judge``'s rows; ``reward`` (a ``reward_kwargs`` entry in the
+``verdicts`` and ``mode``, as in ``persetrain prepare verdict``'s rows; ``reward`` (a ``reward_kwargs`` entry in the
 verl config) names the reward as a TRL recipe does. Each sample is scored by the TRL reward function itself, so
 both trainers give a completion the same reward.
 """
@@ -39,7 +39,7 @@ def compute_score(
     if missing:
         raise KeyError(
             f"the {reward} reward needs {', '.join(f'extra_info[{key!r}]' for key in missing)} in every row; write "
-            "the dataset with `persetrain prepare judge`"
+            "the dataset with `persetrain prepare verdict`"
         )
     columns = {"gold": [ground_truth], "verdicts": [list(info["verdicts"])], "mode": [info["mode"]]}
     if "id" in info:

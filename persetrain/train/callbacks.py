@@ -10,7 +10,7 @@ final model and its one merged copy are that checkpoint's):
   collapse``) and the console, and by ``collapse_action`` the run goes on (``warn``), stops (``stop``), or stops
   and ends with the last good checkpoint, saved before the window began (``rollback``).
 - :class:`ValidationCallback` judges each saved checkpoint with the evaluator that will read the judge
-  (``verifier``, ``mcq-letter``) on held-out questions (``persetrain prepare judge`` writes the validation
+  (``verifier``, ``mcq-letter``) on held-out questions (``persetrain prepare verdict`` writes the validation
   topics' questions to ``<dataset>/questions``), writes ``validation/accuracy`` to ``metrics.jsonl`` (``event:
   validation``) and the console, and makes the best checkpoint saved before any collapse the one the run ends
   with. Without ``save_total_limit``, the checkpoints that can no longer be chosen are deleted

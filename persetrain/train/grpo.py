@@ -6,7 +6,7 @@ own ``trl/scripts/grpo.py`` does. ``--backend verl`` writes the equivalent verl 
 (``persetrain.train.verl``).
 
 The dataset is a user's preference rows in TRL's layout, written as the judge's verdict rows of ``persetrain
-prepare judge`` (``persetrain.train.user_rows``), or a prepared dataset, such as the rubric-induction dataset of
+prepare verdict`` (``persetrain.train.user_rows``), or a prepared dataset, such as the rubric-induction dataset of
 ``persetrain prepare parl``: a conversational ``prompt`` (the
 induction prompt for one user) plus the columns the reward reads (the user's history, target text and
 negatives). TRL hands every column to the reward functions, which score each sampled rubric set with a judge
@@ -65,7 +65,7 @@ from persetrain.train.user_rows import judge_view
 REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
 PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
-#: A judge's own verdicts against the gold (``persetrain.rewards.verdict``; data of ``persetrain prepare judge``).
+#: A judge's own verdicts against the gold (``persetrain.rewards.verdict``; data of ``persetrain prepare verdict``).
 VERDICT_REWARD_NAMES = ("verdict-correct", "verdict-format", "verdict-consistent")
 NAMED_REWARDS = (*PARL_REWARDS, "perse", *VERDICT_REWARD_NAMES)
 
@@ -101,7 +101,7 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         metadata={
             "help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
             "(the PARL reward variants), perse (a PerSE judge's expected score), verdict-correct, verdict-format, "
-            "verdict-consistent (a judge's own verdicts; persetrain prepare judge), or a dotted import path to a TRL "
+            "verdict-consistent (a judge's own verdicts; persetrain prepare verdict), or a dotted import path to a TRL "
             "reward function."
         },
     )
@@ -147,7 +147,7 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
         default=None,
         metadata={
             "help": "The questions validation_evaluator judges (any dataset persetrain evaluate reads); default "
-            "<dataset_path>/questions, the validation topics' questions `persetrain prepare judge` writes."
+            "<dataset_path>/questions, the validation topics' questions `persetrain prepare verdict` writes."
         },
     )
     validation_split: str = field(default="validation", metadata={"help": "The split of validation_data judged."})
@@ -198,7 +198,7 @@ def make_parser(prog: str | None = None) -> RecipeParser:
         description="Train a rubric generator (PARL) or a verdict judge with TRL's GRPOTrainer.",
         key_notes={
             "dataset_path": "GRPO reads a conversational `prompt` and hands every other column to the reward "
-            "functions (persetrain prepare parl: the user's history, text and negatives; persetrain prepare judge)."
+            "functions (persetrain prepare parl: the user's history, text and negatives; persetrain prepare verdict)."
         },
     )
 
@@ -309,7 +309,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
         raise InputError(
             path,
             f"the rows of item {items[first]!r} are not adjacent; verdict-consistent needs an item's variants next to "
-            "each other, as `persetrain prepare judge` writes them",
+            "each other, as `persetrain prepare verdict` writes them",
             ids[first],
             "item_id",
         )
@@ -319,7 +319,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
                 raise InputError(
                     path,
                     f"item {item!r} has {len(rows[item])} of its {n} variants here; verdict-consistent needs them all, "
-                    "as `persetrain prepare judge` writes them",
+                    "as `persetrain prepare verdict` writes them",
                     row_id,
                     "n_orders",
                 )
@@ -398,7 +398,7 @@ def guard_callbacks(script_args: ScriptArguments, training_args: GRPOConfig) -> 
         if not Path(data).exists():
             raise InputError(
                 data,
-                "no validation questions (recipe key / flag 'validation_data'); `persetrain prepare judge` writes "
+                "no validation questions (recipe key / flag 'validation_data'); `persetrain prepare verdict` writes "
                 "the validation topics' questions to <dataset>/questions when its source has them",
             )
         found.append(
@@ -427,7 +427,7 @@ def build_grpo_trainer(
         {"a conversational prompt": ("prompt",)},
         want_eval=training_args.eval_strategy != "no",
         seed=training_args.seed,
-        write_with="persetrain prepare parl or persetrain prepare judge",
+        write_with="persetrain prepare parl or persetrain prepare verdict",
         keep=None,
         convert=lambda rows, split, person: judge_view(rows, split, person, training_args.seed),
     )

@@ -9,7 +9,7 @@ options, the chosen one preferred, handed to the builder of the trainer's view:
   request)``, ``chosen`` / ``rejected`` the two responses, ``prompt_blind`` without the person;
 - ``persetrain sft`` (the verifier): ``verifier_rows``: the ``VERIFIER`` question about each response, answered
   ``yes`` for the chosen one and ``no`` for the other;
-- ``persetrain grpo`` (the judge): ``choice_rows`` of ``persetrain prepare judge`` in verdict mode, the two
+- ``persetrain grpo`` (the judge): ``choice_rows`` of ``persetrain prepare verdict`` in verdict mode, the two
   orders of the pair adjacent (what ``verdict-consistent`` compares).
 
 So a trained model reads at evaluation (``persetrain evaluate --task pairwise``) the very text it was trained on.
