@@ -53,7 +53,7 @@ def main() -> None:
         write_parl_sample(root / "raw", seed=0)
         prepare_parl(root / "raw", root / "data", tasks=("news",))
         data = root / "data" / "parl_news"
-        argv = ["--model_name_or_path", args.model, "--judge_model", args.model, "--dataset_path", str(data)]
+        argv = ["--model_name_or_path", args.model, "--reward_judge_model", args.model, "--dataset_path", str(data)]
         argv += ["--output_dir", str(root / "run"), "--report_to", "none", "--save_strategy", "no"]
         argv += ["--num_generations", str(args.rollouts), "--per_device_train_batch_size", str(args.rollouts)]
         argv += ["--max_completion_length", str(args.max_tokens), "--activation_checkpointing", "false"]

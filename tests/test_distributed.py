@@ -41,7 +41,7 @@ RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
 PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
-JUDGE_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+JUDGE_RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
 #: Each rank takes one row a step; the one-process reference takes both rows in one batch.
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
 ONE_PROCESS = ("--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
@@ -335,7 +335,7 @@ def test_grpo_with_the_parl_reward_under_zero3_finishes(tiny_llama_dir, tmp_path
     _launch(
         GRPO_RECIPE,
         "deepspeed_zero3",
-        *("--model_name_or_path", str(tiny_llama_dir), "--judge_model", str(tiny_llama_dir)),
+        *("--model_name_or_path", str(tiny_llama_dir), "--reward_judge_model", str(tiny_llama_dir)),
         *("--dataset_path", str(tmp_path / "data" / "parl_news"), "--output_dir", str(out)),
         *("--max_steps", "2", "--num_generations", "2", "--per_device_train_batch_size", "2"),
         *("--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--save_strategy", "no"),

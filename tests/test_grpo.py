@@ -42,7 +42,7 @@ def _argv(model_dir: Path, data_dir: Path, out: Path, *extra: str) -> list[str]:
     return [
         "--model_name_or_path",
         str(model_dir),
-        "--judge_model",
+        "--reward_judge_model",
         str(model_dir),
         "--dataset_path",
         str(data_dir),
@@ -310,11 +310,11 @@ def test_structured_output_during_rollouts_is_refused():
 def test_shipped_recipes_parse(recipe):
     """Every recipe's keys are known and its batch holds whole groups (on the 8 processes it names)."""
     parser = make_parser()
-    _, training, model = parser.parse_args_and_config(
+    _, _, model, rewards = parser.parse_args_and_config(
         ["--config", str(recipe), "--bf16", "false", "--use_vllm", "false"]
     )
     assert parser.accelerate_config and (REPO / parser.accelerate_config).is_file()
-    assert training.reward_funcs and model.model_name_or_path
+    assert rewards.reward_funcs and model.model_name_or_path
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""GRPO of a judge on its own verdicts (``recipes/judge/``): the prompt the policy trains after is the prompt
+"""GRPO of a judge on its own verdicts (``recipes/verdict/``): the prompt the policy trains after is the prompt
 ``mcq-letter`` reads after, the judge rewards reach TRL's logs, a killed run resumes with each step logged once, and
 the trained judge is read by ``persetrain evaluate`` as any model is (the embedded model end to end)."""
 
@@ -27,13 +27,14 @@ from persetrain.io import InputError
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
 from persetrain.prompts.mcq_letter import letter_request
 from persetrain.prompts.verdict import prompt_messages, request_of
-from persetrain.train.grpo import build_grpo_trainer, make_parser, render_prefixed_prompts, run_grpo
+from persetrain.train.grpo import build_grpo_trainer, make_parser, run_grpo
+from persetrain.train.grpo_rows import render_prefixed_prompts
 from persetrain.train.recipe import RecipeError
 from persetrain.train.runner import METRICS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
-YES_NO_RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval_yes_no.yaml"
+RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
+YES_NO_RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval_yes_no.yaml"
 PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 
 
@@ -139,8 +140,7 @@ def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, ye
     candidate, what verdict-consistent compares."""
     argv = _argv(tiny_llama_dir, yes_no_data, tmp_path, recipe=YES_NO_RECIPE)
     argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
-    script, training, model = make_parser().parse_args_and_config(argv)
-    trainer = build_grpo_trainer(script, training, model)
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
     batch = next(iter(trainer.get_train_dataloader()))
     prompts = {row["id"]: row for row in batch}
     assert len(batch) == 4 * 2 and len(prompts) == 4 and len({row["item_id"] for row in batch}) == 2
@@ -182,8 +182,7 @@ def test_a_step_holds_every_order_of_its_questions(tiny_llama_dir, judge_data, t
     """Unshuffled, a generation batch of 4 prompts is 2 questions x their 2 orders, what verdict-consistent needs."""
     argv = _argv(tiny_llama_dir, judge_data, tmp_path)
     argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
-    script, training, model = make_parser().parse_args_and_config(argv)
-    trainer = build_grpo_trainer(script, training, model)
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
     batch = next(iter(trainer.get_train_dataloader()))
     items = [row["item_id"] for row in batch]
     assert len(items) == 4 * 2  # 4 prompts a generation batch of 8 rollouts, each prompt twice

@@ -342,6 +342,16 @@ def test_every_benchmark_script_is_in_the_table():
         assert "def make_parser(" in source, f"{script.name} has no make_parser()"
 
 
+def test_readme_lists_exactly_the_named_rewards():
+    """The README's ``reward_funcs`` names are the registry's, in its order (``persetrain.rewards.registry``)."""
+    from persetrain.rewards.registry import REWARDS
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    listed = re.search(r"`reward_funcs`: (.*?), dotted path\.", text)
+    assert listed, "README.md has no `reward_funcs`: ..., dotted path. list"
+    assert re.findall(r"`([\w-]+)`", listed.group(1)) == list(REWARDS)
+
+
 def test_readme_shows_every_kind_of_command():
     argvs = [c.argv for c in documented_commands(README)]
     assert len(argvs) >= 25

@@ -51,6 +51,29 @@ def test_an_unknown_key_names_the_file_and_the_closest_key(tmp_path):
     assert line == f"error: {recipe}: unknown key 'num_generation'; did you mean 'num_generations'?"
 
 
+@pytest.mark.slow
+def test_a_renamed_key_names_its_new_name_with_exit_code_2(tmp_path):
+    """PARL's reward judge keys are named for the reward; a recipe with the old name is refused, not read as unknown
+    (whose closest key would be another one)."""
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("output_dir: runs/x\njudge_model: runs/verifier/merged\n")
+    result = subprocess.run([*PERSETRAIN, "grpo", "--config", str(recipe)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"error: {recipe}: key 'judge_model' is now 'reward_judge_model'"
+
+
+@pytest.mark.parametrize("old", ["judge_model", "judge_backend", "judge_base_url", "judge_cache"])
+def test_each_renamed_reward_judge_key_is_refused_in_a_recipe_and_on_the_command_line(tmp_path, old):
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{old}: x\n")
+    with pytest.raises(RecipeError) as err:
+        grpo.make_parser().parse_args_and_config(["--config", str(path)])
+    assert str(err.value) == f"{path}: key '{old}' is now 'reward_{old}'"
+    with pytest.raises(RecipeError) as err:
+        grpo.make_parser().parse_args_and_config([f"--{old}", "x"])
+    assert str(err.value) == f"command line: --{old} is now --reward_{old}"
+
+
 @pytest.mark.parametrize(
     ("recipe", "message"),
     [
@@ -90,5 +113,5 @@ def test_every_shipped_recipe_passes_the_checks_unchanged(recipe):
     values = read_recipe(recipe)
     for key in LAUNCH_KEYS:
         values.pop(key, None)
-    parser = {"perse": sft, "verifier": sft, "rm": rm, "parl": grpo, "judge": grpo}[recipe.parent.name].make_parser()
+    parser = {"perse": sft, "verifier": sft, "rm": rm, "parl": grpo, "verdict": grpo}[recipe.parent.name].make_parser()
     assert parser.check_recipe_values(str(recipe), values) == values

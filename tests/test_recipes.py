@@ -62,8 +62,8 @@ def _prepare(*args: str) -> None:
 def prepared(prepared_root):
     """``prepared_root`` plus the PARL datasets (``data/parl/parl_<task>``), PARL's rule verifier data
     (``data/verifier/parl_news``), the preference datasets (``data/preference``) and the judge's verdict prompts
-    in both modes (``data/judge/prefeval``, ``data/judge/prefeval_think``) and one candidate at a time
-    (``data/judge/prefeval-yes-no``), all from the given PrefEval dev topics,
+    in both modes (``data/verdict/prefeval``, ``data/verdict/prefeval_think``) and one candidate at a time
+    (``data/verdict/prefeval-yes-no``), all from the given PrefEval dev topics,
     and the sample users' reference preference data (``data/preference-reference``) when a recipe trains on them."""
     data = prepared_root / "data"
     if any("parl" in r.relative_to(REPO).parts for r in RECIPES) and not (data / "parl").exists():
@@ -81,11 +81,11 @@ def prepared(prepared_root):
             "--out",
             str(data / "preference"),
         )
-    judge = [r for r in RECIPES if "judge" in r.relative_to(REPO).parts]
-    if judge and not (data / "judge").exists():
+    judge = [r for r in RECIPES if "verdict" in r.relative_to(REPO).parts]
+    if judge and not (data / "verdict").exists():
         for mode, name in (("verdict", "prefeval"), ("think", "prefeval_think")):
             _prepare(
-                "judge",
+                "verdict",
                 "--prefeval",
                 str(PREFEVAL_DEV),
                 "--holdout-topics",
@@ -93,9 +93,9 @@ def prepared(prepared_root):
                 "--mode",
                 mode,
                 "--out",
-                str(data / "judge" / name),
+                str(data / "verdict" / name),
             )
-        out = data / "judge" / "prefeval-yes-no"  # the preference data's verifier view, prepared above
+        out = data / "verdict" / "prefeval-yes-no"  # the preference data's verifier view, prepared above
         _prepare("verdict", "--verifier", str(data / "preference" / "verifier"), "--balance-yes-no", "--out", str(out))
     reference = data / "preference-reference"
     if any("parl_reference" in r.stem for r in RECIPES) and not reference.exists():
@@ -151,15 +151,15 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
         # most of a step for the tiny model; the recipes' activation checkpointing sends the log-probs down
         # that path, so it is off here and each prompt runs once (persetrain.train.grpo_trainer). A judge's
         # batch holds one question's 2 orders (or 2 candidates) x 2 rollouts, what verdict-consistent compares.
-        whole_items = "4" if "judge" in recipe.relative_to(REPO).parts else "2"
+        whole_items = "4" if "verdict" in recipe.relative_to(REPO).parts else "2"
         overrides += [
             "--activation_checkpointing",
             "false",
             "--use_vllm",
             "false",
-            "--judge_backend",
+            "--reward_judge_backend",
             "hf",
-            "--judge_model",
+            "--reward_judge_model",
             str(tiny_llama_dir),
             "--num_generations",
             "2",

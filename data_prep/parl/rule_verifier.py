@@ -3,7 +3,7 @@
 PARL's reward is only as good as its judge: a judge that says "yes" to every rule gives every rubric
 set the same margin. This builds supervision for ``persetrain sft`` to train that judge, in the very
 prompt the reward sends (``persetrain.prompts.parl.judge_request``: task input, text, rule) with the
-completion ``yes`` or ``no``, so the trained checkpoint drops in as ``judge_model``.
+completion ``yes`` or ``no``, so the trained checkpoint drops in as ``reward_judge_model``.
 
 Two sources know the truth:
 

@@ -216,7 +216,7 @@ def _grpo_stage(cfg: ParlDemoConfig, data: Path, policy: str, judge: str) -> dic
 
     grpo_out = cfg.out / "grpo"
     args = ["--config", str(GRPO_RECIPE), "--model_name_or_path", policy, "--dataset_path", str(data)]
-    args += ["--output_dir", str(grpo_out), "--judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
+    args += ["--output_dir", str(grpo_out), "--reward_judge_model", judge, "--max_steps", str(cfg.grpo_steps)]
     args += ["--gradient_accumulation_steps", str(cfg.grpo_prompts)]
     result = run_grpo([*args, "--disable_tqdm", _no_bars()])
     model = result.trained_model()

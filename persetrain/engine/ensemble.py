@@ -4,7 +4,7 @@ Why: one small verifier's errors move from seed to seed (which rule it misreads 
 changes from run to run), so averaging the probabilities of a few independently trained ones removes much
 of that variance, as ensembles of reward models do for RL against a learned reward (Coste et al., 2023).
 The model spec names the members joined by commas (``runs/v0/merged,runs/v1/merged``), so every place
-that takes a judge model (GRPO's ``judge_model``, the ``parl`` evaluator, ``rubrics verifier-accuracy``,
+that takes a judge model (GRPO's ``reward_judge_model``, the ``parl`` evaluator, ``rubrics verifier-accuracy``,
 ``demo parl --judge``) takes an ensemble as it is.
 
 ``probs`` of a request: the mean of the members' renormalised probabilities (each judge's answer counts

@@ -27,6 +27,8 @@ from persetrain.rewards.parl import RewardConfig, RewardParts, RubricJudge, Rubr
 if TYPE_CHECKING:
     from persetrain.engine import Engine
 
+#: The file of a run's output directory that a GRPO run's PARL rewards append their parts to (``parts_path``).
+REWARD_PARTS_FILE = "reward_parts.jsonl"
 #: Dataset columns the reward reads (every row of a PARL GRPO dataset has them).
 COLUMNS: tuple[str, ...] = ("task", "history_inputs", "history_outputs", "target_input", "ground_truth", "negatives")
 

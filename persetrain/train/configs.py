@@ -18,6 +18,7 @@ import torch
 import trl
 
 from persetrain.models import DEFAULT_MODEL, best_device, best_dtype
+from persetrain.rewards.registry import rewards_help, unknown_rewards
 
 
 @dataclass
@@ -190,3 +191,48 @@ class SFTConfig(HardwarePrecision, RunSwitches, trl.SFTConfig):
         if self.shared_prefix_packing and (self.packing or self.padding_free):
             raise ValueError("shared_prefix_packing packs the batch itself: set packing and padding_free to false")
         super().__post_init__()
+
+
+@dataclass
+class RewardArguments:
+    """The rewards of a GRPO run and the reward judge: the engine that scores the PARL and PerSE rewards.
+
+    Apart from the training config, as TRL's scripts keep their script and model arguments apart: these keys say
+    what scores a rollout, not how the policy trains (``reward_weights``, which weighs the rewards in the loss, is
+    TRL's). The names are ``persetrain.rewards.registry``'s. The reward judge is PARL's rule checker (or a PerSE
+    judge); a verdict judge's run, where the policy is the judge, reads none of its keys.
+    """
+
+    reward_funcs: list[str] = field(default_factory=lambda: ["parl-a"], metadata={"help": rewards_help()})
+    reward_judge_model: str = field(
+        default=DEFAULT_MODEL,
+        metadata={"help": "Engine model spec of the reward judge (for the openai backend: the served model name)."},
+    )
+    reward_judge_backend: str = field(
+        default="hf", metadata={"help": "Reward judge engine backend.", "choices": ["hf", "openai"]}
+    )
+    reward_judge_base_url: str | None = field(
+        default=None,
+        metadata={"help": "Server URL for reward_judge_backend openai, e.g. http://127.0.0.1:8000/v1."},
+    )
+    reward_judge_cache: str | None = field(
+        default=None,
+        metadata={
+            "help": "SQLite request cache of the reward judge; default <output_dir>/judge-cache.sqlite, so that a "
+            "resumed run re-scores nothing it already scored. With several processes, one file each: NAME.rankK.sqlite."
+        },
+    )
+
+    def __post_init__(self):
+        problem = unknown_rewards(self.reward_funcs)
+        if problem:
+            raise ValueError(problem)
+
+
+#: The reward judge's keys before they were named for the reward (a verdict judge's run has a judge of its own).
+RENAMED_REWARD_KEYS = {
+    "judge_model": "reward_judge_model",
+    "judge_backend": "reward_judge_backend",
+    "judge_base_url": "reward_judge_base_url",
+    "judge_cache": "reward_judge_cache",
+}

@@ -16,8 +16,10 @@ What this module adds to TRL, and why:
 
 - **Precision from the hardware** (:class:`GRPOConfig`): TRL defaults to bf16, >10x slower than fp32 on a
   CPU without bf16 units.
-- **A judge engine and named rewards** (``reward_funcs: [parl-a]``): the PARL reward needs an LLM judge that
-  TRL knows nothing about; the judge is any persetrain engine spec.
+- **A reward judge and named rewards** (``reward_funcs: [parl-a]``, :class:`persetrain.train.configs.RewardArguments`,
+  a fourth argument dataclass next to TRL's three): the PARL reward needs an LLM judge that TRL knows nothing
+  about; the judge is any persetrain engine spec (``reward_judge_*``), and the names are
+  ``persetrain.rewards.registry``'s.
 - **Unconstrained rollouts**: structured output during rollouts is refused, because the loss needs the
   log-probabilities of the tokens the policy itself would sample.
 - **Each prompt computed once per batch** in the rollouts and the log-prob passes (policy, reference, old
@@ -27,47 +29,42 @@ What this module adds to TRL, and why:
 - **Per-sample reward parts** in ``<output_dir>/reward_parts.jsonl`` and the reward's wall time next to
   each step's in the metrics: what PARL training is judged by. :func:`reward_curve` reads a run's per-step
   reward, valid share and mean margin D back from the two files.
+- **Rows shaped for TRL's batches** (:mod:`persetrain.train.grpo_rows`): overlong prompts dropped with their item,
+  prefixed prompts rendered as the engine renders them, a verdict judge's item layout checked before any step.
 - **The same run directory as** ``persetrain sft``: resolved config, ``metrics.jsonl``, automatic resume, and
   a final model that ``persetrain.models.load_model`` loads (``merged/`` after LoRA).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 
 import trl
-from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 from persetrain.console import console
 from persetrain.io import InputError, read_step_log
-from persetrain.models import DEFAULT_MODEL, load_tokenizer, local_weights_dir
+from persetrain.models import load_tokenizer, local_weights_dir
+from persetrain.rewards.parl_trl import REWARD_PARTS_FILE
+from persetrain.rewards.registry import build_rewards
+from persetrain.rewards.verdict import VERDICT_REWARDS
 from persetrain.train.callbacks import COLLAPSE_ACTIONS, CheckpointChoice, CollapseCallback, ValidationCallback
-from persetrain.train.configs import HardwarePrecision, ModelConfig, RunSwitches, ScriptArguments
+from persetrain.train.configs import (
+    RENAMED_REWARD_KEYS,
+    HardwarePrecision,
+    ModelConfig,
+    RewardArguments,
+    RunSwitches,
+    ScriptArguments,
+)
+from persetrain.train.grpo_rows import check_item_layout, drop_overlong_prompts, render_prefixed_prompts
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
-from persetrain.train.runner import (
-    METRICS_FILE,
-    RunResult,
-    item_rows,
-    load_splits,
-    prepare_model_init,
-    run_as_script,
-    run_trainer,
-)
+from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 from persetrain.train.user_rows import judge_view
-
-REWARD_PARTS_FILE = "reward_parts.jsonl"
-#: Named reward functions (``reward_funcs`` in a recipe); anything else must be a dotted import path.
-PARL_REWARDS = ("parl-a", "parl-b", "parl-0", "parl-a-linear")
-#: A judge's own verdicts against the gold (``persetrain.rewards.verdict``; data of ``persetrain prepare verdict``).
-VERDICT_REWARD_NAMES = ("verdict-correct", "verdict-format", "verdict-consistent")
-NAMED_REWARDS = (*PARL_REWARDS, "perse", *VERDICT_REWARD_NAMES)
 
 #: What a run returns: the same record as ``persetrain sft``'s.
 GRPOResult = RunResult
@@ -75,7 +72,8 @@ GRPOResult = RunResult
 
 @dataclass
 class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
-    """TRL's ``GRPOConfig`` (all of ``TrainingArguments``) plus the reward functions and their judge.
+    """TRL's ``GRPOConfig`` (all of ``TrainingArguments``) plus prompt filtering, the verl export, the collapse watch
+    and checkpoint validation; the rewards are :class:`persetrain.train.configs.RewardArguments`.
 
     Re-defaulted: ``bf16`` / ``fp16`` / ``dataloader_pin_memory`` follow the hardware
     (``persetrain.train.configs.HardwarePrecision``; never bf16 on a CPU) instead of TRL's ``bf16=True``.
@@ -95,30 +93,6 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
     verl_train_files: str | None = field(
         default=None,
         metadata={"help": "The verl backend's training data: the parquet file `persetrain prepare parl` exports."},
-    )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["parl-a"],
-        metadata={
-            "help": "Reward functions, summed with reward_weights: parl-a, parl-b, parl-0, parl-a-linear "
-            "(the PARL reward variants), perse (a PerSE judge's expected score), verdict-correct, verdict-format, "
-            "verdict-consistent (a judge's own verdicts; persetrain prepare verdict), or a dotted import path to a TRL "
-            "reward function."
-        },
-    )
-    judge_model: str = field(
-        default=DEFAULT_MODEL,
-        metadata={"help": "Engine model spec of the judge (for the openai backend: the served model name)."},
-    )
-    judge_backend: str = field(default="hf", metadata={"help": "Judge engine backend.", "choices": ["hf", "openai"]})
-    judge_base_url: str | None = field(
-        default=None, metadata={"help": "Server URL for judge_backend openai, e.g. http://127.0.0.1:8000/v1."}
-    )
-    judge_cache: str | None = field(
-        default=None,
-        metadata={
-            "help": "SQLite request cache of the judge; default <output_dir>/judge-cache.sqlite, so that a "
-            "resumed run re-scores nothing it already scored. With several processes, one file each: NAME.rankK.sqlite."
-        },
     )
     collapse_action: str = field(
         default="warn",
@@ -177,12 +151,6 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
                     "generation_batch_size"
                 ) from None
             raise
-        unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and "." not in name]
-        if unknown:
-            raise ValueError(
-                f"reward_funcs: unknown reward '{unknown[0]}'; expected one of {', '.join(NAMED_REWARDS)} or a dotted "
-                "import path"
-            )
         if self.vllm_structured_outputs_regex is not None:
             raise ValueError(
                 "vllm_structured_outputs_regex: rollouts must be sampled unconstrained, so that the loss sees the "
@@ -193,183 +161,52 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
 def make_parser(prog: str | None = None) -> RecipeParser:
     """The parser of every GRPO entry point (TRL's ``make_parser`` pattern)."""
     return RecipeParser(
-        (ScriptArguments, GRPOConfig, ModelConfig),
+        (ScriptArguments, GRPOConfig, ModelConfig, RewardArguments),
         prog=prog or "persetrain grpo",
         description="Train a rubric generator (PARL) or a verdict judge with TRL's GRPOTrainer.",
         key_notes={
             "dataset_path": "GRPO reads a conversational `prompt` and hands every other column to the reward "
             "functions (persetrain prepare parl: the user's history, text and negatives; persetrain prepare verdict)."
         },
+        renamed_keys=RENAMED_REWARD_KEYS,
     )
 
 
 # ------------------------------------------------------------------------------------------- rewards
-def _judge_engine(config: GRPOConfig):
+def _reward_judge(reward_args: RewardArguments, training_args: GRPOConfig):
+    """The engine of ``reward_judge_*``, with a request cache under the output directory (one file per process)."""
     from persetrain.engine import load_engine
 
-    if config.judge_backend == "openai" and not config.judge_base_url:
-        raise RecipeError("judge_base_url is required with judge_backend: openai")
-    cache = Path(config.judge_cache or Path(config.output_dir) / "judge-cache.sqlite")
-    if config.world_size > 1:
+    if reward_args.reward_judge_backend == "openai" and not reward_args.reward_judge_base_url:
+        raise RecipeError("reward_judge_base_url is required with reward_judge_backend: openai")
+    cache = Path(reward_args.reward_judge_cache or Path(training_args.output_dir) / "judge-cache.sqlite")
+    if training_args.world_size > 1:
         # One file per process: SQLite's WAL mode needs every process that opens a database on one host, and the
         # ranks of a multi-node run share the output directory over a network filesystem.
-        cache = cache.with_name(f"{cache.stem}.rank{config.process_index}{cache.suffix}")
+        cache = cache.with_name(f"{cache.stem}.rank{training_args.process_index}{cache.suffix}")
     return load_engine(
-        config.judge_model, backend=config.judge_backend, cache_path=cache, base_url=config.judge_base_url
+        reward_args.reward_judge_model,
+        backend=reward_args.reward_judge_backend,
+        cache_path=cache,
+        base_url=reward_args.reward_judge_base_url,
     )
 
 
-def build_reward_funcs(config: GRPOConfig) -> list[Callable]:
-    """The recipe's ``reward_funcs`` as TRL reward functions; one judge engine serves them all.
-
-    A PARL reward appends every sample's reward parts to ``<output_dir>/reward_parts.jsonl`` (one line per
-    completion, in scoring order), so an interrupted run keeps them.
-    """
-    engine = None
-    funcs: list[Callable] = []
-    for name in config.reward_funcs:
-        if name in PARL_REWARDS:
-            from persetrain.rewards.parl import RewardConfig
-            from persetrain.rewards.parl_trl import PARLReward
-
-            engine = engine or _judge_engine(config)
-            funcs.append(
-                PARLReward(engine, RewardConfig(variant=name), parts_path=Path(config.output_dir) / REWARD_PARTS_FILE)
-            )
-        elif name in VERDICT_REWARD_NAMES:
-            from persetrain.rewards.verdict import VERDICT_REWARDS
-
-            funcs.append(VERDICT_REWARDS[name])
-        elif name == "perse":
-            from persetrain.rewards.perse import PerSEReward
-
-            engine = engine or _judge_engine(config)
-            funcs.append(PerSEReward(engine))
-        else:  # a dotted import path: GRPOConfig refuses any other name
-            module, attr = name.rsplit(".", 1)
-            try:
-                funcs.append(getattr(importlib.import_module(module), attr))
-            except (ImportError, AttributeError) as err:
-                raise RecipeError(f"reward_funcs: cannot import '{name}' ({err})") from None
+def build_reward_funcs(reward_args: RewardArguments, training_args: GRPOConfig) -> list[Callable]:
+    """The recipe's ``reward_funcs`` as TRL reward functions (``persetrain.rewards.registry``); one reward judge
+    serves them all, loaded only when one of them scores with it."""
+    try:
+        funcs = build_rewards(
+            reward_args.reward_funcs, lambda: _reward_judge(reward_args, training_args), Path(training_args.output_dir)
+        )
+    except ValueError as err:  # a dotted path that does not import
+        raise RecipeError(str(err)) from None
     if not funcs:
         raise RecipeError("reward_funcs is empty: GRPO needs at least one reward function")
     return funcs
 
 
 # ------------------------------------------------------------------------------------------- trainer
-def _drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None) -> Dataset:
-    """Keep the rows whose chat-formatted prompt fits ``max_prompt_length`` tokens; say how many were dropped.
-
-    A judge item's variants (``item_id``: a question's orders, or its yes / no candidates, which differ in length)
-    go together: a variant dropped alone would leave its item split and every later item shifted against the
-    batch edges that ``verdict-consistent`` relies on (:func:`check_item_layout`)."""
-    if max_prompt_length is None:
-        return ds
-    encoded = [
-        tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
-        for p in ds["prompt"]
-    ]
-    lengths = [len(e["input_ids"]) for e in encoded]
-    items = ds["item_id"] if "item_id" in ds.column_names else list(range(len(ds)))
-    overlong = {items[i] for i, n in enumerate(lengths) if n > max_prompt_length}
-    keep = [i for i, item in enumerate(items) if item not in overlong]
-    if len(keep) < len(ds):
-        with_items = " (with the other variants of their items)" if "item_id" in ds.column_names else ""
-        console.print(
-            f"dropped {len(ds) - len(keep)} of {len(ds)} prompts longer than max_prompt_length "
-            f"{max_prompt_length} tokens{with_items} (longest: {max(lengths)})"
-        )
-    if not keep:
-        raise RecipeError(f"max_prompt_length: every prompt is longer than {max_prompt_length} tokens")
-    return ds.select(keep)
-
-
-def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
-    """Refuse, before any step, a ``verdict-consistent`` run whose batches would split an item's variants.
-
-    The reward compares an item's variants within the batch one process scores (``persetrain.rewards.verdict``), and
-    TRL hands each process, each generation, the next ``per_device_train_batch_size`` x ``steps_per_generation``
-    completions of the unshuffled prompt stream, each prompt ``num_generations`` times in a row (measured on two
-    ranks, ``tests/test_distributed.py``). So the variants of every item must be adjacent and complete, the data
-    unshuffled, and that batch a multiple of an item's variants x ``num_generations``. A split item would be paid by
-    its verdict alone, silently (``verdict/split_item_share`` shows it during training); with items of several sizes
-    no batch keeps every item whole, which is said.
-    """
-    if args.shuffle_dataset:
-        raise RecipeError(
-            "verdict-consistent compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
-            "sampler scatters them)"
-        )
-    ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
-    items = ds["item_id"]
-    rows = item_rows(items)
-    apart = [b for indices in rows.values() for a, b in pairwise(indices) if b != a + 1]
-    if apart:
-        first = min(apart)
-        raise InputError(
-            path,
-            f"the rows of item {items[first]!r} are not adjacent; verdict-consistent needs an item's variants next to "
-            "each other, as `persetrain prepare verdict` writes them",
-            ids[first],
-            "item_id",
-        )
-    if "n_orders" in ds.column_names:
-        for row_id, item, n in zip(ids, items, ds["n_orders"], strict=True):
-            if len(rows[item]) != n:
-                raise InputError(
-                    path,
-                    f"item {item!r} has {len(rows[item])} of its {n} variants here; verdict-consistent needs them all, "
-                    "as `persetrain prepare verdict` writes them",
-                    row_id,
-                    "n_orders",
-                )
-    distinct = sorted({len(indices) for indices in rows.values()})
-    if len(distinct) > 1:
-        console.print(
-            f"[yellow]verdict-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "
-            "at batch edges and paid by their verdict alone (verdict/split_item_share)[/yellow]"
-        )
-        return
-    whole = distinct[0] * args.num_generations
-    per_process = args.generation_batch_size // args.world_size
-    if per_process % whole:
-        raise RecipeError(
-            f"verdict-consistent: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
-            f"steps_per_generation {args.steps_per_generation} = {per_process} completions at a time, which must be a "
-            f"multiple of an item's {distinct[0]} variants x num_generations {args.num_generations} = {whole}"
-        )
-
-
-def render_prefixed_prompts(ds: Dataset, tokenizer) -> Dataset:
-    """Prompts that end with an assistant prefix (``mcq-letter``'s ``Answer: ``) as the text the engine renders.
-
-    TRL renders every conversational prompt with a fresh generation prompt after its last message, so a prefix
-    given as a last assistant message would be closed as a turn of its own, and the policy trained after tokens
-    no evaluator shows it. Rendered here by the engine's own function (``render_prompt``), TRL takes the prompt
-    as text and tokenizes it as it is. The prefix's trailing whitespace is left to the completion: a BPE tokenizer
-    joins it to the next word (``Answer: A`` is ``Answer``, ``:``, `` A``), so the engine reads a choice after the
-    prefix without it, and a policy trained after a lone space token would learn a verdict in a context no
-    evaluator reads (the parser strips the space again). A chat template that writes a BOS token the tokenizer
-    adds again loses its own.
-    """
-    from persetrain.engine.hf.backend import render_prompt
-    from persetrain.prompts.judge import request_of
-
-    if not ds.num_rows or not any(isinstance(p, list) and p and p[-1]["role"] == "assistant" for p in ds["prompt"]):
-        return ds
-    bos = tokenizer.bos_token
-    adds_bos = bos is not None and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
-
-    def render(row: dict) -> dict:
-        request = request_of(row["prompt"])
-        text = render_prompt(
-            tokenizer, request.model_copy(update={"assistant_prefix": request.assistant_prefix.rstrip()})
-        )
-        return {"prompt": text[len(bos) :] if adds_bos and text.startswith(bos) else text}
-
-    return ds.map(render, desc="render prefixed prompts")
-
-
 def guard_callbacks(script_args: ScriptArguments, training_args: GRPOConfig) -> list[TrainerCallback]:
     """The collapse watch and, with ``validation_evaluator``, each checkpoint judged on held-out questions
     (``persetrain.train.callbacks``); both choose the checkpoint the run ends with."""
@@ -417,6 +254,7 @@ def build_grpo_trainer(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
     model_args: ModelConfig,
+    reward_args: RewardArguments,
     callbacks: Sequence[TrainerCallback] = (),
 ) -> GRPOTrainer:
     """The trainer a run uses (data, rewards, policy and tokenizer resolved); benchmarks time exactly this."""
@@ -431,25 +269,25 @@ def build_grpo_trainer(
         keep=None,
         convert=lambda rows, split, person: judge_view(rows, split, person, training_args.seed),
     )
-    judged = [name for name in training_args.reward_funcs if name in VERDICT_REWARD_NAMES]
+    judged = [name for name in reward_args.reward_funcs if name in VERDICT_REWARDS]
     if judged:
         from persetrain.rewards.verdict import check_verdict_rows
 
         for split in filter(None, (train_split, eval_split)):
             check_verdict_rows(split, script_args.dataset_path, judged)
     train_dataset = render_prefixed_prompts(
-        _drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
+        drop_overlong_prompts(train_split, tokenizer, training_args.max_prompt_length), tokenizer
     )
-    if "verdict-consistent" in training_args.reward_funcs:
+    if "verdict-consistent" in reward_args.reward_funcs:
         check_item_layout(train_dataset, script_args.dataset_path, training_args)
     eval_dataset = (
         None
         if eval_split is None
         else render_prefixed_prompts(
-            _drop_overlong_prompts(eval_split, tokenizer, training_args.max_prompt_length), tokenizer
+            drop_overlong_prompts(eval_split, tokenizer, training_args.max_prompt_length), tokenizer
         )
     )
-    reward_funcs = build_reward_funcs(training_args)
+    reward_funcs = build_reward_funcs(reward_args, training_args)
     callbacks = [*callbacks, *guard_callbacks(script_args, training_args)]
     prepare_model_init(training_args, model_args)
     quantization = get_quantization_config(model_args)
@@ -471,11 +309,18 @@ def main(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
     model_args: ModelConfig,
+    reward_args: RewardArguments,
     callbacks: Sequence[TrainerCallback] = (),
 ) -> GRPOResult:
     """Train, save the final model and tokenizer, and return where they are (as ``persetrain sft`` does)."""
     return run_trainer(
-        build_grpo_trainer, script_args, training_args, model_args, callbacks, step_logs=[REWARD_PARTS_FILE]
+        lambda script, training, model, found: build_grpo_trainer(script, training, model, reward_args, found),
+        script_args,
+        training_args,
+        model_args,
+        callbacks,
+        step_logs=[REWARD_PARTS_FILE],
+        more_args={"rewards": reward_args},
     )
 
 

@@ -99,7 +99,9 @@ def _closest(name: str, known: Iterable[str]) -> str:
 class RecipeParser(TrlParser):
     """``TrlParser`` whose recipe keys are checked, so that a recipe trains exactly what it says.
 
-    ``key_notes`` adds this trainer's note to a shared key's help (``dataset_path``: the columns it reads). After
+    ``key_notes`` adds this trainer's note to a shared key's help (``dataset_path``: the columns it reads), and
+    ``renamed_keys`` maps a key's old name to its new one, so that a recipe or flag with the old name is refused with
+    one line naming the new (read as unknown, it would point at the closest key, not the renamed one). After
     :meth:`parse_args_and_config`, ``recipe_path`` and ``accelerate_config`` hold what the recipe named (None
     without a recipe), for messages and for the launcher.
     """
@@ -107,7 +109,13 @@ class RecipeParser(TrlParser):
     recipe_path: str | None = None
     accelerate_config: str | None = None
 
-    def __init__(self, dataclass_types, key_notes: Mapping[str, str] | None = None, **kwargs):
+    def __init__(
+        self,
+        dataclass_types,
+        key_notes: Mapping[str, str] | None = None,
+        renamed_keys: Mapping[str, str] | None = None,
+        **kwargs,
+    ):
         kwargs.setdefault("usage", "%(prog)s [--config RECIPE.yaml] [--KEY VALUE ...]")
         kwargs.setdefault("formatter_class", RecipeHelpFormatter)
         super().__init__(dataclass_types, **kwargs)
@@ -116,6 +124,7 @@ class RecipeParser(TrlParser):
             if action.dest in self.key_types and action.nargs != 0:
                 action.type = self.key_types[action.dest]
         arrange_help(self, self.key_types, key_notes or {})
+        self.renamed_keys = dict(renamed_keys or {})
 
     def known_keys(self) -> set[str]:
         """Every key a recipe may set: the fields of the parser's dataclasses."""
@@ -130,6 +139,8 @@ class RecipeParser(TrlParser):
         keys = self.known_keys()
         values = {}
         for key, value in recipe.items():
+            if key in self.renamed_keys:
+                raise RecipeError(f"{config_path}: key '{key}' is now '{self.renamed_keys[key]}'")
             if key not in keys:
                 raise RecipeError(f"{config_path}: unknown key '{key}'{_closest(key, keys | set(LAUNCH_KEYS))}")
             try:
@@ -160,6 +171,9 @@ class RecipeParser(TrlParser):
         parsed, remaining = self.parse_known_args(args, namespace)
         if remaining and not keep_remaining:
             flag = next((arg.split("=", 1)[0] for arg in remaining if arg.startswith("-")), remaining[0])
+            old = flag.lstrip("-").replace("-", "_")
+            if old in self.renamed_keys:
+                raise RecipeError(f"command line: {flag} is now --{self.renamed_keys[old]}")
             known = [option for action in self._actions for option in action.option_strings]
             raise RecipeError(f"command line: unknown option '{flag}'{_closest(flag, known)}")
         return parsed

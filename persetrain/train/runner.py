@@ -16,7 +16,7 @@ import random
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -261,10 +261,12 @@ def run_trainer(
     model_args: ModelConfig,
     callbacks: Sequence[TrainerCallback] = (),
     step_logs: Sequence[str] = (),
+    more_args: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """What every persetrain trainer (SFT, reward model, GRPO) does around ``build(...)``'s trainer, so they run alike.
 
-    The run resumes from its newest complete checkpoint and records its resolved configuration; the
+    The run resumes from its newest complete checkpoint and records its resolved configuration (``more_args``: the
+    trainer's other argument dataclasses by section name, such as GRPO's ``rewards``); the
     ``step_logs`` (file names in the output directory) are trimmed with ``metrics.jsonl`` on resume. A run
     stopped by SIGTERM / SIGUSR1 saves a checkpoint and returns without the final save, so that the
     output directory never looks finished when it is not; rerunning the command resumes it.
@@ -298,6 +300,7 @@ def run_trainer(
                 "script": asdict(script_args),
                 "model": asdict(model_args),
                 "training": trainer.args.to_dict(),
+                **{section: asdict(args) for section, args in (more_args or {}).items()},
                 "resume_from_checkpoint": resume,
                 "environment": environment(getattr(torch, model_args.dtype)),
             },

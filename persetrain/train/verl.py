@@ -49,8 +49,9 @@ import yaml
 from persetrain.config_files import deepspeed_offloads, read_accelerate_config
 from persetrain.io import atomic_write
 from persetrain.models import local_weights_dir
-from persetrain.train.configs import ModelConfig, ScriptArguments
-from persetrain.train.grpo import PARL_REWARDS, GRPOConfig, make_parser
+from persetrain.rewards.registry import PARL_REWARDS
+from persetrain.train.configs import ModelConfig, RewardArguments, ScriptArguments
+from persetrain.train.grpo import GRPOConfig, make_parser
 from persetrain.train.recipe import RecipeError
 
 #: verl loads the reward by module path; ``pkg://`` imports the installed module instead of a file copy.
@@ -85,13 +86,13 @@ def _prompts_per(completions: int, n: int, key: str) -> int:
     return completions // n
 
 
-def _check_recipe(training_args: GRPOConfig) -> str:
+def _check_recipe(training_args: GRPOConfig, reward_args: RewardArguments) -> str:
     """The recipe's PARL reward variant, after refusing what verl cannot run."""
-    rewards = [name for name in training_args.reward_funcs if name in PARL_REWARDS]
-    if len(rewards) != 1 or len(training_args.reward_funcs) != 1:
+    rewards = [name for name in reward_args.reward_funcs if name in PARL_REWARDS]
+    if len(rewards) != 1 or len(reward_args.reward_funcs) != 1:
         raise RecipeError(
             f"reward_funcs: the verl backend takes exactly one PARL reward ({', '.join(PARL_REWARDS)}), "
-            f"got {training_args.reward_funcs}"
+            f"got {reward_args.reward_funcs}"
         )
     if training_args.loss_type not in _LOSS_AGG_MODE:
         raise RecipeError(
@@ -200,7 +201,7 @@ def _actor_rollout_ref_section(
     }
 
 
-def _reward_section(training_args: GRPOConfig, variant: str) -> dict[str, Any]:
+def _reward_section(reward_args: RewardArguments, variant: str) -> dict[str, Any]:
     return {
         "reward_manager": {"name": "naive"},
         "custom_reward_function": {
@@ -208,9 +209,9 @@ def _reward_section(training_args: GRPOConfig, variant: str) -> dict[str, Any]:
             "name": REWARD_FUNCTION,
             "reward_kwargs": {
                 "variant": variant,
-                "judge_model": training_args.judge_model,
-                "judge_backend": training_args.judge_backend,
-                "judge_base_url": training_args.judge_base_url,
+                "judge_model": reward_args.reward_judge_model,
+                "judge_backend": reward_args.reward_judge_backend,
+                "judge_base_url": reward_args.reward_judge_base_url,
             },
         },
     }
@@ -240,12 +241,13 @@ def verl_config(
     script_args: ScriptArguments,
     training_args: GRPOConfig,
     model_args: ModelConfig,
+    reward_args: RewardArguments,
     accelerate_config: str | None = None,
     recipe_path: str | None = None,
 ) -> dict[str, Any]:
     """The verl overrides (nested mapping) equivalent to a ``persetrain grpo`` recipe, one helper per section;
     ``accelerate_config`` is the one the recipe (``recipe_path``) names."""
-    variant = _check_recipe(training_args)
+    variant = _check_recipe(training_args, reward_args)
     processes, offload = _accelerate_settings(accelerate_config, recipe_path)
     n = training_args.num_generations
     per_step = training_args.per_device_train_batch_size * processes
@@ -255,7 +257,7 @@ def verl_config(
         "algorithm": _algorithm_section(training_args),
         "data": _data_section(training_args, train_batch),
         "actor_rollout_ref": _actor_rollout_ref_section(training_args, model_args, mini_batch, offload),
-        "reward": _reward_section(training_args, variant),
+        "reward": _reward_section(reward_args, variant),
         "trainer": _trainer_section(training_args, processes),
     }
 
@@ -290,11 +292,12 @@ def verl_command(config_path: Path, python: str | None = None) -> list[str]:
 def main(argv: Sequence[str] | None = None, run: bool = False, python: str | None = None) -> list[str]:
     """Parse a recipe like the TRL backend does, write the verl config, print (and with ``run``, run) verl."""
     parser = make_parser()
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args, reward_args = parser.parse_args_and_config(argv)
     config = verl_config(
         script_args,
         training_args,
         model_args,
+        reward_args,
         accelerate_config=parser.accelerate_config,
         recipe_path=parser.recipe_path,
     )
