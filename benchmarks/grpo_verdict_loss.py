@@ -1,6 +1,6 @@
 """The loss pass of a verdict judge's GRPO step: TRL's, the shared-prompt pass in two micro-batches, and in one.
 
-A step of the judge recipe (``recipes/judge/cpu_smollm2_prefeval.yaml``) is one PrefEval question in ``--orders``
+A step of the judge recipe (``recipes/verdict/cpu_smollm2_prefeval.yaml``) is one PrefEval question in ``--orders``
 orders of its options, ``--rollouts`` sampled verdicts each (two tokens a rollout, after a ~160-token prompt). The
 rollouts are sampled once by the trainer; then the log-probs of those same rows and their backward are timed
 three ways, on the same trainer and weights:
@@ -32,7 +32,7 @@ from persetrain.train.grpo import build_grpo_trainer
 from persetrain.train.grpo import make_parser as grpo_parser
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPE = REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml"
+RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
 
 
 def make_parser() -> argparse.ArgumentParser:

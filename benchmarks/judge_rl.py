@@ -7,7 +7,7 @@ by supervision on the same rows.
    (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
    question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
    its "yes" one and one drawn "no" one, ``--balance-yes-no``).
-2. Training, each timed: the RL judge (by the view ``recipes/judge/cpu_smollm2_prefeval.yaml`` or
+2. Training, each timed: the RL judge (by the view ``recipes/verdict/cpu_smollm2_prefeval.yaml`` or
    ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with verdict-correct and verdict-consistent, from ``--start``), the
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
    verifier (``recipes/verifier/cpu_smollm2_prefeval.yaml``) on the same training rows; and the RL judge's
@@ -87,8 +87,8 @@ from persetrain.train.runner import METRICS_FILE
 REPO = Path(__file__).resolve().parents[1]
 #: By view: the RL judge's recipe, and the evaluator that reads the RL judge, its start and the SFT judge.
 VIEWS = {
-    "letter": (REPO / "recipes" / "judge" / "cpu_smollm2_prefeval.yaml", "mcq-letter"),
-    "yes-no": (REPO / "recipes" / "judge" / "cpu_smollm2_prefeval_yes_no.yaml", "verifier"),
+    "letter": (REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml", "mcq-letter"),
+    "yes-no": (REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval_yes_no.yaml", "verifier"),
 }
 RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"

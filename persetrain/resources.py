@@ -24,6 +24,8 @@ SHIPPED_FOLDERS = ("recipes", "accelerate_configs", "launch")
 RECIPES, ACCELERATE_CONFIGS, SBATCH_TEMPLATES = SHIPPED_FOLDERS
 #: Where an installed wheel holds them.
 PACKAGED = Path(__file__).resolve().parent / "_shipped"
+#: Recipe folders renamed since they shipped, by their old name: ``--config judge/NAME`` is refused with the new one.
+RENAMED_RECIPE_FOLDERS = {"judge": "verdict"}
 
 
 def shipped_root() -> Path:
@@ -72,6 +74,12 @@ def _find(name: str | os.PathLike, folder: str, what: str) -> Path:
     for candidate in (base / relative, base / f"{relative}.yaml"):
         if not given.is_absolute() and candidate.is_file():
             return candidate
+    old_folder, _, name = relative.partition("/")
+    if folder == RECIPES and name and old_folder in RENAMED_RECIPE_FOLDERS:
+        new_folder = RENAMED_RECIPE_FOLDERS[old_folder]
+        raise InputError(
+            given, f"the recipes of {old_folder}/ are now in {new_folder}/: {new_folder}/{name.removesuffix('.yaml')}"
+        )
     names, wanted = shipped_names(folder), relative.removesuffix(".yaml")
     # Names holding what was typed (a prefix such as perse/cpu), then the nearest spellings.
     close = [name for name in names if wanted in name]

@@ -329,6 +329,24 @@ def test_shipped_recipes_and_accelerate_configs_are_named_without_a_path(tmp_pat
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "given"),
+    [
+        (["grpo", "--config", "recipes/judge/cpu_smollm2_prefeval.yaml"], "recipes/judge/cpu_smollm2_prefeval.yaml"),
+        (["launch", "--config", "judge/cpu_smollm2_prefeval", "--dry-run"], "judge/cpu_smollm2_prefeval"),
+    ],
+    ids=["grpo", "launch"],
+)
+def test_a_recipe_named_by_its_renamed_folder_is_refused_with_its_new_name(argv, given):
+    """The verdict judges' recipes were recipes/judge/: a command naming one there fails in one line that gives
+    the name to use (exit 2), before anything is read or launched."""
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: {given}: the recipes of judge/ are now in verdict/: verdict/cpu_smollm2_prefeval\n"
+    )
+
+
 @pytest.mark.slow
 def test_recipes_lists_every_shipped_recipe_with_its_model_method_and_scale():
     result = _persetrain("recipes")
