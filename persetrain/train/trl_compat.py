@@ -5,13 +5,21 @@ log-probs, the reward call) to compute each prompt once. Private methods change 
 version (TRL 1.15 gave ``_generate_single_turn`` its fifth argument), and an override written against
 another shape fails mid-step with a traceback nobody can act on. So their signatures are compared at
 import time with the ones the overrides were written against; on a mismatch the trainer says so in one
-line and the stock ``GRPOTrainer`` runs instead: slower, the same loss.
+line and the stock ``GRPOTrainer`` runs instead: slower, the same loss. What the names cannot show (what TRL
+passes and expects back) ``tests/test_trl_overrides.py`` checks by training with both trainers; persetrain pins
+``trl`` to the minor release that passed it, and ``make test-latest`` runs it on the newest release and ends with
+:func:`pin_verdict`'s line (``python -m persetrain.train.trl_compat STATUS``).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
+import sys
 import warnings
+
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 #: Method -> the leading parameters the override was written against (TRL 1.15-1.16). Trailing parameters
 #: TRL adds (multimodal keywords) pass through ``**kwargs`` and are not compared.
@@ -60,3 +68,25 @@ def pick_trainer(fast: type, stock: type, version: str, expected: dict[str, tupl
         stacklevel=2,
     )
     return stock
+
+
+def pin_verdict(version: str, passed: bool, requirement: str | None = None) -> str:
+    """One line: whether TRL ``version``, on which the override checks ``passed`` or not, fits persetrain's pin.
+
+    ``requirement`` is the installed persetrain's ``trl`` requirement unless given.
+    """
+    pin = Requirement(requirement or next(r for r in importlib.metadata.requires("persetrain") if r.startswith("trl")))
+    found = Version(version)
+    if found in pin.specifier:
+        return f"trl {found} is inside the pin {pin}: the override checks {'pass' if passed else 'FAIL'} on it"
+    if not passed:
+        return f"trl {found} fails the override checks (tests/test_trl_overrides.py): keep the pin {pin}"
+    upper = f"<{found.major}.{found.minor + 1}"
+    return f"trl {found} passes the override checks: the pin {pin} can move its upper bound to {upper}"
+
+
+if __name__ == "__main__":  # make test-latest: the tests' exit status in, the verdict out, the status kept
+    import trl
+
+    print(pin_verdict(trl.__version__, sys.argv[1] == "0"))
+    sys.exit(int(sys.argv[1]))
