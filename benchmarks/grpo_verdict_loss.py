@@ -27,7 +27,7 @@ import torch
 from common import best_of, emit  # beside this script
 from trl import GRPOTrainer
 
-from data_prep.judge.prepare import prepare_judge
+from data_prep.verdict.prepare import prepare_verdict
 from persetrain.train.grpo import build_grpo_trainer
 from persetrain.train.grpo import make_parser as grpo_parser
 
@@ -69,7 +69,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "judge"
-        prepare_judge(data, prefeval=[args.prefeval], seed=args.seed, orders=args.orders)
+        prepare_verdict(data, prefeval=[args.prefeval], seed=args.seed, orders=args.orders)
         argv = ["--config", str(RECIPE), "--dataset_path", str(data), "--output_dir", str(Path(tmp) / "run")]
         argv += ["--num_generations", str(args.rollouts), "--report_to", "none", "--save_strategy", "no"]
         trainer = build_grpo_trainer(*grpo_parser().parse_args_and_config(argv))

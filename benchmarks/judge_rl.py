@@ -73,10 +73,10 @@ from learned_judges import (
     train,
 )  # beside this script
 
-from data_prep.judge.prepare import prepare_judge
-from data_prep.judge.sft_view import judge_sft
 from data_prep.preference.prepare import prepare_preference
 from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
+from data_prep.verdict.prepare import prepare_verdict
+from data_prep.verdict.sft_view import verdict_sft
 from persetrain.evaluation import load_examples
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import atomic_dir, write_json
@@ -255,7 +255,7 @@ def train_comparisons(args, data: Path, judge_data: Path, times: dict) -> int:
     )
     sft_steps = args.sft_steps or -(-rl_prompts(args.recipe, args.max_steps) // SFT_BATCH)
     if not (data / "judge-sft").is_dir():
-        judge_sft(judge_data, data / "judge-sft")
+        verdict_sft(judge_data, data / "judge-sft")
     times["sft"] = times.get("sft") or train_sft(args, data / "judge-sft", sft_steps)
     return sft_steps
 
@@ -295,7 +295,7 @@ def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> 
     if not (data / "listwise").is_dir():
         prepare_preference(data, prefeval=[sources], holdout_topics=validation, seed=0)
     if not (data / "judge").is_dir():
-        prepare_judge(data / "judge", verifier=[data / "verifier"], seed=0, balance_yes_no=True)
+        prepare_verdict(data / "judge", verifier=[data / "verifier"], seed=0, balance_yes_no=True)
     return data, eval_dir, validation
 
 
@@ -465,9 +465,9 @@ def main() -> None:
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
     if not judge_data.is_dir():
         if args.view == "letter":
-            prepare_judge(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
+            prepare_verdict(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
         else:  # the reward model's verifier view: split as the reward model's data
-            prepare_judge(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
+            prepare_verdict(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     times["rl"] = times.get("rl") or train_rl(args, judge_data)

@@ -364,10 +364,10 @@ def test_a_judge_is_paid_for_whole_questions_on_every_rank(config, tiny_llama_di
     question in both orders with 2 rollouts each). Under ZeRO-3 and under FSDP, no completion on either rank was
     scored without its question's other order (``verdict/split_item_share``, averaged over the ranks, 0 at every
     step; 1.0 at 2 x 1)."""
-    from data_prep.judge.prepare import prepare_judge
+    from data_prep.verdict.prepare import prepare_verdict
 
     data = tmp_path / "judge"
-    prepare_judge(data, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
+    prepare_verdict(data, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
     out = tmp_path / "grpo"
     _launch(
         JUDGE_RECIPE,

@@ -11,7 +11,6 @@ import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
 from typer.testing import CliRunner
 
-from data_prep.judge.prepare import orders_of, prepare_judge
 from data_prep.parl.prepare import prepare_parl
 from data_prep.parl.rule_verifier import prepare_verifier
 from data_prep.perse.prepare import prepare_perse
@@ -19,6 +18,7 @@ from data_prep.preference.prepare import prepare_preference
 from data_prep.preference.sources import prefeval_groups
 from data_prep.synthetic.parl import write_parl_sample
 from data_prep.synthetic.perse import write_sample_data
+from data_prep.verdict.prepare import orders_of, prepare_verdict
 from persetrain.cli import app
 from persetrain.io import InputError
 from persetrain.prompts.mcq_letter import LETTERS, letter_request
@@ -59,7 +59,7 @@ def _check(id: str, answer: str, task: str = "amazon") -> dict:
 @pytest.fixture(scope="module")
 def prefeval_out(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("judge") / "prefeval"
-    prepare_judge(out, prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=0)
+    prepare_verdict(out, prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=0)
     return out
 
 
@@ -127,14 +127,14 @@ def test_rows_are_shuffled_by_item_and_the_seed_fixes_them(prefeval_out, tmp_pat
     rows = load_from_disk(str(prefeval_out))["train"].to_list()
     topics = [variants[0]["topic"] for variants in _items(rows)]
     assert topics != sorted(topics)  # topics interleaved, not read in file order
-    prepare_judge(tmp_path / "again", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=0)
+    prepare_verdict(tmp_path / "again", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=0)
     assert load_from_disk(str(tmp_path / "again"))["train"].to_list() == rows
-    prepare_judge(tmp_path / "other", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=1)
+    prepare_verdict(tmp_path / "other", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], seed=1)
     assert load_from_disk(str(tmp_path / "other"))["train"]["id"] != [row["id"] for row in rows]
 
 
 def test_four_orders_show_every_question_gold_at_every_letter(tmp_path):
-    prepare_judge(tmp_path / "out", prefeval=[PREFEVAL], orders=4)
+    prepare_verdict(tmp_path / "out", prefeval=[PREFEVAL], orders=4)
     train = load_from_disk(str(tmp_path / "out"))["train"]
     for variants in _items(train):
         assert sorted(row["gold"] for row in variants) == ["A", "B", "C", "D"]
@@ -154,7 +154,7 @@ def test_orders_are_distinct_and_at_most_the_permutations():
 
 
 def test_think_mode_asks_for_the_verdict_line(tmp_path):
-    prepare_judge(tmp_path / "out", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], mode="think")
+    prepare_verdict(tmp_path / "out", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT], mode="think")
     data = load_from_disk(str(tmp_path / "out"))
     row = data["train"][0]
     assert row["mode"] == "think" and row["prompt"][-1]["role"] == "user"
@@ -167,7 +167,7 @@ def test_think_mode_asks_for_the_verdict_line(tmp_path):
 def test_perse_and_a_verifier_dataset_join_prefeval_in_one_schema(synthetic, tmp_path):
     perse, verifier = synthetic
     out = tmp_path / "mixed"
-    sizes = prepare_judge(out, prefeval=[PREFEVAL], perse=[perse], verifier=[verifier], orders=3, mode="think")
+    sizes = prepare_verdict(out, prefeval=[PREFEVAL], perse=[perse], verifier=[verifier], orders=3, mode="think")
     data = load_from_disk(str(out))
     assert sizes == {split: len(data[split]) for split in ("train", "validation")}
     rows = data["train"].to_list() + data["validation"].to_list()
@@ -209,7 +209,7 @@ def test_a_verifier_row_is_kept_as_it_is_in_verdict_mode(tmp_path):
             "validation": [{**_check("c", "no", task="news"), "prompt_blind": _check("c", "no")["prompt"]}],
         },
     )
-    prepare_judge(tmp_path / "out", verifier=[folder])
+    prepare_verdict(tmp_path / "out", verifier=[folder])
     data = load_from_disk(str(tmp_path / "out"))
     row = data["train"][0]
     assert row["prompt"] == _check("a", "yes")["prompt"]
@@ -223,8 +223,8 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
     are the candidates, so verdict-consistent compares them; --balance-yes-no keeps the "yes" and one drawn "no"."""
     views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
     source = load_from_disk(str(views["verifier"]))
-    prepare_judge(tmp_path / "all", verifier=[views["verifier"]])
-    prepare_judge(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, seed=3)
+    prepare_verdict(tmp_path / "all", verifier=[views["verifier"]])
+    prepare_verdict(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, seed=3)
     full, bal = load_from_disk(str(tmp_path / "all")), load_from_disk(str(tmp_path / "bal"))
     for split in ("train", "validation"):
         by_group: dict[str, list[dict]] = {}
@@ -249,7 +249,7 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
             n = len(by_group[variants[0]["item_id"]])
             assert all({**v, "n_orders": n} == full_rows[v["id"]] for v in variants)
     drawn = {v["id"] for v in bal["train"] if v["gold"] == "no"}
-    prepare_judge(tmp_path / "bal0", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
+    prepare_verdict(tmp_path / "bal0", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
     assert drawn != {v["id"] for v in load_from_disk(str(tmp_path / "bal0"))["train"] if v["gold"] == "no"}
 
 
@@ -267,7 +267,7 @@ def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judg
     assert {q.id for q in questions} == set(load_from_disk(str(prefeval_out))["validation"]["item_id"])
     assert {q.topic for q in questions} == {HOLDOUT}
     views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
-    prepare_judge(tmp_path / "yes-no", verifier=[views["verifier"]], balance_yes_no=True)
+    prepare_verdict(tmp_path / "yes-no", verifier=[views["verifier"]], balance_yes_no=True)
     _, from_view = read_split(tmp_path / "yes-no" / "questions", "validation")
     listwise = load_from_disk(str(views["listwise"]))["validation"]
     assert [q.model_dump(include={"id", "options", "gold"}) for q in sorted(from_view, key=lambda q: q.id)] == [
@@ -275,7 +275,7 @@ def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judg
         for row in sorted(listwise, key=lambda row: row["id"])
     ]
     alone = _verifier(tmp_path / "alone", {"train": [_check("a", "yes")], "validation": [_check("b", "no")]})
-    prepare_judge(tmp_path / "no-questions", verifier=[alone])
+    prepare_verdict(tmp_path / "no-questions", verifier=[alone])
     assert not (tmp_path / "no-questions" / "questions").exists()
 
 
@@ -289,14 +289,14 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="no source: give --prefeval, --perse and/or --verifier") as err:
-        prepare_judge(out)
+        prepare_verdict(out)
     _one_line(err)
     with pytest.raises(ValueError, match="judge mode is one of verdict, think, not 'fast'"):
-        prepare_judge(out, prefeval=[PREFEVAL], mode="fast")
+        prepare_verdict(out, prefeval=[PREFEVAL], mode="fast")
     with pytest.raises(ValueError, match="--orders must be at least 1, not 0"):
-        prepare_judge(out, prefeval=[PREFEVAL], orders=0)
+        prepare_verdict(out, prefeval=[PREFEVAL], orders=0)
     with pytest.raises(InputError, match="unknown holdout topic"):
-        prepare_judge(out, prefeval=[PREFEVAL], holdout_topics=["nope"])
+        prepare_verdict(out, prefeval=[PREFEVAL], holdout_topics=["nope"])
     assert not out.exists()
 
 
@@ -304,20 +304,20 @@ def test_a_bad_verifier_dataset_names_its_folder_record_and_field(tmp_path):
     out = tmp_path / "out"
     bad = _verifier(tmp_path / "bad", {"train": [_check("a", "yes"), _check("b", "maybe")]})
     with pytest.raises(InputError, match=rf"^{bad}:b: field 'completion': the completion is 'maybe'") as err:
-        prepare_judge(out, verifier=[bad])
+        prepare_verdict(out, verifier=[bad])
     _one_line(err)
     rows = [{k: v for k, v in _check("a", "yes").items() if k != "completion"}]
     no_completion = _verifier(tmp_path / "no-completion", {"train": rows})
     with pytest.raises(InputError, match=rf"^{no_completion}: field 'completion': no such column"):
-        prepare_judge(out, verifier=[no_completion])
+        prepare_verdict(out, verifier=[no_completion])
     plain = _verifier(tmp_path / "plain", {"train": [{**_check("a", "yes"), "prompt": "Does a pass?"}]})
     with pytest.raises(InputError, match=rf"^{plain}:a: field 'prompt': expected conversational messages"):
-        prepare_judge(out, verifier=[plain])
+        prepare_verdict(out, verifier=[plain])
     with pytest.raises(InputError, match=rf"^{tmp_path}: not a dataset `persetrain prepare verifier` wrote"):
-        prepare_judge(out, verifier=[tmp_path])
+        prepare_verdict(out, verifier=[tmp_path])
     test_split = _verifier(tmp_path / "test-split", {"test": [_check("a", "yes")]})
     with pytest.raises(InputError, match=rf"^{test_split}: field 'split': has the splits \['test'\]"):
-        prepare_judge(out, verifier=[test_split])
+        prepare_verdict(out, verifier=[test_split])
     assert not out.exists()
 
 
@@ -325,13 +325,13 @@ def test_an_empty_train_split_or_a_source_twice_is_refused_and_out_is_left_as_it
     out = tmp_path / "out"
     held = _verifier(tmp_path / "held", {"validation": [_check("a", "yes")]})
     with pytest.raises(InputError, match=rf"^{out}: the train split would be empty"):
-        prepare_judge(out, verifier=[held])
+        prepare_verdict(out, verifier=[held])
     assert not out.exists()
     good = _verifier(tmp_path / "good", {"train": [_check("a", "yes")]})
-    prepare_judge(out, verifier=[good])
+    prepare_verdict(out, verifier=[good])
     before = load_from_disk(str(out))["train"].to_list()
     with pytest.raises(InputError, match=rf"^{good}: field 'id': item 'a' also comes from {good}; give each source"):
-        prepare_judge(out, verifier=[good, good])
+        prepare_verdict(out, verifier=[good, good])
     assert load_from_disk(str(out))["train"].to_list() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good", "held", "out"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
-from data_prep.judge.prepare import prepare_judge
 from data_prep.preference.prepare import prepare_preference
+from data_prep.verdict.prepare import prepare_verdict
 from persetrain.console import console
 from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
@@ -42,7 +42,7 @@ PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 def judge_data(tmp_path_factory) -> Path:
     """PrefEval's dev topics as verdict prompts, one topic held out (``persetrain prepare verdict``)."""
     out = tmp_path_factory.mktemp("judge") / "prefeval"
-    prepare_judge(out, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
+    prepare_verdict(out, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
     return out
 
 
@@ -51,7 +51,7 @@ def yes_no_data(tmp_path_factory) -> Path:
     """The same questions as yes / no checks of one candidate (the verifier view), balanced."""
     root = tmp_path_factory.mktemp("judge-yes-no")
     views = prepare_preference(root / "pref", prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"])
-    prepare_judge(root / "judge", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
+    prepare_verdict(root / "judge", verifier=[views["verifier"]], balance_yes_no=True, seed=0)
     return root / "judge"
 
 

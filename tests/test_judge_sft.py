@@ -11,8 +11,8 @@ import pytest
 from datasets import load_from_disk
 from typer.testing import CliRunner
 
-from data_prep.judge.prepare import prepare_judge
-from data_prep.judge.sft_view import judge_sft
+from data_prep.verdict.prepare import prepare_verdict
+from data_prep.verdict.sft_view import verdict_sft
 from persetrain.cli import app
 from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
@@ -26,7 +26,7 @@ PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("judge") / "prefeval"
-    prepare_judge(out, prefeval=[PREFEVAL], holdout_topics=["travel_restaurant"], seed=0)
+    prepare_verdict(out, prefeval=[PREFEVAL], holdout_topics=["travel_restaurant"], seed=0)
     return out
 
 
@@ -59,9 +59,9 @@ def test_the_sft_view_trains_the_gold_letter_where_mcq_letter_reads_it(judge, tm
 
 def test_rows_it_cannot_train_on_are_refused_naming_the_file_row_and_field(judge, tmp_path):
     think = tmp_path / "think"
-    prepare_judge(think, prefeval=[PREFEVAL], holdout_topics=["travel_restaurant"], seed=0, mode="think")
+    prepare_verdict(think, prefeval=[PREFEVAL], holdout_topics=["travel_restaurant"], seed=0, mode="think")
     with pytest.raises(InputError, match=r"think/train:[a-z_]+-\d+:o0: field 'mode': mode 'think': only verdict"):
-        judge_sft(think, tmp_path / "out")
+        verdict_sft(think, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     result = CliRunner().invoke(app, ["prepare", "verdict-sft", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
@@ -78,5 +78,5 @@ def test_a_judge_dataset_missing_a_split_or_with_bad_splits_is_one_line_naming_i
     assert f"{torn / 'dataset_dict.json'}: field 'splits': split 'validation' is missing" in result.output
     (torn / "dataset_dict.json").write_text(json.dumps({"splits": "train"}))
     with pytest.raises(InputError, match=r"dataset_dict.json: field 'splits': expected a list of split names"):
-        judge_sft(torn, tmp_path / "o")
+        verdict_sft(torn, tmp_path / "o")
     assert not (tmp_path / "o").exists()

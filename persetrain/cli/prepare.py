@@ -279,12 +279,12 @@ def prepare_verdict_cmd(
 ) -> None:
     """Verdict prompts with their gold verdict for a judge trained by GRPO on its own verdicts (`persetrain grpo`
     with the verdict-* rewards), train / validation, from PrefEval, PerSE and verifier data."""
-    from data_prep.judge.prepare import prepare_judge
     from data_prep.readers.prefeval import PREFEVAL_TABLES
     from data_prep.readers.tables import parse_columns
+    from data_prep.verdict.prepare import prepare_verdict
 
     topics = [t.strip() for t in holdout_topics.split(",") if t.strip()]
-    prepare_judge(
+    prepare_verdict(
         out,
         prefeval=prefeval or (),
         perse=perse or (),
@@ -308,9 +308,9 @@ def prepare_verdict_sft_cmd(
 ) -> None:
     """The judge rows as SFT prompt-completion rows, the gold verdict as the completion (`persetrain sft`): the
     GRPO judge's supervised starting point and the ceiling to read it against."""
-    from data_prep.judge.sft_view import judge_sft
+    from data_prep.verdict.sft_view import verdict_sft
 
-    judge_sft(data, out)
+    verdict_sft(data, out)
 
 
 renamed_command(prepare_app, "prepare", "judge", "verdict")

@@ -217,7 +217,7 @@ def guard_callbacks(script_args: ScriptArguments, training_args: GRPOConfig) -> 
         )
     ]
     if training_args.validation_evaluator:
-        from data_prep.judge.prepare import QUESTIONS_DIR
+        from data_prep.verdict.prepare import QUESTIONS_DIR
         from persetrain.evaluators.registry import registered
 
         if training_args.validation_evaluator not in registered():

@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 from datasets import Dataset
 
-from data_prep.judge.prepare import choice_rows
 from data_prep.preference.prepare import pair_rows, verifier_rows
 from data_prep.preference.sources import TRAIN, Group
+from data_prep.verdict.prepare import choice_rows
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LINE
 from persetrain.rows import PreferencePair, Rows, is_preference, person_column_of, person_value, preference_pairs

@@ -73,7 +73,7 @@ def build_info(
 ) -> dict:
     """What ``build_info.json`` holds: the task kind, mode, sources, sizes, counts, verdict balance, settings."""
     return {
-        "name": "judge",
+        "name": "verdict",
         "title": f"Judge verdict prompts ({settings['mode']} mode)",
         "task": "judge_verdicts",
         "format": FORMAT,
@@ -100,7 +100,7 @@ def readme(info: dict) -> str:
         "`verdict-correct`, `verdict-format` and `verdict-consistent` rewards). Each row asks which option is best "
         "for a person (`choice`: a letter) or whether a text passes a check (`yes-no`). Task kind "
         f"`{info['task']}`; format: {info['format']}. Built by `persetrain prepare verdict` "
-        "(`data_prep/judge/prepare.py`); the wording of every prompt is `persetrain.prompts.verdict`.\n",
+        "(`data_prep/verdict/prepare.py`); the wording of every prompt is `persetrain.prompts.verdict`.\n",
         f"Mode `{info['mode']}`: {MODES[info['mode']]}\n",
         ORDER_RULE + "\n",
     ]

@@ -39,7 +39,6 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Features, List, Value
 
-from data_prep.judge.card import build_info, readme
 from data_prep.preference.prepare import check_profile_sizes, listwise_row
 from data_prep.preference.sources import (
     TRAIN,
@@ -50,6 +49,7 @@ from data_prep.preference.sources import (
     perse_groups,
     prefeval_groups,
 )
+from data_prep.verdict.card import build_info, readme
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
 from persetrain.prompts.mcq_letter import LETTERS
@@ -305,7 +305,7 @@ def shuffled(items: Sequence[Item], seed: int) -> dict[str, list[dict]]:
     return rows
 
 
-def prepare_judge(
+def prepare_verdict(
     out: str | Path,
     prefeval: Sequence[str | Path] = (),
     perse: Sequence[str | Path] = (),

@@ -32,7 +32,7 @@ def sft_row(row: dict) -> dict:
     }
 
 
-def judge_sft(judge: Path, out: Path) -> DatasetDict:
+def verdict_sft(judge: Path, out: Path) -> DatasetDict:
     """Write the SFT view of the judge dataset at ``judge`` (every split) to ``out``, whole or not at all."""
     found = load_prepared(judge, "persetrain prepare verdict")
     for split, rows in found.items():
