@@ -41,7 +41,7 @@ RM_RECIPE = REPO / "recipes" / "rm" / "cpu_smollm2_prefeval.yaml"
 VERIFIER_RECIPE = REPO / "recipes" / "verifier" / "cpu_smollm2_prefeval.yaml"
 PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
 GRPO_RECIPE = REPO / "recipes" / "parl" / "cpu_smollm2_news.yaml"
-JUDGE_RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
+VERDICT_RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
 #: Each rank takes one row a step; the one-process reference takes both rows in one batch.
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
 ONE_PROCESS = ("--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
@@ -370,7 +370,7 @@ def test_a_judge_is_paid_for_whole_questions_on_every_rank(config, tiny_llama_di
     prepare_verdict(data, prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"], seed=0)
     out = tmp_path / "grpo"
     _launch(
-        JUDGE_RECIPE,
+        VERDICT_RECIPE,
         config,
         *("--model_name_or_path", str(tiny_llama_dir), "--dataset_path", str(data), "--output_dir", str(out)),
         *("--max_steps", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),

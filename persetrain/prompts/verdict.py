@@ -1,5 +1,5 @@
-"""Prompts of judges trained by reinforcement on their own verdicts (``persetrain prepare verdict``, the ``verdict-*``
-rewards, the ``verdict`` evaluator).
+"""Prompts of the verdict judges, trained by reinforcement on their own verdicts (``persetrain prepare verdict``, the
+``verdict-*`` rewards, the ``verdict`` evaluator).
 
 Two modes (:data:`MODES`):
 

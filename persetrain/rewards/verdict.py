@@ -1,4 +1,5 @@
-"""Rewards of a judge trained by GRPO on its own verdicts (data of ``persetrain prepare verdict``).
+"""Rewards of the verdict judges: judges trained by GRPO on their own verdicts (data of ``persetrain prepare
+verdict``).
 
 A judge is asked a verdict prompt (:mod:`persetrain.prompts.verdict`: which lettered option is best for this person,
 or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL

@@ -1,4 +1,4 @@
-"""The judge rewards with verl's custom reward signature (``reward.custom_reward_function``).
+"""The verdict judges' rewards with verl's custom reward signature (``reward.custom_reward_function``).
 
 verl 0.9 calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` once
 per sample and wants a dict holding ``score`` and the same other keys for every sample (it stacks each key
@@ -33,7 +33,7 @@ def compute_score(
             "use verdict-correct with verl"
         )
     if reward not in _PER_SAMPLE:
-        raise ValueError(f"unknown judge reward {reward!r} for verl; expected one of {', '.join(_PER_SAMPLE)}")
+        raise ValueError(f"unknown verdict reward {reward!r} for verl; expected one of {', '.join(_PER_SAMPLE)}")
     info = extra_info or {}
     missing = [key for key in ("verdicts", "mode") if key not in info]
     if missing:

@@ -64,7 +64,7 @@ from persetrain.train.grpo_rows import check_item_layout, drop_overlong_prompts,
 from persetrain.train.grpo_trainer import GRPO_TRAINER
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
-from persetrain.train.user_rows import judge_view
+from persetrain.train.user_rows import verdict_view
 
 #: What a run returns: the same record as ``persetrain sft``'s.
 GRPOResult = RunResult
@@ -267,7 +267,7 @@ def build_grpo_trainer(
         seed=training_args.seed,
         write_with="persetrain prepare parl or persetrain prepare verdict",
         keep=None,
-        convert=lambda rows, split, person: judge_view(rows, split, person, training_args.seed),
+        convert=lambda rows, split, person: verdict_view(rows, split, person, training_args.seed),
     )
     judged = [name for name in reward_args.reward_funcs if name in VERDICT_REWARDS]
     if judged:

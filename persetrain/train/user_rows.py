@@ -9,7 +9,7 @@ options, the chosen one preferred, handed to the builder of the trainer's view:
   request)``, ``chosen`` / ``rejected`` the two responses, ``prompt_blind`` without the person;
 - ``persetrain sft`` (the verifier): ``verifier_rows``: the ``VERIFIER`` question about each response, answered
   ``yes`` for the chosen one and ``no`` for the other;
-- ``persetrain grpo`` (the judge): ``choice_rows`` of ``persetrain prepare verdict`` in verdict mode, the two
+- ``persetrain grpo`` (the verdict judge): ``choice_rows`` of ``persetrain prepare verdict`` in verdict mode, the two
   orders of the pair adjacent (what ``verdict-consistent`` compares).
 
 So a trained model reads at evaluation (``persetrain evaluate --task pairwise``) the very text it was trained on.
@@ -30,8 +30,8 @@ from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LINE
 from persetrain.rows import PreferencePair, Rows, is_preference, person_column_of, person_value, preference_pairs
 
-#: Orders of a pair's two responses in the judge's rows (both, adjacent).
-JUDGE_ORDERS = 2
+#: Orders of a pair's two responses in the verdict judge's rows (both, adjacent).
+VERDICT_ORDERS = 2
 #: What ``Group.source`` says of a user's rows (the judge's prompt for a person shown by a label and a text).
 SOURCE = "user"
 
@@ -98,9 +98,9 @@ def verifier_view(rows: Rows, split: str, person_column: str | None) -> Dataset:
     return rows.data.map(with_person, with_indices=True, desc="person into the prompt")
 
 
-def judge_view(rows: Rows, split: str, person_column: str | None, seed: int) -> Dataset:
-    """``persetrain grpo``'s judge rows (verdict mode, both orders of each pair adjacent) from preference rows;
+def verdict_view(rows: Rows, split: str, person_column: str | None, seed: int) -> Dataset:
+    """``persetrain grpo``'s verdict judge rows (verdict mode, both orders of each pair adjacent) from preference rows;
     other rows (a conversational ``prompt`` and the reward's columns) as they are."""
     if not is_preference(rows):
         return rows.data
-    return _pairs_view(rows, split, person_column, lambda group: choice_rows(group, "verdict", JUDGE_ORDERS, seed))
+    return _pairs_view(rows, split, person_column, lambda group: choice_rows(group, "verdict", VERDICT_ORDERS, seed))
