@@ -24,6 +24,7 @@ import yaml
 from persetrain.config_files import read_yaml_mapping
 from persetrain.launch import LaunchError, plan_launch
 from persetrain.launch.plan import TRAINERS, infer_trainer
+from persetrain.models import load_model
 from persetrain.train.trainers import recipe_keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,17 +169,41 @@ def test_recipe_runs_two_steps(recipe, prepared, tiny_llama_dir, tmp_path, monke
             "--max_completion_length",
             "8",
         ]
-    result = module.main(*module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides]))
+    parsed = module.make_parser().parse_args_and_config(["--config", str(recipe), *overrides])
+    result = module.main(*parsed)
     assert result.global_step == 2
-    losses = [
-        r["loss"]
-        for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-        if r["event"] == "log" and "loss" in r
-    ]
+    logged = map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    steps = [r for r in logged if r["event"] == "log" and "loss" in r]
+    losses = [r["loss"] for r in steps]
     assert len(losses) == 2 and all(loss == loss for loss in losses)  # finite
     if trainer == "sft":
         assert all(loss > 0 for loss in losses)  # the completions survived truncation: labelled tokens
     assert (Path(result.model_dir) / "config.json").is_file()
+    if trainer == "grpo" and "parl" in recipe.relative_to(REPO).parts:
+        _check_parl_run(out, steps, parsed[0].dataset_path, parsed[3].reward_funcs)
+        load_model(str(result.model_dir))  # the final policy loads like any persetrain model
+
+
+def _check_parl_run(out: Path, steps: list[dict], dataset_path: str, rewards: list[str]) -> None:
+    """A PARL run's reward parts and metrics: TRL called the reward with the dataset's columns, every scored
+    completion has its line in reward_parts.jsonl, and each step logged the reward, its valid share and its wall time.
+    The tiny random policy writes no valid rubric, so most completions score 0.0 (unparsable) or 0.1 (too few rules);
+    the reward math and the batched judge are ``tests/test_parl_reward.py``'s."""
+    from datasets import load_from_disk
+
+    from persetrain.train.grpo import REWARD_PARTS_FILE
+
+    parts = [json.loads(line) for line in (out / REWARD_PARTS_FILE).read_text().splitlines()]
+    assert parts and {p["variant"] for p in parts} == set(rewards)
+    assert sorted({p["step"] for p in parts}) == [1, 2]  # every generation batch's completions
+    assert {p["id"] for p in parts} <= set(load_from_disk(dataset_path)["train"]["id"])  # each names its example
+    assert all(p["reward"] in (0.0, 0.1) or p["valid_rules"] >= 2 for p in parts)
+    for record in steps:
+        assert 0.0 <= record["parl/valid_share"] <= 1.0
+        assert record["time/reward_s"] > 0 and record["step_time"] >= record["time/reward_s"]
+        assert all(f"rewards/{name.replace('-', '_')}/mean" in record for name in rewards)
+    resolved = json.loads((out / "resolved_config.json").read_text())
+    assert resolved["rewards"]["reward_funcs"] == rewards  # the reward arguments are recorded with the run
 
 
 def test_a_missing_dataset_names_the_key_and_the_prepare_command(tmp_path, monkeypatch):
