@@ -22,7 +22,7 @@ from data_prep.parl.prepare import prepare_parl
 from data_prep.synthetic.parl import write_parl_sample
 from persetrain.engine.hf import length_chunks
 from persetrain.models import DEFAULT_MODEL
-from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, make_parser, run_grpo
+from persetrain.train.grpo import REWARD_PARTS_FILE, build_grpo_trainer, build_reward_funcs, make_parser, run_grpo
 from persetrain.train.recipe import RecipeError
 from persetrain.train.runner import METRICS_FILE
 
@@ -274,6 +274,28 @@ def test_grpo_with_perse_judge_reward(tiny_llama_dir, tmp_path):
     assert result.global_step == 2
     steps = [r for r in _log(out) if r["event"] == "log" and "loss" in r]
     assert all(1.0 <= r["rewards/perse_expected_score/mean"] <= 10.0 for r in steps)
+
+
+def test_rewards_build_from_the_registry_and_the_reward_judge_only_when_one_scores_with_it(tmp_path):
+    """A verdict reward and a dotted path build without the reward judge (here an openai one with no server URL, which
+    cannot be built); a PARL reward needs it, and a dotted path that does not import is one line."""
+    from test_trl_overrides import alternating_reward
+
+    from persetrain.rewards.verdict import VERDICT_REWARDS
+
+    def rewards(*names: str):
+        argv = ["--output_dir", str(tmp_path), "--reward_judge_backend", "openai", "--reward_funcs", *names]
+        _, training, _, reward_args = make_parser().parse_args_and_config(argv)
+        return build_reward_funcs(reward_args, training)
+
+    assert rewards("verdict-correct", "test_trl_overrides.alternating_reward") == [
+        VERDICT_REWARDS["verdict-correct"],
+        alternating_reward,
+    ]
+    with pytest.raises(RecipeError, match="^reward_judge_base_url is required with reward_judge_backend: openai$"):
+        rewards("verdict-correct", "parl-b")
+    with pytest.raises(RecipeError, match=r"^reward_funcs: cannot import 'nowhere\.reward' \(No module named"):
+        rewards("nowhere.reward")
 
 
 def test_num_generations_must_divide_the_generation_batch(tmp_path):

@@ -75,7 +75,7 @@ REWARDS: dict[str, NamedReward] = {
         NamedReward(
             "perse",
             "A PerSE judge's expected 1-10 score of the completion for the row's reviewer.",
-            ("profile", "id", "reviewer_id", "score_max"),
+            ("profile", "id", "reviewer_id", "score_max"),  # all but profile when present
             _perse,
             judged=True,
         ),
@@ -99,8 +99,10 @@ def unknown_rewards(names: Sequence[str]) -> str | None:
 
 
 def rewards_help() -> str:
-    """The help of ``reward_funcs``: every registered name with its line."""
-    listed = "; ".join(f"{reward.name}: {reward.help.rstrip('.')}" for reward in REWARDS.values())
+    """The help of ``reward_funcs``: every registered name with its line and the columns it reads."""
+    listed = "; ".join(
+        f"{reward.name}: {reward.help.rstrip('.')} (reads {', '.join(reward.reads)})" for reward in REWARDS.values()
+    )
     return f"Reward functions, summed with reward_weights: {listed}; or a dotted import path to a TRL reward function."
 
 
