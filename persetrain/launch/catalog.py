@@ -1,7 +1,7 @@
 """The shipped recipes at a glance (``persetrain recipes``): what each trains, on which model, at what scale.
 
 Everything shown is read from the recipe and the accelerate config it names, so the list cannot drift from the
-files: the method is the recipe's folder (``perse``, ``parl``, ``rm``, ``verifier``, ``judge``), the trainer is the
+files: the method is the recipe's folder (``perse``, ``parl``, ``rm``, ``verifier``, ``verdict``), the trainer is the
 one ``persetrain launch`` would run, the scale is the hardware, sharding and global batch it was tuned for.
 """
 
