@@ -79,7 +79,7 @@ def _loaded(load: Callable[[], T], path: Path) -> T:
         raise InputError(path, f"not a dataset saved with save_to_disk ({str(err).splitlines()[0]})") from None
 
 
-def is_lone(path: Path) -> bool:
+def _is_lone(path: Path) -> bool:
     """Whether ``path`` holds one ``Dataset`` saved alone (no ``DatasetDict`` index)."""
     return not (path / DATASET_INDEX).is_file() and (path / SPLIT_STATE).is_file()
 
@@ -93,7 +93,7 @@ def load_prepared(path: str | Path, written_by: str | None = None, *, lone: bool
     from datasets import Dataset, DatasetDict
 
     path = Path(path)
-    if lone and is_lone(path):
+    if lone and _is_lone(path):
         return DatasetDict({"train": _loaded(lambda: Dataset.load_from_disk(str(path)), path)})
     complete_splits(path, written_by)
     return _loaded(lambda: DatasetDict.load_from_disk(str(path)), path)
@@ -104,7 +104,7 @@ def load_prepared_split(path: str | Path, split: str, written_by: str | None = N
     from datasets import Dataset
 
     path = Path(path)
-    if lone and is_lone(path):
+    if lone and _is_lone(path):
         splits, folder = ["train"], path
     else:
         splits, folder = saved_splits(path, written_by), path / split
