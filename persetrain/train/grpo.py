@@ -1,4 +1,4 @@
-"""GRPO of a rubric generator (PARL) with TRL's ``GRPOTrainer``.
+"""GRPO with TRL's ``GRPOTrainer``: the entry point of every GRPO run, a PARL rubric generator or an RL verdict judge.
 
 ``persetrain grpo --config recipes/parl/<recipe>.yaml [--key value ...]``, ``python -m persetrain.train.grpo``
 and ``accelerate launch -m persetrain.train.grpo`` all go through :func:`make_parser` and :func:`main`, as TRL's
