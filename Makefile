@@ -41,11 +41,11 @@ demo: setup
 test: slurm-packages wordnet-packages browser-packages
 	$(MAKE) -j2 setup verl-env
 	$(MAKE) lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 # What an edit needs, in at most 3 minutes: lint and every test not marked slow (docs/testing.md says which are).
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" tests
 
 # tests/test_slurm.py runs a real Slurm (munged, slurmctld, slurmd started by the test itself, not as
 # services), so `make test` installs Debian's packages when they are missing; once there, this is a no-op.

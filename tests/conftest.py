@@ -6,10 +6,30 @@ end-to-end test on the real embedded model.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from persetrain.models import DEFAULT_MODEL, DTYPE_ENV, load_tokenizer
+
+# `make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`): on two cores one process
+# leaves most of a core idle while it imports, starts subprocesses or waits on them. A file's tests stay on one
+# worker (its module fixtures are built once), and the files that start ranks of their own share one worker, so
+# that no two of them run at once: they would meet on torch's default rendezvous port and each wants both cores.
+RANK_FILES = {"test_distributed.py", "test_launch.py", "test_multiprocess.py", "test_slurm.py"}
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One compute thread per worker, and per process it starts (the variables are inherited): two workers of two
+    # threads each on two cores spin against each other.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("ranks" if name in RANK_FILES else name))
 
 
 @pytest.fixture

@@ -305,7 +305,9 @@ def test_the_embedded_judge_trains_and_mcq_letter_reads_it(judge_data, tmp_path)
             seed=0,
         )
     )
-    assert 0.0 <= metrics["systems"]["rl"]["accuracy"] <= 1.0
+    rl = metrics["systems"]["rl"]
+    assert rl["n"] == 6 and rl["n_unparsed"] == 0  # mcq-letter read a letter for every question from the judge
+    assert abs(rl["accuracy"] * 6 - round(rl["accuracy"] * 6)) < 1e-9, rl  # the share of the 6 it got right
 
 
 def spread_then_equal(completions, trainer_state, **_) -> list[float]:
