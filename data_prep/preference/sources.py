@@ -38,7 +38,6 @@ from persetrain.data import CARD, read_split
 from persetrain.io import InputError
 from persetrain.prompts.preference import PERSON_LABELS, PLOT_REQUEST, reviews_person, texts_person
 from persetrain.saved import DATASET_INDEX, complete_splits, read_card
-from persetrain.saved import load_prepared as load_prepared  # the judge data's modules load their sources by it
 from persetrain.schema import ProfileReview
 
 TRAIN, VALIDATION = "train", "validation"

@@ -39,13 +39,13 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Features, List, Value
 
+from data_prep.card import write_card
 from data_prep.preference.prepare import check_profile_sizes, listwise_row
 from data_prep.preference.sources import (
     TRAIN,
     VALIDATION,
     Group,
     is_synthetic,
-    load_prepared,
     perse_groups,
     prefeval_groups,
 )
@@ -62,6 +62,7 @@ from persetrain.prompts.verdict import (
     yes_no_request,
 )
 from persetrain.prompts.yes_no import YES_NO
+from persetrain.saved import load_prepared
 
 SPLITS = (TRAIN, VALIDATION)
 #: Where the validation topics' questions (an ``mcq`` dataset) go inside the judge dataset: a yes / no row holds one
@@ -389,8 +390,7 @@ def prepare_verdict(
         DatasetDict({split: Dataset.from_dict(c, features=FEATURES) for split, c in columns.items()}).save_to_disk(
             str(tmp), num_shards=dict.fromkeys(SPLITS, 1)
         )
-        write_json(tmp / "build_info.json", info)
-        (tmp / "README.md").write_text(readme(info), encoding="utf-8")
+        write_card(tmp, info, readme(info))
         if questions:
             # The validation topics' questions as the evaluators read them, for GRPO's validation of each checkpoint
             # (``validation_evaluator``): a yes / no row holds one candidate, not its question.

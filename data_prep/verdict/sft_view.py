@@ -14,10 +14,10 @@ from pathlib import Path
 
 from datasets import DatasetDict
 
-from data_prep.preference.sources import load_prepared
 from persetrain.io import InputError, atomic_dir
 from persetrain.prompts.verdict import request_of
 from persetrain.rewards.verdict import check_verdict_rows
+from persetrain.saved import load_prepared
 
 #: The judge columns an SFT row keeps, besides the completion it gains: where it came from, and its gold.
 KEPT = ("id", "item_id", "source", "topic", "gold", "prompt")
