@@ -327,6 +327,19 @@ def judge_all(
     return runs
 
 
+def judge_sample(
+    config: EvaluationConfig, examples: Sequence | None = None
+) -> tuple[TaskKind, list, list[tuple[SystemSpec, Evaluator]], dict[str, SystemRun]]:
+    """The first pass of an evaluation and of a meta-evaluation: the task kind, the examples judged (``examples``,
+    or the configured sample), every system's evaluator (built and its data needs checked before any model loads)
+    and every system's runs on those examples."""
+    task, sample = load_examples(config)
+    examples = list(sample if examples is None else examples)
+    evaluators = build_evaluators(config.systems, task, config.backend)
+    check_data_needs(config, evaluators, task, examples)
+    return task, examples, evaluators, judge_all(config, evaluators, examples)
+
+
 def judgment_records(
     judged: Mapping[str, Mapping[str, SystemRun]], examples: Mapping[str, Sequence]
 ) -> dict[str, dict[str, list[dict]]]:
@@ -426,11 +439,7 @@ def evaluate(config: EvaluationConfig, examples: Sequence | None = None, overwri
     """
     out = Path(config.out)
     replaces = check_run_dir(out, config, overwrite)
-    task, sample = load_examples(config)
-    examples = list(sample if examples is None else examples)
-    evaluators = build_evaluators(config.systems, task, config.backend)
-    check_data_needs(config, evaluators, task, examples)
-    runs = judge_all(config, evaluators, examples)
+    task, examples, _, runs = judge_sample(config, examples)
     if replaces:
         clear_run(out)
     metrics = {

@@ -32,12 +32,10 @@ from persetrain.console import console, warn
 from persetrain.evaluation import (
     EvaluationConfig,
     SystemRun,
-    build_evaluators,
-    check_data_needs,
     check_run_dir,
     clear_run,
     judge_all,
-    load_examples,
+    judge_sample,
     system_metrics,
     write_run,
     write_view,
@@ -201,11 +199,7 @@ def meta_evaluate(config: MetaEvalConfig, examples: Sequence | None = None, over
         raise ValueError(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBES)}")
     out = Path(config.out)
     replaces = check_run_dir(out, config, overwrite)
-    task, sample = load_examples(config)
-    examples = list(sample if examples is None else examples)
-    evaluators = build_evaluators(config.systems, task, config.backend)
-    check_data_needs(config, evaluators, task, examples)
-    runs = judge_all(config, evaluators, examples)
+    task, examples, evaluators, runs = judge_sample(config, examples)
     judged = {"": runs}
     probed_examples: dict[str, list] = {"": examples}  # what each probe judged, for its judgment records
     systems: dict[str, dict] = {}
