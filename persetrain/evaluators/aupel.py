@@ -32,11 +32,11 @@ from typing import Literal
 import numpy as np
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext, register
+from persetrain.evaluators.base import EvaluatorConfig, JudgeContext, register
 from persetrain.evaluators.expert import check_reference_examples
 from persetrain.evaluators.learned import Item
 from persetrain.evaluators.pairs import is_pairs, judge_pairs_as_cases, refuse_plot_pairs
-from persetrain.evaluators.scorers import TrainedScorer, check_scorer, grouped_scores
+from persetrain.evaluators.scorers import WithTrainedScorer, grouped_scores
 from persetrain.io import atomic_write
 from persetrain.metrics.elo import LOSS, TIE, WIN, bootstrap_elo, consistency_sensitivity
 from persetrain.prompts.aupel import CHOICES, DIMENSIONS, comparison_request
@@ -121,19 +121,11 @@ def comparisons(
 
 
 @register("aupel")
-class AuPEL(Evaluator):
+class AuPEL(WithTrainedScorer):
     #: ``pairwise``: preference rows, each a test case of two systems judged on personalization (the dimension that
     #: reads the person; the first configured dimension without it), its outcome the pair's choice.
     tasks = ("reference", "pairwise")
     Config = AuPELConfig
-
-    def __init__(self, config: AuPELConfig | None = None):
-        super().__init__(config)
-        self._scorer = None  # the trained judge (config.scorer), loaded on first use
-
-    def check_model(self, model: str) -> None:
-        if self.config.scorer:
-            check_scorer(self.config.scorer)
 
     def judge(
         self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
@@ -187,8 +179,6 @@ class AuPEL(Evaluator):
         self, cases: Sequence[Case], context: JudgeContext
     ) -> tuple[list[list[float]], list[Cost]]:
         """P(first system chosen), the same in both orders, from the configured trained judge (``scorer``)."""
-        if self._scorer is None:
-            self._scorer = TrainedScorer(self.config.scorer)
         c, groups = self.config, []
         for ex, a, b, dim in cases:
             person = (
@@ -210,8 +200,9 @@ class AuPEL(Evaluator):
                     for system in (a, b)
                 ]
             )
-        raw, costs = grouped_scores(self._scorer, groups, context)
-        return [[self._scorer.judge.share(r)[0]] * 2 for r in raw], costs
+        scorer = self.trained_scorer()
+        raw, costs = grouped_scores(scorer, groups, context)
+        return [[scorer.judge.share(r)[0]] * 2 for r in raw], costs
 
     def metrics(self, task, examples: Sequence, judgments: list[Judgment]) -> dict:
         if is_pairs(examples):

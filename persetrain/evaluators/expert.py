@@ -47,9 +47,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from persetrain.engine import Engine
-from persetrain.evaluators.base import REFERENCE, DataNeeds, Evaluator, JudgeContext, register
+from persetrain.evaluators.base import REFERENCE, DataNeeds, JudgeContext, register
 from persetrain.evaluators.expert_pipeline import ExPerTConfig, ExPerTJudge
-from persetrain.evaluators.scorers import TrainedScorer, check_scorer
+from persetrain.evaluators.scorers import WithTrainedScorer
 from persetrain.io import InputError
 from persetrain.metrics.expert import AGGREGATIONS
 from persetrain.schema import Judgment, ReferenceExample
@@ -78,18 +78,10 @@ def check_reference_examples(examples: Sequence[ReferenceExample], data: Path | 
 
 
 @register("expert")
-class ExPerT(Evaluator):
+class ExPerT(WithTrainedScorer):
     tasks = ("reference",)
     Config = ExPerTConfig
     needs = DataNeeds(fields=(REFERENCE,))
-
-    def __init__(self, config: ExPerTConfig | None = None):
-        super().__init__(config)
-        self._scorer: TrainedScorer | None = None  # the trained match judge (config.scorer), loaded on first use
-
-    def check_model(self, model: str) -> None:
-        if self.config.scorer:
-            check_scorer(self.config.scorer)
 
     def judge(
         self, examples: Sequence[ReferenceExample], engine: Engine | None, context: JudgeContext
@@ -97,9 +89,8 @@ class ExPerT(Evaluator):
         check_reference_examples(examples, context.data, need_reference=True)
         if self.config.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {self.config.aggregation!r}; use one of {list(AGGREGATIONS)}")
-        if self.config.scorer and self._scorer is None:
-            self._scorer = TrainedScorer(self.config.scorer)
-        return ExPerTJudge(engine, self.config, context.system, self._scorer, context).run(examples)
+        scorer = self.trained_scorer() if self.config.scorer else None
+        return ExPerTJudge(engine, self.config, context.system, scorer, context).run(examples)
 
     def report(
         self, out: Path, examples: Sequence, judgments: Mapping[str, list[Judgment]], metrics: Mapping[str, dict]

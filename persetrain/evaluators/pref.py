@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persetrain.engine import Cost, Engine
-from persetrain.evaluators.base import CANDIDATES, DataNeeds, Evaluator, JudgeContext, refuse_single_answer, register
+from persetrain.evaluators.base import CANDIDATES, DataNeeds, JudgeContext, refuse_single_answer, register
 from persetrain.evaluators.learned import Item
 from persetrain.evaluators.pairs import is_pairs, judge_pairs, refuse_plot_pairs
 from persetrain.evaluators.pref_stages import (
@@ -45,7 +45,7 @@ from persetrain.evaluators.pref_stages import (
     stage3_inputs,
     unrotate,
 )
-from persetrain.evaluators.scorers import TrainedScorer, check_scorer, grouped_scores
+from persetrain.evaluators.scorers import WithTrainedScorer, grouped_scores
 from persetrain.metrics.mcq import strict_argmax
 from persetrain.prompts.pref import ADDED_PREFIX
 from persetrain.prompts.preference import PERSON_LABELS
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 
 @register("pref")
-class PREF(Evaluator):
+class PREF(WithTrainedScorer):
     """Scores every candidate answer of a multiple-choice question on 0..10 for the asking user."""
 
     #: ``pairwise``: preference rows, judged as two-option questions (``persetrain.evaluators.pairs``).
@@ -64,14 +64,6 @@ class PREF(Evaluator):
     Config = PREFConfig
     needs = DataNeeds(fields=(CANDIDATES,))
     option_labels = "numbers"
-
-    def __init__(self, config: PREFConfig | None = None):
-        super().__init__(config)
-        self._scorer = None  # the trained stage-3 judge (config.scorer), loaded on first use
-
-    def check_model(self, model: str) -> None:
-        if self.config.scorer:
-            check_scorer(self.config.scorer)
 
     def judge(self, examples: Sequence[McqExample], engine: Engine | None, context: JudgeContext) -> list[Judgment]:
         if is_pairs(examples):
@@ -167,8 +159,6 @@ class PREF(Evaluator):
         self, examples: Sequence[McqExample], rubrics: Sequence[Rubric], context: JudgeContext
     ) -> tuple[list[list[float]], list[Cost]]:
         """Stage 3 by the configured trained judge (``scorer``), loaded once per evaluator."""
-        if self._scorer is None:
-            self._scorer = TrainedScorer(self.config.scorer)
         groups = []
         for ex, rubric in zip(examples, rubrics, strict=True):
             person = ex.preference + (f"\nGuideline:\n{rubric.guideline}" if rubric.guideline else "")
@@ -185,8 +175,9 @@ class PREF(Evaluator):
                     for k, option in enumerate(ex.options)
                 ]
             )
-        raw, costs = grouped_scores(self._scorer, groups, context)
-        return [self._scorer.judge.option_scores(r) for r in raw], costs
+        scorer = self.trained_scorer()
+        raw, costs = grouped_scores(scorer, groups, context)
+        return [scorer.judge.option_scores(r) for r in raw], costs
 
 
 def _explain(guideline: str | None, scores: list[float] | None, notes: list[str]) -> str:

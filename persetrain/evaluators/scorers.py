@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from persetrain.engine import Cost
-from persetrain.evaluators.base import JudgeContext
+from persetrain.evaluators.base import Evaluator, EvaluatorConfig, JudgeContext
 from persetrain.evaluators.learned import Item, LearnedJudge
 from persetrain.evaluators.rm import RewardModelJudge
 from persetrain.evaluators.verifier import Verifier
@@ -64,6 +64,26 @@ class TrainedScorer:
         )
         scores, costs, _ = self.judge.score_items(items, engine, scoring)
         return scores, costs
+
+
+class WithTrainedScorer(Evaluator):
+    """An evaluator one step of which a trained judge may take (its config's ``scorer``: AuPEL's comparisons,
+    ExPerT's match step, PREF's stage 3): the spec is checked with the model, before anything loads, and the judge
+    is loaded once, on first use, so that every probe of a meta-eval reuses it."""
+
+    def __init__(self, config: EvaluatorConfig | None = None):
+        super().__init__(config)
+        self._scorer: TrainedScorer | None = None
+
+    def check_model(self, model: str) -> None:
+        if self.config.scorer:
+            check_scorer(self.config.scorer)
+
+    def trained_scorer(self) -> TrainedScorer:
+        """The judge the config's ``scorer`` names, loaded on first use."""
+        if self._scorer is None:
+            self._scorer = TrainedScorer(self.config.scorer)
+        return self._scorer
 
 
 def grouped_scores(
