@@ -40,9 +40,9 @@ from persetrain.evaluation import (
     write_run,
     write_view,
 )
-from persetrain.io import atomic_write, write_json
+from persetrain.io import write_json
 from persetrain.person import blind_examples, swapped_examples
-from persetrain.report import BROWSE, write_markdown, wrong_examples
+from persetrain.report import BROWSE, pyplot, save_png, write_markdown, wrong_examples
 from persetrain.schema import (
     Judgment,
     McqExample,
@@ -283,22 +283,14 @@ def _fmt(value: float) -> str:
 
 def bar_plot(path: Path, title: str, values: Mapping[str, float]) -> Path:
     """One horizontal bar per system (missing values are left out)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     shown = {k: v for k, v in values.items() if v is not None and not math.isnan(v)}
     fig, ax = plt.subplots(figsize=(6, 0.5 * max(len(shown), 1) + 1.2))
     ax.barh(list(shown), list(shown.values()), color="#4c72b0")
     ax.axvline(0, color="grey", linewidth=0.8)
     ax.set(title=title, xlabel=title)
     ax.invert_yaxis()
-    fig.tight_layout()
-    with atomic_write(path, mode="wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=100)
 
 
 def write_report(out: Path, task: TaskKind, result: dict, records: Mapping[str, Sequence[dict]] | None = None) -> None:

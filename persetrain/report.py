@@ -9,10 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from persetrain.io import atomic_write
 from persetrain.schema import Judgment
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SCALAR_COLUMNS = ("pearson", "spearman", "kendall")
 
@@ -58,13 +63,31 @@ def metrics_table(metrics: Mapping[str, Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequence[float | None]]) -> Path:
-    """Predicted vs. true score, one panel per system, with a little jitter so ties stay visible."""
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on the Agg backend: a run writes its plots to files and never opens a window (imported
+    where a plot is drawn, so that a run without plots does not load matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Figure, path: Path, dpi: int) -> Path:
+    """Lay ``fig`` out, write it to ``path`` as a PNG (atomically: a reader never finds half a plot), close it."""
+    fig.tight_layout()
+    with atomic_write(path, mode="wb") as f:
+        fig.savefig(f, format="png", dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
+def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequence[float | None]]) -> Path:
+    """Predicted vs. true score, one panel per system, with a little jitter so ties stay visible."""
     import numpy as np
+
+    plt = pyplot()
 
     rng = np.random.default_rng(0)
     fig, axes = plt.subplots(1, len(systems), figsize=(4 * len(systems), 4), squeeze=False)
@@ -75,12 +98,7 @@ def scatter_plot(path: Path, gold: Sequence[float], systems: Mapping[str, Sequen
             ax.scatter(g + rng.uniform(-0.15, 0.15, len(g)), p, s=14, alpha=0.6)
         ax.plot([1, 10], [1, 10], color="grey", linewidth=0.8, linestyle="--")
         ax.set(title=name, xlabel="true score", ylabel="predicted score", xlim=(0.5, 10.5), ylim=(0.5, 10.5))
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, mode="wb") as f:
-        fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=110)
 
 
 def explanation_samples(judgments: Sequence[Judgment], gold_reviews: Mapping[str, str], k: int = 3) -> str:

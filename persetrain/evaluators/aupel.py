@@ -37,10 +37,10 @@ from persetrain.evaluators.expert import check_reference_examples
 from persetrain.evaluators.learned import Item
 from persetrain.evaluators.pairs import is_pairs, judge_pairs_as_cases, refuse_plot_pairs
 from persetrain.evaluators.scorers import WithTrainedScorer, grouped_scores
-from persetrain.io import atomic_write
 from persetrain.metrics.elo import LOSS, TIE, WIN, bootstrap_elo, consistency_sensitivity
 from persetrain.prompts.aupel import CHOICES, DIMENSIONS, comparison_request
 from persetrain.prompts.preference import PERSON_LABELS, texts_person
+from persetrain.report import pyplot, save_png
 from persetrain.schema import Judgment, ReferenceExample
 
 OUTCOME_SCORE = {"win": WIN, "tie": TIE, "loss": LOSS}
@@ -311,11 +311,7 @@ def record_table(metrics: Mapping) -> str:
 
 def curves_plot(path: Path, metrics: Mapping) -> Path:
     """Consistency (top) and sensitivity (bottom) over N, one panel per dimension, one line per pair."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     dims = list(metrics["consistency"])
     fig, axes = plt.subplots(2, len(dims), figsize=(4 * len(dims), 6), squeeze=False)
     for col, dim in enumerate(dims):
@@ -325,9 +321,4 @@ def curves_plot(path: Path, metrics: Mapping) -> Path:
         for row, key in enumerate(("consistency", "sensitivity")):
             axes[row][col].set(title=f"{dim}: {key}", xlabel="test cases N", ylabel=key, ylim=(-0.02, 1.02))
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, mode="wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=100)
