@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from io import TextIOWrapper
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -228,17 +228,19 @@ def write_json(path: str | os.PathLike, obj: object) -> None:
     """Strict JSON: an undefined number (a correlation of constant predictions) is written as null,
     not as the NaN token that Python accepts and other readers (jq, JavaScript) reject."""
     with atomic_write(path) as f:
-        json.dump(_finite(obj), f, indent=2, ensure_ascii=False, default=str, allow_nan=False)
+        json.dump(finite(obj), f, indent=2, ensure_ascii=False, default=str, allow_nan=False)
         f.write("\n")
 
 
-def _finite(obj: object) -> object:
+def finite(obj: Any) -> Any:
+    """NaN and infinities as None, in nested dicts and lists too: JSON has no NaN, and JavaScript (the run
+    viewer) and jq reject the token Python writes for it."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 

@@ -23,7 +23,6 @@ a string); :func:`read_records` reads those too, given the run's examples.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from persetrain.io import InputError, iter_jsonl
+from persetrain.io import InputError, finite, iter_jsonl
 from persetrain.metrics.mcq import is_correct
 from persetrain.schema import Judgment
 
@@ -58,17 +57,6 @@ def file_names(systems: Iterable[str]) -> dict[str, str]:
         taken.add(stem.lower())
         names[system] = f"{stem}.jsonl"
     return names
-
-
-def finite(value: Any) -> Any:
-    """NaN and infinities as None: a record is read by JavaScript too, whose JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 # ----------------------------------------------------------------------------- candidates and gold
