@@ -161,10 +161,27 @@ def write_views(
     return {view: out / view for view in rows}
 
 
-def check_profile_sizes(profile_items: int, profile_words: int, max_pairs_per_person: int | None) -> None:
-    """How a person is shown (PerSE profiles, reference users): every size at least 1."""
+def read_prefeval_and_perse(
+    prefeval: Sequence[str | Path],
+    perse: Sequence[str | Path],
+    holdout_topics: Sequence[str],
+    seed: int,
+    profile_items: int,
+    profile_words: int,
+    max_pairs_per_person: int | None,
+    prefeval_columns: Mapping[str, str] | None,
+) -> list[SourceRead]:
+    """The PrefEval and PerSE sources, read the same way for the preference views and the verdict judges' data,
+    once the settings are checked: held-out topics name PrefEval topics, and every size of how a person is shown
+    (PerSE profiles, reference users) is at least 1."""
+    if holdout_topics and not prefeval:
+        raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
     if profile_items < 1 or profile_words < 1 or (max_pairs_per_person is not None and max_pairs_per_person < 1):
         raise ValueError("--profile-items, --profile-words and --max-pairs-per-person must be at least 1")
+    reads = (
+        [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed, prefeval_columns)] if prefeval else []
+    )
+    return reads + [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
 
 
 def prepare_preference(
@@ -189,13 +206,9 @@ def prepare_preference(
     """
     if not (prefeval or perse or reference):
         raise ValueError("no source: give --prefeval, --perse and/or --reference")
-    if holdout_topics and not prefeval:
-        raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
-    check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
-    reads = (
-        [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed, prefeval_columns)] if prefeval else []
+    reads = read_prefeval_and_perse(
+        prefeval, perse, holdout_topics, seed, profile_items, profile_words, max_pairs_per_person, prefeval_columns
     )
-    reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     reads += [reference_groups(Path(p), seed, profile_items, profile_words) for p in reference]
     _check_unique(reads)
     rows = view_rows([group for read in reads for group in read.groups])

@@ -40,14 +40,12 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, Features, List, Value
 
 from data_prep.card import write_card
-from data_prep.preference.prepare import check_profile_sizes, listwise_row
+from data_prep.preference.prepare import listwise_row, read_prefeval_and_perse
 from data_prep.preference.sources import (
     TRAIN,
     VALIDATION,
     Group,
     is_synthetic,
-    perse_groups,
-    prefeval_groups,
 )
 from data_prep.verdict.card import build_info, readme
 from persetrain.console import console, track
@@ -334,13 +332,9 @@ def prepare_verdict(
     check_mode(mode)
     if orders < 1:
         raise ValueError(f"--orders must be at least 1, not {orders}")
-    if holdout_topics and not prefeval:
-        raise ValueError("--holdout-topics names PrefEval topics; give --prefeval")
-    check_profile_sizes(profile_items, profile_words, max_pairs_per_person)
-    reads = (
-        [prefeval_groups([Path(p) for p in prefeval], list(holdout_topics), seed, prefeval_columns)] if prefeval else []
+    reads = read_prefeval_and_perse(
+        prefeval, perse, holdout_topics, seed, profile_items, profile_words, max_pairs_per_person, prefeval_columns
     )
-    reads += [perse_groups(Path(p), seed, profile_items, profile_words, max_pairs_per_person) for p in perse]
     items: list[Item] = []
     for read in reads:
         where = read.source.get("path") or ", ".join(read.source["paths"])
