@@ -32,6 +32,14 @@ def ten_point_score(score: int, score_max: int) -> int:
     return int(1 + (score - 1) * 9 / (score_max - 1) + 0.5)
 
 
+def _none_blank(texts: list[str], what: str) -> list[str]:
+    """``texts`` as they are, or a ValueError naming the first blank one (``what`` and its index)."""
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise ValueError(f"{what} {i} is empty")
+    return texts
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -210,10 +218,7 @@ class McqExample(_Record):
     @field_validator("options")
     @classmethod
     def _options_present(cls, options: list[str]) -> list[str]:
-        for i, option in enumerate(options):
-            if not option.strip():
-                raise ValueError(f"option {i} is empty")
-        return options
+        return _none_blank(options, "option")
 
     @field_validator("gold")
     @classmethod
@@ -243,10 +248,7 @@ class ReferenceExample(_Record):
     @field_validator("profile")
     @classmethod
     def _samples_present(cls, profile: list[str]) -> list[str]:
-        for i, sample in enumerate(profile):
-            if not sample.strip():
-                raise ValueError(f"profile sample {i} is empty")
-        return profile
+        return _none_blank(profile, "profile sample")
 
     @field_validator("outputs")
     @classmethod
