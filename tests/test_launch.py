@@ -516,11 +516,12 @@ def tiny_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_launch_runs_two_cpu_processes_as_one_ddp_group(tiny_llama_dir, tiny_dataset, tmp_path):
+def test_launch_runs_two_cpu_processes_as_one_ddp_group(tiny_llama_dir, tiny_dataset, tmp_path, monkeypatch):
     """``persetrain launch --num-processes 2`` on a CPU: two gloo ranks sharing the data, not two lone runs.
 
     (tests/test_multiprocess.py shows that such ranks match one process's losses at the same global batch.)
     """
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # as a user's shell has it: the launch sets it per rank
     out = tmp_path / "np2"
     result = _persetrain(
         "launch",
