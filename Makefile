@@ -38,6 +38,7 @@ demo: setup
 
 # The two venvs install side by side (-j2): most of a fresh checkout's setup is unpacking wheels into them, one
 # process each, and neither reads the other's. The Debian packages go one at a time (apt holds one lock).
+# The suite runs in two pytest-xdist workers, grouped by tests/conftest.py (docs/testing.md, "Two workers").
 test: slurm-packages wordnet-packages browser-packages
 	$(MAKE) -j2 setup verl-env
 	$(MAKE) lint
