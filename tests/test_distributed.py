@@ -412,26 +412,32 @@ def test_two_machines_meet_at_one_rendezvous_and_equal_one_process(tiny_llama_di
 
 def test_a_hung_rank_ends_the_run_with_an_error_naming_rank_and_step(tiny_llama_dir, perse_dir, tmp_path):
     """One ZeRO-3 rank frozen (SIGSTOP) mid-run: the other waits in a collective, and after ``ddp_timeout`` of no
-    progress ends with a line naming its rank and step; torch elastic then ends the job (a short grace here)."""
+    progress ends with a line naming its rank and step; torch elastic then ends the job and leaves no rank behind.
+    The frozen rank is thawed once that line is out: a stopped process cannot take elastic's SIGTERM, and on a
+    failure elastic waits a fixed 30 s before its SIGKILL (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` applies to signals
+    only), which this test would otherwise spend idle."""
     out = tmp_path / "hang"
     args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", "200", "--ddp_timeout", "10"))
-    process = subprocess.Popen(
-        _launch_argv(SFT_RECIPE, "deepspeed_zero3", *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"},
-    )
+    process = _start(SFT_RECIPE, "deepspeed_zero3", *args)
+    reported = r"error: \S+: rank [01] of 2: no progress for 10 s \(ddp_timeout\) after step \d+"
+    lines: list[str] = []
     try:
         _wait_for_step(process, out, 2)
         ranks = _ranks(process.pid)
         os.kill(ranks[1], signal.SIGSTOP)
         started = time.monotonic()
-        output, _ = process.communicate(timeout=120)
+        for line in process.stdout:  # the launch's output, as it comes
+            lines.append(line)
+            if re.search(reported, line):
+                os.kill(ranks[1], signal.SIGCONT)
+                break
+        lines.extend(process.stdout)
+        process.wait(timeout=120)
     finally:
         process.kill()
+    output = "".join(lines)
     assert process.returncode == 1 and time.monotonic() - started < 90, output[-6000:]
-    assert re.search(r"error: \S+: rank [01] of 2: no progress for 10 s \(ddp_timeout\) after step \d+", output), output
+    assert re.search(reported, output), output
     assert re.search(r"^error: rank \d \(pid \d+\) exited with", output, re.MULTILINE), output[-6000:]
     assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
 
