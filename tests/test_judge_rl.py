@@ -322,10 +322,12 @@ def _events(out: Path, event: str) -> list[dict]:
     return [r for r in map(json.loads, (out / METRICS_FILE).read_text().splitlines()) if r.get("event") == event]
 
 
-def _adapter(folder: Path) -> dict:
+def _weights(folder: Path) -> dict:
+    """The trained weights a run or checkpoint saved: its LoRA adapter, or the whole model when trained whole."""
     from safetensors.torch import load_file
 
-    return load_file(str(folder / "adapter_model.safetensors"))
+    adapter = folder / "adapter_model.safetensors"
+    return load_file(str(adapter if adapter.is_file() else folder / "model.safetensors"))
 
 
 def _same_weights(a: dict, b: dict) -> bool:
@@ -337,14 +339,17 @@ COLLAPSE_WATCH = ("--save_strategy", "steps", "--save_steps", "1", "--collapse_w
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("use_peft", ["true", "false"], ids=["lora", "whole"])
 def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_checkpoint(
-    tiny_llama_dir, yes_no_data, tmp_path
+    use_peft, tiny_llama_dir, yes_no_data, tmp_path
 ):
     """Every group's rewards equal from step 4: the window of steps 4-5 is a collapse, written once to metrics.jsonl
     and the console; rollback stops the run there and its final model is checkpoint-3, saved before the window (kept
-    on disk while the window was watched). Each step logs the equal groups' share and the verdicts' entropy."""
+    on disk while the window was watched), whether the run trains a LoRA adapter (the recipe) or every weight. Each
+    step logs the equal groups' share and the verdicts' entropy."""
     out = tmp_path / "rollback"
     argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
+    argv += ["--use_peft", use_peft]
     argv[argv.index("--max_steps") + 1] = "8"
     argv += ["--collapse_action", "rollback", "--validation_evaluator", ""]
     with console.capture() as captured:
@@ -362,8 +367,8 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     )
     assert captured.get().count("collapse at step 5") == 1
     assert result.metrics["chosen_step"] == 3
-    assert _same_weights(_adapter(out), _adapter(out / "checkpoint-3"))
-    assert not _same_weights(_adapter(out), _adapter(out / "checkpoint-5"))
+    assert _same_weights(_weights(out), _weights(out / "checkpoint-3"))
+    assert not _same_weights(_weights(out), _weights(out / "checkpoint-5"))
     # the checkpoints that could no longer be chosen were deleted as the run went: the newest and the chosen one stay
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-5"]
 
@@ -378,7 +383,7 @@ def test_a_collapse_can_stop_the_run_or_only_be_written(tiny_llama_dir, yes_no_d
         result = run_grpo([*argv, "--collapse_action", action, "--validation_evaluator", ""])
         assert result.global_step == last and "chosen_step" not in result.metrics
         assert [r["step"] for r in _events(out, "collapse")] == [5]
-        assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{last}"))
+        assert _same_weights(_weights(out), _weights(out / f"checkpoint-{last}"))
 
 
 @pytest.mark.slow
@@ -401,7 +406,7 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
     best = max(scores, key=lambda step: (scores[step], -step))
     assert result.metrics["chosen_step"] == best and result.metrics["chosen_metric"] == scores[best]
     assert validated[-1]["validation/best_step"] == best
-    assert _same_weights(_adapter(out), _adapter(out / f"checkpoint-{best}"))
+    assert _same_weights(_weights(out), _weights(out / f"checkpoint-{best}"))
     assert (out / "merged" / "config.json").is_file()
     assert {p.name for p in out.glob("checkpoint-*")} <= {f"checkpoint-{best}", "checkpoint-3"}
     judged = json.loads((out / "validation" / "checkpoint-1" / "metrics.json").read_text())
