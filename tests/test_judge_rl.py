@@ -349,9 +349,8 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     step logs the equal groups' share and the verdicts' entropy."""
     out = tmp_path / "rollback"
     argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
-    argv += ["--use_peft", use_peft]
     argv[argv.index("--max_steps") + 1] = "8"
-    argv += ["--collapse_action", "rollback", "--validation_evaluator", ""]
+    argv += ["--use_peft", use_peft, "--collapse_action", "rollback", "--validation_evaluator", ""]
     with console.capture() as captured:
         result = run_grpo(argv)
     assert result.global_step == 5 and result.exit_code == 0
