@@ -269,7 +269,7 @@ def test_fsdp_survives_a_killed_rank_and_a_ctrl_c_and_ends_as_one_process_does(
     process.send_signal(signal.SIGINT)  # Ctrl-C
     output, _ = process.communicate(timeout=300)
     assert process.returncode == exit_code(signal.SIGINT), output[-6000:]
-    assert sum(line.startswith("stopped:") for line in output.splitlines()) == 1
+    assert sum(line.startswith("stopped:") for line in output.splitlines()) == 1, output[-6000:]
 
     _launch(SFT_RECIPE, "fsdp", *args)
     begins = [r["step"] for r in _records(out) if r["event"] == "train_begin"]

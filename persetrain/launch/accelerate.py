@@ -165,6 +165,12 @@ def run(command: LaunchCommand) -> int:
             launch_command(launch_command_parser().parse_args(command.argv[2:]))
     except SignalException as stop:
         raise LaunchStopped(stop.sigval) from None
+    except SystemExit as exited:
+        # accelerate's launcher ends an agent stopped by a signal as sys.exit(128 + signal), after the agent has
+        # passed the signal on and every rank has checkpointed and exited
+        if isinstance(exited.code, int) and exited.code - 128 in STOP_SIGNALS:
+            raise LaunchStopped(exited.code - 128) from None
+        raise
     except ChildFailedError as failed:
         codes = {rank: failure.exitcode for rank, failure in sorted(failed.failures.items())}
         stops = {code - 128 for code in codes.values()} & set(STOP_SIGNALS)
