@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import load_from_disk
+from safetensors.torch import load_file
 
 from data_prep.preference.prepare import prepare_preference
 from data_prep.verdict.prepare import prepare_verdict
@@ -324,7 +326,6 @@ def _events(out: Path, event: str) -> list[dict]:
 
 def _weights(folder: Path) -> dict:
     """The trained weights a run or checkpoint saved: its LoRA adapter, or the whole model when trained whole."""
-    from safetensors.torch import load_file
 
     adapter = folder / "adapter_model.safetensors"
     return load_file(str(adapter if adapter.is_file() else folder / "model.safetensors"))
@@ -370,6 +371,27 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
     assert not _same_weights(_weights(out), _weights(out / "checkpoint-5"))
     # the checkpoints that could no longer be chosen were deleted as the run went: the newest and the chosen one stay
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-5"]
+
+
+@pytest.mark.slow
+def test_a_collapse_before_the_first_save_rolls_back_to_the_untrained_start(tiny_llama_dir, yes_no_data, tmp_path):
+    """A collapse found at step 5, long before the first of every 10 steps' checkpoints: the run ends with
+    checkpoint-1, the first step's, which under the recipe's warm-up (rate 0 at the first step) holds exactly the
+    untrained weights, not with the collapsed last step."""
+    out = tmp_path / "early"
+    watch = ("--save_strategy", "steps", "--save_steps", "10", "--collapse_window", "2", "--logging_steps", "1")
+    argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *watch, recipe=YES_NO_RECIPE)
+    argv[argv.index("--max_steps") + 1] = "8"
+    argv += ["--use_peft", "false", "--collapse_action", "rollback", "--validation_evaluator", ""]
+    result = run_grpo(argv)
+    assert result.global_step == 5 and result.metrics["chosen_step"] == 1
+    [collapse] = _events(out, "collapse")
+    assert (collapse["onset"], collapse["ends_with_step"]) == (4, 1)
+    start = load_file(str(tiny_llama_dir / "model.safetensors"))
+    final = _weights(out)
+    assert final.keys() == start.keys()
+    assert all(torch.equal(final[k].float(), start[k].float()) for k in start)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
 
 
 @pytest.mark.slow

@@ -8,7 +8,9 @@ final model and its one merged copy are that checkpoint's):
   equal: those give no gradient but the KL term's). A window of ``collapse_window`` logged steps whose mean share
   is at least ``collapse_equal_share`` is a collapse: it is written once to ``metrics.jsonl`` (``event:
   collapse``) and the console, and by ``collapse_action`` the run goes on (``warn``), stops (``stop``), or stops
-  and ends with the last good checkpoint, saved before the window began (``rollback``).
+  and ends with the last good checkpoint, saved before the window began (``rollback``). The first step is always
+  checkpointed (``checkpoint-1``, the start's weights under warm-up), so a collapse before the first ``save_steps``
+  still has one.
 - :class:`ValidationCallback` judges each saved checkpoint with the evaluator that will read the judge
   (``verifier``, ``mcq-letter``) on held-out questions (``persetrain prepare verdict`` writes the validation
   topics' questions to ``<dataset>/questions``), writes ``validation/accuracy`` to ``metrics.jsonl`` (``event:
@@ -152,6 +154,13 @@ class CollapseCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.choice.resume(args, state)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """Checkpoint the first step, so that a collapse before the first ``save_steps`` has a good checkpoint to
+        roll back to and validation scores the start among the candidates: under warm-up the first step's rate is
+        0, so ``checkpoint-1`` holds the untrained weights, and a run never ends below its start on validation."""
+        if state.global_step == 1 and args.save_strategy != "no" and (self.choice.rollback or self.choice.validating):
+            control.should_save = True
 
     def on_save(self, args, state, control, **kwargs):
         if state.global_step not in self.choice.saved:
