@@ -8,9 +8,9 @@ final model and its one merged copy are that checkpoint's):
   equal: those give no gradient but the KL term's). A window of ``collapse_window`` logged steps whose mean share
   is at least ``collapse_equal_share`` is a collapse: it is written once to ``metrics.jsonl`` (``event:
   collapse``) and the console, and by ``collapse_action`` the run goes on (``warn``), stops (``stop``), or stops
-  and ends with the last good checkpoint, saved before the window began (``rollback``). The first step is always
-  checkpointed (``checkpoint-1``, the start's weights under warm-up), so a collapse before the first ``save_steps``
-  still has one.
+  and ends with the last good checkpoint, saved before the window began (``rollback``). Under ``rollback`` or
+  validation the first step is checkpointed too (``checkpoint-1``, the start's weights under warm-up), so a collapse
+  before the first ``save_steps`` still has one.
 - :class:`ValidationCallback` judges each saved checkpoint with the evaluator that will read the judge
   (``verifier``, ``mcq-letter``) on held-out questions (``persetrain prepare verdict`` writes the validation
   topics' questions to ``<dataset>/questions``), writes ``validation/accuracy`` to ``metrics.jsonl`` (``event:
