@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import load_from_disk
 from safetensors.torch import load_file
+from trl.trainer.utils import nanstd
 
 from data_prep.preference.prepare import prepare_preference
 from data_prep.verdict.prepare import prepare_verdict
@@ -30,6 +32,7 @@ from persetrain.prompts.mcq_letter import letter_request
 from persetrain.prompts.verdict import prompt_messages, request_of
 from persetrain.train.grpo import build_grpo_trainer, make_parser, run_grpo
 from persetrain.train.grpo_rows import render_prefixed_prompts
+from persetrain.train.item_advantages import item_advantages
 from persetrain.train.recipe import RecipeError
 from persetrain.train.runner import METRICS_FILE
 
@@ -461,3 +464,60 @@ def test_a_resumed_run_chooses_among_the_checkpoints_and_scores_the_stopped_run_
     choice.resume(args, TrainerState(global_step=30))
     assert choice.saved == [10, 20, 30] and choice.collapse_onset == 25
     assert choice.chosen(args, final=True) == 20
+
+
+def test_item_advantages_are_trls_when_each_item_is_one_prompt_and_pay_a_one_verdict_judge_otherwise():
+    """With one prompt an item, the baseline is TRL's own (its formula, for each scale_rewards); over a question's two
+    candidates, a judge that says "yes" to both (right on one, wrong on the other: every prompt's rewards equal, so
+    TRL's advantages are all 0) is pushed towards each candidate's gold."""
+    torch.manual_seed(0)
+    rewards = torch.rand(12)
+    rewards[5] = torch.nan  # no reward function scored it: out of the mean, advantage 0
+    grouped = rewards.view(-1, 4)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(4)
+    for scale, divisor in (
+        ("group", nanstd(grouped, dim=1).repeat_interleave(4) + 1e-4),
+        ("batch", nanstd(rewards) + 1e-4),
+        ("none", torch.ones(12)),
+    ):
+        trl_advantages = torch.nan_to_num((rewards - mean) / divisor, nan=0.0)
+        ours = item_advantages(rewards, [i // 4 for i in range(12)], scale)
+        assert torch.allclose(ours, trl_advantages), scale
+    one_verdict = torch.tensor([1.0] * 4 + [0.0] * 4)  # question q: its "yes" candidate's 4 rollouts, its "no"'s 4
+    assert item_advantages(one_verdict, [0] * 4 + [1] * 4, "group").abs().max() == 0  # per prompt: nothing
+    paid = item_advantages(one_verdict, ["q"] * 8, "group")
+    assert torch.allclose(paid, torch.tensor([0.5] * 4 + [-0.5] * 4) / (nanstd(one_verdict) + 1e-4))
+    with pytest.raises(ValueError, match="scale_rewards must be one of"):
+        item_advantages(one_verdict, ["q"] * 8, "item")
+
+
+@pytest.mark.slow
+def test_item_advantages_replace_trls_in_a_training_step(tiny_llama_dir, yes_no_data, tmp_path):
+    """advantage_group: item on the yes / no recipe: the advantages of a generation batch are the item baseline of
+    the rewards TRL computed (over each question's two candidates), not TRL's per-prompt one; the run trains. A
+    dataset without item_id, and a reward aggregation the baseline cannot follow, are refused."""
+    # the embedded model, whose sampled verdicts are right on some rollouts (the tiny one never says yes or no)
+    argv = _argv(DEFAULT_MODEL, yes_no_data, tmp_path / "a", "--advantage_group", "item", recipe=YES_NO_RECIPE)
+    argv[argv.index("--num_generations") + 1] = "4"
+    argv[argv.index("--per_device_train_batch_size") + 1] = "16"
+    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.model.train()
+    advantages = trainer._generate_and_score_completions(batch)["advantages"]
+    items, prompts = [row["item_id"] for row in batch], [row["id"] for row in batch]
+    assert len(set(items)) == 2 and len(set(prompts)) == 4
+    rewards = (trainer._batch_rewards * trainer.reward_weights.unsqueeze(0)).nansum(dim=1)
+    assert rewards.std() > 0
+    assert torch.allclose(advantages, item_advantages(rewards, items, trainer.scale_rewards))
+    assert not torch.allclose(advantages, item_advantages(rewards, prompts, trainer.scale_rewards))  # TRL's
+    tiny = _argv(tiny_llama_dir, yes_no_data, tmp_path / "t", "--advantage_group", "item", recipe=YES_NO_RECIPE)
+    assert run_grpo(tiny).global_step == 2
+    no_items = tmp_path / "no-items"
+    load_from_disk(str(yes_no_data)).remove_columns("item_id").save_to_disk(str(no_items))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(no_items))}: field 'item_id': advantage_group: item"):
+        alone = ("--advantage_group", "item", "--reward_funcs", "verdict-correct", "--reward_weights", "1.0")
+        run_grpo(_argv(tiny_llama_dir, no_items, tmp_path / "b", *alone, recipe=YES_NO_RECIPE))
+    aggregated = ("--advantage_group", "item", "--multi_objective_aggregation", "normalize_then_sum")
+    with pytest.raises(ValueError, match="advantage_group: item takes the baseline of the summed rewards"):
+        run_grpo(_argv(tiny_llama_dir, yes_no_data, tmp_path / "c", *aggregated, recipe=YES_NO_RECIPE))
+    assert not any((tmp_path / name).exists() for name in ("b", "c"))

@@ -62,6 +62,7 @@ from persetrain.train.configs import (
 )
 from persetrain.train.grpo_rows import check_item_layout, drop_overlong_prompts, render_prefixed_prompts
 from persetrain.train.grpo_trainer import GRPO_TRAINER
+from persetrain.train.item_advantages import ADVANTAGE_GROUPS, with_item_advantages
 from persetrain.train.recipe import RecipeError, RecipeParser
 from persetrain.train.runner import METRICS_FILE, RunResult, load_splits, prepare_model_init, run_as_script, run_trainer
 from persetrain.train.user_rows import verdict_view
@@ -102,6 +103,15 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
             "stops), rollback (training stops and ends with the last checkpoint saved before the window began). "
             "Always written to metrics.jsonl (event: collapse) and the console, once.",
             "choices": list(COLLAPSE_ACTIONS),
+        },
+    )
+    advantage_group: str = field(
+        default="prompt",
+        metadata={
+            "help": "Over which rollouts a rollout's baseline is taken: prompt (TRL's: the prompt's num_generations) "
+            "or item (every rollout of the rows sharing its item_id, a question's candidates: a judge that answers one "
+            "verdict for every candidate still gets a gradient; persetrain.train.item_advantages).",
+            "choices": list(ADVANTAGE_GROUPS),
         },
     )
     collapse_window: int = field(default=20, metadata={"help": "Logged steps a collapse is judged over."})
@@ -151,6 +161,11 @@ class GRPOConfig(HardwarePrecision, RunSwitches, trl.GRPOConfig):
                     "generation_batch_size"
                 ) from None
             raise
+        if self.advantage_group == "item" and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "advantage_group: item takes the baseline of the summed rewards; it needs multi_objective_aggregation: "
+                f"sum_then_normalize, not {self.multi_objective_aggregation}"
+            )
         if self.vllm_structured_outputs_regex is not None:
             raise ValueError(
                 "vllm_structured_outputs_regex: rollouts must be sampled unconstrained, so that the loss sees the "
@@ -280,6 +295,17 @@ def build_grpo_trainer(
     )
     if "verdict-consistent" in reward_args.reward_funcs:
         check_item_layout(train_dataset, script_args.dataset_path, training_args)
+    trainer_class = GRPO_TRAINER
+    if training_args.advantage_group == "item":
+        if "item_id" not in train_dataset.column_names:
+            raise InputError(
+                script_args.dataset_path,
+                "advantage_group: item groups rollouts by the item_id column, which this dataset lacks; write it with "
+                "`persetrain prepare verdict`",
+                field="item_id",
+            )
+        check_item_layout(train_dataset, script_args.dataset_path, training_args, "advantage_group: item")
+        trainer_class = with_item_advantages(GRPO_TRAINER)
     eval_dataset = (
         None
         if eval_split is None
@@ -293,7 +319,7 @@ def build_grpo_trainer(
     quantization = get_quantization_config(model_args)
     if quantization is not None:
         training_args.model_init_kwargs.setdefault("quantization_config", quantization)
-    return GRPO_TRAINER(
+    return trainer_class(
         model=str(local_weights_dir(model_args.model_name_or_path)),
         reward_funcs=reward_funcs,
         args=training_args,

@@ -48,8 +48,9 @@ def drop_overlong_prompts(ds: Dataset, tokenizer, max_prompt_length: int | None)
     return ds.select(keep)
 
 
-def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
-    """Refuse, before any step, a ``verdict-consistent`` run whose batches would split an item's variants.
+def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig, needs: str = "verdict-consistent") -> None:
+    """Refuse, before any step, a run whose batches would split an item's variants; ``needs`` names what compares
+    them (the ``verdict-consistent`` reward, ``advantage_group: item``) in the messages.
 
     The reward compares an item's variants within the batch one process scores (``persetrain.rewards.verdict``), and
     TRL hands each process, each generation, the next ``per_device_train_batch_size`` x ``steps_per_generation``
@@ -61,7 +62,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
     """
     if args.shuffle_dataset:
         raise RecipeError(
-            "verdict-consistent compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
+            f"{needs} compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
             "sampler scatters them)"
         )
     ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
@@ -72,7 +73,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
         first = min(apart)
         raise InputError(
             path,
-            f"the rows of item {items[first]!r} are not adjacent; verdict-consistent needs an item's variants next to "
+            f"the rows of item {items[first]!r} are not adjacent; {needs} needs an item's variants next to "
             "each other, as `persetrain prepare verdict` writes them",
             ids[first],
             "item_id",
@@ -82,7 +83,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
             if len(rows[item]) != n:
                 raise InputError(
                     path,
-                    f"item {item!r} has {len(rows[item])} of its {n} variants here; verdict-consistent needs them all, "
+                    f"item {item!r} has {len(rows[item])} of its {n} variants here; {needs} needs them all, "
                     "as `persetrain prepare verdict` writes them",
                     row_id,
                     "n_orders",
@@ -90,7 +91,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
     distinct = sorted({len(indices) for indices in rows.values()})
     if len(distinct) > 1:
         console.print(
-            f"[yellow]verdict-consistent: items have {', '.join(map(str, distinct))} variants, so some will be split "
+            f"[yellow]{needs}: items have {', '.join(map(str, distinct))} variants, so some will be split "
             "at batch edges and paid by their verdict alone (verdict/split_item_share)[/yellow]"
         )
         return
@@ -98,7 +99,7 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig) -> None:
     per_process = args.generation_batch_size // args.world_size
     if per_process % whole:
         raise RecipeError(
-            f"verdict-consistent: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"{needs}: each process scores per_device_train_batch_size {args.per_device_train_batch_size} x "
             f"steps_per_generation {args.steps_per_generation} = {per_process} completions at a time, which must be a "
             f"multiple of an item's {distinct[0]} variants x num_generations {args.num_generations} = {whole}"
         )
