@@ -297,13 +297,6 @@ def build_grpo_trainer(
         check_item_layout(train_dataset, script_args.dataset_path, training_args)
     trainer_class = GRPO_TRAINER
     if training_args.advantage_group == "item":
-        if "item_id" not in train_dataset.column_names:
-            raise InputError(
-                script_args.dataset_path,
-                "advantage_group: item groups rollouts by the item_id column, which this dataset lacks; write it with "
-                "`persetrain prepare verdict`",
-                field="item_id",
-            )
         check_item_layout(train_dataset, script_args.dataset_path, training_args, "advantage_group: item")
         trainer_class = with_item_advantages(GRPO_TRAINER)
     eval_dataset = (

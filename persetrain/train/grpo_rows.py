@@ -65,6 +65,13 @@ def check_item_layout(ds: Dataset, path: str | Path, args: GRPOConfig, needs: st
             f"{needs} compares an item's orders within one batch: set shuffle_dataset: false (a shuffled "
             "sampler scatters them)"
         )
+    if "item_id" not in ds.column_names:
+        raise InputError(
+            path,
+            f"{needs} groups rows by the item_id column, which this dataset lacks; write it with `persetrain prepare "
+            "verdict`",
+            field="item_id",
+        )
     ids = ds["id"] if "id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
     items = ds["item_id"]
     rows = item_rows(items)

@@ -7,8 +7,7 @@ all wrong on the others): every advantage is 0, no gradient is left but the KL t
 the collapse the verdict recipes watch for (``persetrain.train.callbacks``). Taken over all the rollouts of an item
 (the rows sharing ``item_id``: a question's candidates), the same judge is right on half of them and wrong on the
 other half, so its verdict on each candidate is pushed towards that candidate's gold: the judge is paid for telling
-the candidates of a question apart, which is what the evaluator reads. The baseline is still the mean over rollouts
-that do not depend on the one it is subtracted from, by more than TRL's own group does.
+the candidates of a question apart, which is what the evaluator reads.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
+from persetrain.train import trl_compat
 from persetrain.train.recipe import RecipeError
-from persetrain.train.trl_compat import signature_mismatches
 
 #: Where a baseline is taken: over each prompt's rollouts (TRL's) or over each item's.
 ADVANTAGE_GROUPS = ("prompt", "item")
@@ -29,7 +28,7 @@ ADVANTAGE_GROUPS = ("prompt", "item")
 #: The TRL-private methods :class:`ItemAdvantages` wraps, and the leading parameters it was written against.
 EXPECTED: dict[str, tuple[str, ...]] = {
     "_generate_and_score_completions": ("self", "inputs"),
-    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_calculate_rewards": trl_compat.EXPECTED["_calculate_rewards"],
 }
 
 
@@ -86,7 +85,7 @@ class ItemAdvantages:
 def with_item_advantages(trainer: type[GRPOTrainer]) -> type[GRPOTrainer]:
     """``trainer`` with :class:`ItemAdvantages` mixed in; a TRL whose private methods changed shape is refused, since
     falling back to TRL's baseline would change the objective the recipe asked for."""
-    mismatches = signature_mismatches(GRPOTrainer, EXPECTED)
+    mismatches = trl_compat.signature_mismatches(GRPOTrainer, EXPECTED)
     if mismatches:
         raise RecipeError(f"advantage_group: item needs TRL's {'; '.join(mismatches)}")
     return type(f"ItemAdvantage{trainer.__name__}", (ItemAdvantages, trainer), {})
