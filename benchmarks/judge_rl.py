@@ -72,6 +72,7 @@ from learned_judges import (
     prepare_data,
     train,
 )  # beside this script
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from data_prep.preference.prepare import prepare_preference
 from data_prep.readers.prefeval import OPTIONS_DIR, topic_files
@@ -96,6 +97,7 @@ MODEL = "embedded:smollm2-135m-instruct"
 VERDICT_REWARD = "rewards/verdict_correct/mean"
 #: Prompts a step of the SFT judge (the verifier recipe's batch).
 SFT_BATCH = 8
+CHECKPOINTS = f"{PREFIX_CHECKPOINT_DIR}-*"
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -161,16 +163,24 @@ def reward_time_share(steps: list[dict]) -> float:
 
 
 def train_judge(module, argv: list[str], judge: Path) -> float:
-    """Run a trainer (``module``'s parser and ``main``) and copy its trained model (merged when LoRA) whole to
-    ``judge``; seconds taken (0 when ``judge`` is already there)."""
+    """Run a trainer (``module``'s parser and ``main``) and copy its trained model (merged when LoRA) to ``judge``;
+    seconds taken (0 when ``judge`` is already there). A model trained whole is its run's folder, so its
+    ``checkpoint-N`` folders (weights and optimizer state, 1.6 GB each for the embedded model) stay behind."""
     if (judge / "config.json").is_file():
         return 0.0
     start = time.perf_counter()
     model = module.main(*module.make_parser().parse_args_and_config(argv)).trained_model()
     seconds = time.perf_counter() - start
     with atomic_dir(judge) as tmp:
-        shutil.copytree(model, tmp, dirs_exist_ok=True)
+        shutil.copytree(model, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(CHECKPOINTS))
     return seconds
+
+
+def drop_checkpoints(run_dir: Path) -> None:
+    """Delete a finished run's checkpoints: they only let a stopped run resume, and the cross-validation keeps
+    each finished fold x seed's judge and result, so eight runs trained whole would otherwise hold 25 GB."""
+    for checkpoint in run_dir.glob(CHECKPOINTS):
+        shutil.rmtree(checkpoint)
 
 
 def train_rl(args, data: Path) -> float:
@@ -448,6 +458,7 @@ def cross_validate(args) -> dict:
             result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)
             result.update(max_steps=args.max_steps, rl_overrides=args.rl_overrides, recipe=str(args.recipe))
             write_json(result_file, result)
+            drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
         fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
     results = {f.stem: json.loads(f.read_text()) for f in sorted(results_dir.glob("fold*-seed*.json"))}

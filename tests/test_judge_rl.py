@@ -548,3 +548,26 @@ def test_the_cross_validation_counts_a_gain_of_exactly_the_target_as_met(monkeyp
         "gain_at_least_0.15_everywhere": False,
         "mean_at_least_rm": True,
     }
+
+
+def test_the_cross_validation_keeps_a_judge_trained_whole_without_its_checkpoints(
+    monkeypatch, tiny_llama_dir, yes_no_data, tmp_path
+):
+    """benchmarks/judge_rl.py copies a judge trained whole (its run folder) to its own folder without the run's
+    checkpoints, and deletes those once the fold x seed's result is on disk: the same weights, none of the optimizer
+    state that filled a disk when eight 135M runs each kept two copies of theirs."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from judge_rl import drop_checkpoints, train_judge
+
+    from persetrain.train import grpo
+
+    run, judge = tmp_path / "rl-run", tmp_path / "rl"
+    argv = _argv(tiny_llama_dir, yes_no_data, run, "--use_peft", "false", "--validation_evaluator", "")
+    argv += ["--save_strategy", "steps", "--save_steps", "1"]
+    assert train_judge(grpo, argv, judge) > 0
+    assert (run / "checkpoint-2" / "model.safetensors").is_file()
+    assert not list(judge.glob("checkpoint-*"))
+    assert _same_weights(_weights(judge), _weights(run))
+    assert train_judge(grpo, argv, judge) == 0  # the judge on disk is read, not trained again
+    drop_checkpoints(run)
+    assert not list(run.glob("checkpoint-*")) and (run / METRICS_FILE).is_file()
