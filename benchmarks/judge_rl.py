@@ -40,7 +40,8 @@ which one (``--validation-topics``, default 1) is held out of training as the va
 chosen on (``validation_evaluator``). Per fold, once: the data, the untrained start and the reward model
 (``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows), each judged with the ``blind`` probe; per fold
 and seed (``--seeds``), the RL judge, its collapse step if any and the checkpoint it ended with. Each fold x seed
-result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun reads instead of training again; ``--fold-ids``
+result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun reads instead of training again (once it is
+written, the run's checkpoints are deleted; the judge stays in ``rl/``); ``--fold-ids``
 runs some folds only (another process can run the others). The last line is the summary over every result on disk:
 mean and spread of the RL judge, its start and the reward model, the gain over the start, and each target.
 ``--rl-overrides "--key value ..."`` goes to the GRPO recipe (a shorter schedule: ``--max-steps``).
