@@ -6,7 +6,8 @@ by supervision on the same rows.
    held out whole, as ``benchmarks/learned_judges.py`` does. The verdict prompts by ``--view``: ``letter``
    (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
    question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
-   its "yes" one and one drawn "no" one, ``--balance-yes-no``).
+   its "yes" one and one drawn "no" one, ``--balance-yes-no``; with ``--swap-persons`` also its "yes" one shown to
+   another user, gold "no", in ``data/judge-swap``).
 2. Training, each timed: the RL judge (by the view ``recipes/verdict/cpu_smollm2_prefeval.yaml`` or
    ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with verdict-correct and verdict-consistent, from ``--start``), the
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
@@ -132,6 +133,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--verifier-rows", type=int, default=600, help="Yes/no rows the verifier trains on (as learned_judges.py)."
+    )
+    parser.add_argument(
+        "--swap-persons",
+        action="store_true",
+        help="yes-no: each question's 'yes' candidate also shown to another user, gold 'no' (prepare verdict "
+        "--swap-persons); its data in data/judge-swap.",
     )
     parser.add_argument(
         "--rl-only",
@@ -296,6 +303,11 @@ def topic_folds(train: list[Path], k: int) -> list[list[str]]:
     return [topics[i::k] for i in range(k)]
 
 
+def judge_folder(args) -> str:
+    """The RL judge's data folder inside a run's data: the yes / no prompts, with the swapped-person rows apart."""
+    return "judge-swap" if args.swap_persons else "judge"
+
+
 def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> tuple[Path, Path, list[str]]:
     """The fold's data: ``prepare preference`` of every other topic with ``--validation-topics`` of them held out
     (the reward model's rows and the verifier view), the RL judge's yes / no prompts and validation questions from
@@ -310,8 +322,14 @@ def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> 
             shutil.copy2(files[topic], folder / OPTIONS_DIR / files[topic].name)
     if not (data / "listwise").is_dir():
         prepare_preference(data, prefeval=[sources], holdout_topics=validation, seed=0)
-    if not (data / "judge").is_dir():
-        prepare_verdict(data / "judge", verifier=[data / "verifier"], seed=0, balance_yes_no=True)
+    if not (data / judge_folder(args)).is_dir():
+        prepare_verdict(
+            data / judge_folder(args),
+            verifier=[data / "verifier"],
+            seed=0,
+            balance_yes_no=True,
+            swap_persons=args.swap_persons,
+        )
     return data, eval_dir, validation
 
 
@@ -379,7 +397,8 @@ def fold_seed(args, seed: int, fold_dir: Path, data: Path, eval_dir: Path, start
     from persetrain.train import grpo
 
     run = fold_dir / args.name / f"seed{seed}"
-    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start, "--dataset_path", str(data / "judge")]
+    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start]
+    argv += ["--dataset_path", str(data / judge_folder(args))]
     argv += ["--output_dir", str(run / "rl-run"), "--seed", str(seed)]
     argv += [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
     seconds = train_judge(grpo, [*argv, *shlex.split(args.rl_overrides)], run / "rl")
@@ -480,13 +499,19 @@ def main() -> None:
         emit(cross_validate(args))
         return
     data, eval_dir = prepare_data(args)
-    judge_data = data / "judge"
+    judge_data = data / judge_folder(args)
     holdout = [] if args.eval is not None else list(VALIDATION_TOPICS)  # as prepare_data splits
     if not judge_data.is_dir():
         if args.view == "letter":
             prepare_verdict(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
         else:  # the reward model's verifier view: split as the reward model's data
-            prepare_verdict(judge_data, verifier=[data / "verifier"], seed=args.seed, balance_yes_no=True)
+            prepare_verdict(
+                judge_data,
+                verifier=[data / "verifier"],
+                seed=args.seed,
+                balance_yes_no=True,
+                swap_persons=args.swap_persons,
+            )
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     times["rl"] = times.get("rl") or train_rl(args, judge_data)

@@ -113,3 +113,30 @@ def swapped_examples(examples: Sequence[BaseModel], seed: int = 0) -> list:
         ex.model_copy(update={person_field(ex): getattr(examples[d], person_field(examples[d]))})
         for ex, d in zip(examples, donor, strict=True)
     ]
+
+
+def other_persons(persons: Sequence[str], topics: Sequence[str], seed: int, k: int = 1) -> list[list[str]]:
+    """For each row, ``k`` persons other than its own: a seeded draw without replacement, from the row's *topic*
+    first, then (where the topic has too few) from the others.
+
+    Same-topic persons are the hard negatives: they share the topic's words (two diets, two hotel tastes), so
+    only reading what this person wants tells them apart, where a person from another topic is told apart by
+    its vocabulary alone. Used wherever a judge is trained to tell its own person from others (the reward
+    model's person contrast, the verdict judge's swapped-person rows).
+    """
+    by_topic: dict[str, dict[str, None]] = {}  # each topic's distinct persons, in row order
+    for person, topic in zip(persons, topics, strict=True):
+        by_topic.setdefault(topic, {})[person] = None
+    everyone = dict.fromkeys(persons)
+    if len(everyone) <= k:
+        raise ValueError(f"drawing {k} other person(s) needs at least {k + 1} different persons (has {len(everyone)})")
+    rng = random.Random(seed)
+    drawn = []
+    for person, topic in zip(persons, topics, strict=True):
+        near = [p for p in by_topic[topic] if p != person]
+        mine = rng.sample(near, min(k, len(near)))
+        if len(mine) < k:
+            far = [p for p in everyone if p not in by_topic[topic]]
+            mine += rng.sample(far, k - len(mine))
+        drawn.append(mine)
+    return drawn

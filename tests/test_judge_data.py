@@ -253,6 +253,34 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
     assert drawn != {v["id"] for v in load_from_disk(str(tmp_path / "bal0"))["train"] if v["gold"] == "no"}
 
 
+def test_swap_persons_shows_each_questions_yes_candidate_to_another_user_of_its_split_and_topic(tmp_path):
+    """--swap-persons: each question's item gets one more variant, its "yes" candidate under another person of the
+    same split (the same topic where it has one), gold "no", the rest of the prompt unchanged; drawn with the seed."""
+    views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
+    source = load_from_disk(str(views["verifier"]))
+    prepare_verdict(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, seed=3)
+    prepare_verdict(tmp_path / "swap", verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=3)
+    bal, swap = load_from_disk(str(tmp_path / "bal")), load_from_disk(str(tmp_path / "swap"))
+    for split in ("train", "validation"):
+        yes = {r["group_id"]: r for r in source[split] if r["label"] == "yes"}
+        persons = {r["person"] for r in yes.values()}
+        balanced = {v[0]["item_id"]: v for v in _items(bal[split])}
+        for variants in _items(swap[split]):
+            own, swapped = variants[:2], variants[2]
+            assert len(variants) == 3 and {v["n_orders"] for v in variants} == {3}
+            assert [{**v, "n_orders": 2} for v in own] == balanced[swapped["item_id"]]
+            row = yes[swapped["item_id"]]
+            user, mine = swapped["prompt"][-1]["content"], row["prompt"][-1]["content"]
+            other = next(p for p in persons if p != row["person"] and p in user)
+            assert user == mine.replace(row["person"], other)
+            assert other in {r["person"] for r in yes.values() if r["topic"] == row["topic"]}  # a same-topic person
+            assert (swapped["id"], swapped["gold"], swapped["order"]) == (f"{row['group_id']}:swap", "no", [4])
+            assert swapped["prompt_blind"] == next(v for v in own if v["gold"] == "yes")["prompt_blind"]
+    prepare_verdict(tmp_path / "swap0", verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=0)
+    shown = [r["prompt"] for r in swap["train"] if r["id"].endswith(":swap")]
+    assert shown != [r["prompt"] for r in load_from_disk(str(tmp_path / "swap0"))["train"] if r["id"].endswith(":swap")]
+
+
 def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judges_each_checkpoint(
     prefeval_out, tmp_path
 ):
@@ -318,6 +346,14 @@ def test_a_bad_verifier_dataset_names_its_folder_record_and_field(tmp_path):
     test_split = _verifier(tmp_path / "test-split", {"test": [_check("a", "yes")]})
     with pytest.raises(InputError, match=rf"^{test_split}: field 'split': has the splits \['test'\]"):
         prepare_verdict(out, verifier=[test_split])
+    grouped = [{**_check(id, gold), "group_id": "q1"} for id, gold in (("q1:0", "yes"), ("q1:1", "no"))]
+    no_person = _verifier(tmp_path / "no-person", {"train": grouped})
+    with pytest.raises(InputError, match=rf"^{no_person}:q1:0: field 'person': swapped-person rows need") as err:
+        prepare_verdict(out, verifier=[no_person], balance_yes_no=True, swap_persons=True)
+    _one_line(err)
+    alone = _verifier(tmp_path / "one-person", {"train": [{**row, "person": "q1"} for row in grouped]})
+    with pytest.raises(InputError, match=rf"^{alone}: field 'person': the train split: drawing 1 other person"):
+        prepare_verdict(out, verifier=[alone], balance_yes_no=True, swap_persons=True)
     assert not out.exists()
 
 

@@ -39,7 +39,8 @@ VIEWS: dict[str, dict[str, str]] = {
         "title": "verifier: one yes/no row per option",
         "format": "TRL SFTTrainer, conversational prompt-completion format (`persetrain sft` reads it)",
         "columns": "`id` (`<group_id>:<option index>`), `group_id`, `source`, `topic`, `label` (`yes` for the "
-        "preferred option, else `no`), `prompt` (system + user messages of the VERIFIER template), "
+        "preferred option, else `no`), `person` (the person text the prompt shows), `prompt` (system + user "
+        "messages of the VERIFIER template), "
         "`prompt_blind` (the VERIFIER_BLIND messages), `completion` "
         '(`[{"role": "assistant", "content": label}]`).',
     },

@@ -97,6 +97,7 @@ def verifier_rows(group: Group) -> list[dict]:
                 "source": group.source,
                 "topic": group.topic,
                 "label": label,
+                "person": group.person,
                 "prompt": prompt.chat_messages(),
                 "prompt_blind": blind.chat_messages(),
                 "completion": [{"role": "assistant", "content": label}],

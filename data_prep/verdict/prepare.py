@@ -50,6 +50,7 @@ from data_prep.preference.sources import (
 from data_prep.verdict.card import build_info, readme
 from persetrain.console import console, track
 from persetrain.io import InputError, atomic_dir, write_json
+from persetrain.person import other_persons
 from persetrain.prompts.mcq_letter import LETTERS
 from persetrain.prompts.perse import PROFILE_WORDS
 from persetrain.prompts.verdict import (
@@ -171,17 +172,20 @@ def _messages(folder: Path, item_id: str, row: dict, field: str) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
+def _gold(row: dict) -> object:
+    """A verifier row's gold verdict: its completion's last message's content (or the completion as it is)."""
+    completion = row["completion"]
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return completion[-1].get("content")
+    return completion
+
+
 def yes_no_row(folder: Path, item_id: str, row: dict, mode: str, variant: int | None = None, n: int = 1) -> dict:
     """A verifier row as a yes / no variant: its own prompt (``yes_no_request``), its completion the gold.
 
     ``variant``: the row's candidate index within its group (``order`` ``[variant]``), of ``n``; None for a check
     alone (``order`` ``[]``)."""
-    completion = row["completion"]
-    gold = (
-        completion[-1].get("content")
-        if isinstance(completion, list) and completion and isinstance(completion[-1], dict)
-        else completion
-    )
+    gold = _gold(row)
     record = str(row["id"]) if "id" in row else item_id
     if gold not in YES_NO:
         raise InputError(
@@ -224,10 +228,59 @@ def balanced(variants: list[dict], key: str) -> list[dict]:
     return [{**v, "n_orders": len(kept)} for v in variants if v["id"] in kept]
 
 
-def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0) -> tuple[list[Item], dict]:
+def swapped_person_variant(folder: Path, item_id: str, row: dict, other: str, mode: str, variant: int) -> dict:
+    """The item's "yes" candidate shown to ``other`` (another user's person), its gold "no": the same text, right
+    for one person and not for another, so only a judge that reads the person earns it.
+
+    Why: judged with the person removed, the verdict judge scores as well as with it (it tells PrefEval's preferred
+    candidate from the others by the candidates alone); nothing in its verdict-correct reward pays for reading the
+    person. The person is the row's ``person`` column (the verifier view of ``persetrain prepare preference``
+    writes it), replaced in its prompt's messages."""
+    person, record = row["person"], str(row.get("id", item_id))
+    prompt = _messages(folder, record, row, "prompt")
+    if not any(person in m["content"] for m in prompt):
+        raise InputError(folder, "the person text is not in the prompt's messages", record=record, field="person")
+    swapped = {
+        **row,
+        "prompt": [{**m, "content": m["content"].replace(person, other, 1)} for m in prompt],
+        "completion": [{"role": "assistant", "content": YES_NO[1]}],
+    }
+    return yes_no_row(folder, item_id, swapped, mode, variant) | {"id": f"{item_id}:swap"}
+
+
+def swap_draws(folder: Path, split: str, groups: dict[str, list[dict]], seed: int) -> dict[str, tuple[dict, str]]:
+    """``{item: (its "yes" row, the other person it is shown to)}`` for every group of a split with a "yes" row:
+    persons of the same split only, so no validation person is shown in training."""
+    yes_rows = {
+        item: row for item, rows in groups.items() if (row := next((r for r in rows if _gold(r) == YES_NO[0]), None))
+    }
+    for item, row in yes_rows.items():
+        if not isinstance(row.get("person"), str) or not row["person"].strip():
+            raise InputError(
+                folder,
+                "swapped-person rows need the person text (persetrain prepare preference's verifier view writes it)",
+                record=str(row.get("id", item)),
+                field="person",
+            )
+    if not yes_rows:
+        return {}
+    try:
+        drawn = other_persons(
+            [r["person"] for r in yes_rows.values()], [r.get("topic") or "" for r in yes_rows.values()], seed
+        )
+    except ValueError as e:
+        raise InputError(folder, f"the {split} split: {e}", field="person") from None
+    return {item: (row, mine[0]) for (item, row), mine in zip(yes_rows.items(), drawn, strict=True)}
+
+
+def verifier_items(
+    folder: Path, mode: str, balance: bool = False, seed: int = 0, swap_persons: bool = False
+) -> tuple[list[Item], dict]:
     """Every row of a verifier dataset as a yes / no variant, grouped into items by ``group_id`` when the dataset has
     one (else each row an item), in the split it is in; and the source's card. ``balance``: each group keeps as
-    many "no" candidates as "yes" ones (:func:`balanced`, seeded by ``seed``)."""
+    many "no" candidates as "yes" ones (:func:`balanced`, seeded by ``seed``). ``swap_persons``: each group also
+    gets its "yes" candidate under another person of its split (the same topic first,
+    :func:`persetrain.person.other_persons`), gold "no" (:func:`swapped_person_variant`)."""
     data = load_prepared(folder, "persetrain prepare verifier")
     if set(data) - set(SPLITS):
         raise InputError(folder, f"has the splits {list(data)}; expected train and/or validation", field="split")
@@ -244,9 +297,15 @@ def verifier_items(folder: Path, mode: str, balance: bool = False, seed: int = 0
                 groups.setdefault(str(row["group_id"]), []).append(row)
             else:
                 items.append((str(folder), split, [yes_no_row(folder, item_id, row, mode)]))
+        others = swap_draws(folder, split, groups, seed) if swap_persons else {}
         for item_id, rows in groups.items():
             variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
-            items.append((str(folder), split, balanced(variants, f"{seed}:{item_id}") if balance else variants))
+            variants = balanced(variants, f"{seed}:{item_id}") if balance else variants
+            if item_id in others:
+                yes_row, other = others[item_id]
+                variants.append(swapped_person_variant(folder, item_id, yes_row, other, mode, len(rows)))
+                variants = [{**v, "n_orders": len(variants)} for v in variants]
+            items.append((str(folder), split, variants))
     source = {
         "kind": VERIFIER_SOURCE,
         "path": str(folder),
@@ -317,6 +376,7 @@ def prepare_verdict(
     profile_words: int = PROFILE_WORDS,
     max_pairs_per_person: int | None = None,
     balance_yes_no: bool = False,
+    swap_persons: bool = False,
     prefeval_columns: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Read every source, write the judge dataset (train / validation) with its card at ``out``; return the sizes.
@@ -325,6 +385,8 @@ def prepare_verdict(
     variants per multiple-choice item (at most the options' permutations: a PerSE pair has 2). ``holdout_topics``,
     ``profile_items``, ``profile_words``, ``max_pairs_per_person``: as ``prepare_preference`` takes them.
     ``balance_yes_no``: a verifier group keeps as many "no" candidates as "yes" ones (:func:`balanced`).
+    ``swap_persons``: a verifier group also shows its "yes" candidate to another person, gold "no"
+    (:func:`swapped_person_variant`).
     ``prefeval_columns``: the PrefEval items' keys for our fields (``--columns``).
     """
     if not (prefeval or perse or verifier):
@@ -349,7 +411,7 @@ def prepare_verdict(
             items.append((where, group.split, choice_rows(group, mode, orders, seed)))
     sources = [read.source for read in reads]
     for folder in verifier:
-        yes_no, source = verifier_items(Path(folder), mode, balance_yes_no, seed)
+        yes_no, source = verifier_items(Path(folder), mode, balance_yes_no, seed, swap_persons)
         items += yes_no
         sources.append(source)
     _check_unique(items)
@@ -375,6 +437,7 @@ def prepare_verdict(
         "profile_words": profile_words,
         "max_pairs_per_person": max_pairs_per_person,
         "balance_yes_no": balance_yes_no,
+        "swap_persons": swap_persons,
     }
     info = build_info(rows, sources, sum((read.dropped for read in reads), Counter()), settings)
     with atomic_dir(out) as tmp:

@@ -265,6 +265,13 @@ def prepare_verdict_cmd(
     balance_yes_no: Annotated[
         bool, typer.Option(help="Keep as many 'no' candidates of a verifier question as 'yes' ones (seeded).")
     ] = False,
+    swap_persons: Annotated[
+        bool,
+        typer.Option(
+            help="Also show each verifier question's 'yes' candidate to another user of its split (the same topic "
+            "first), gold 'no': a row only a judge that reads the person gets right."
+        ),
+    ] = False,
     mode: Annotated[
         str, typer.Option(help="verdict (the verdict alone: mcq-letter's prompt) or think (a rationale, then it).")
     ] = "verdict",
@@ -297,6 +304,7 @@ def prepare_verdict_cmd(
         profile_words=profile_words,
         max_pairs_per_person=max_pairs_per_person,
         balance_yes_no=balance_yes_no,
+        swap_persons=swap_persons,
         prefeval_columns=parse_columns(columns or [], PREFEVAL_TABLES).get("prefeval"),
     )
 

@@ -11,12 +11,11 @@ path's.
 
 from __future__ import annotations
 
-import random
-
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
 
+from persetrain.person import other_persons
 from persetrain.reward_model.inputs import encode
 
 #: The tokenized columns of a listwise row (what the collator reads).
@@ -50,13 +49,9 @@ def tokenize_listwise(
 
 
 def swapped_prompts(dataset: Dataset, seed: int, persons: int = 1) -> list[list[str]]:
-    """Each row's request under ``persons`` other rows' persons: a seeded draw without replacement among the
-    other person texts, from the *same* topic first, then (where the topic has too few) from the others.
-
-    Same-topic persons are the hard negatives: they share the topic's words (two diets, two hotel tastes),
-    so only reading what this person wants tells them apart, where a person from another topic is told
-    apart by its vocabulary alone. The person is the part of ``prompt`` before ``prompt_blind`` (the same
-    request without the person), so this works for any wording ``persetrain prepare preference`` writes.
+    """Each row's request under ``persons`` other rows' persons (:func:`persetrain.person.other_persons`: the
+    same topic first). The person is the part of ``prompt`` before ``prompt_blind`` (the same request without the
+    person), so this works for any wording ``persetrain prepare preference`` writes.
     """
     if "prompt_blind" not in dataset.column_names:
         raise ValueError(
@@ -66,25 +61,11 @@ def swapped_prompts(dataset: Dataset, seed: int, persons: int = 1) -> list[list[
     prompts, blinds = dataset["prompt"], dataset["prompt_blind"]
     topics = dataset["topic"] if "topic" in dataset.column_names else [""] * len(prompts)
     texts = [p.removesuffix(b) for p, b in zip(prompts, blinds, strict=True)]
-    by_topic: dict[str, dict[str, None]] = {}  # each topic's distinct persons, in dataset order
-    for text, topic in zip(texts, topics, strict=True):
-        by_topic.setdefault(topic, {})[text] = None
-    everyone = dict.fromkeys(texts)
-    if len(everyone) <= persons:
-        raise ValueError(
-            f"the person-contrast term with {persons} other person(s) needs at least {persons + 1} different "
-            f"persons in the dataset (has {len(everyone)})"
-        )
-    rng = random.Random(seed)
-    swaps = []
-    for text, topic, blind in zip(texts, topics, blinds, strict=True):
-        near = [t for t in by_topic[topic] if t != text]
-        drawn = rng.sample(near, min(persons, len(near)))
-        if len(drawn) < persons:
-            far = [t for t in everyone if t not in by_topic[topic]]
-            drawn += rng.sample(far, persons - len(drawn))
-        swaps.append([person + blind for person in drawn])
-    return swaps
+    try:
+        drawn = other_persons(texts, topics, seed, persons)
+    except ValueError as e:
+        raise ValueError(f"the person-contrast term: {e}") from None
+    return [[person + blind for person in mine] for mine, blind in zip(drawn, blinds, strict=True)]
 
 
 def ranking_loss(rewards: torch.Tensor, gold: torch.Tensor, option_mask: torch.Tensor, loss: str) -> torch.Tensor:
