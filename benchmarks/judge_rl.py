@@ -6,8 +6,8 @@ by supervision on the same rows.
    held out whole, as ``benchmarks/learned_judges.py`` does. The verdict prompts by ``--view``: ``letter``
    (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
    question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
-   its "yes" one and one drawn "no" one, ``--balance-yes-no``; with ``--swap-persons`` also its "yes" one shown to
-   another user, gold "no", in ``data/judge-swap``).
+   its "yes" one and one drawn "no" one, ``--balance-yes-no``; with ``--swap-persons`` its "yes" one shown to another
+   user, gold "no", is one more "no" one to draw, in ``data/judge-swap``).
 2. Training, each timed: the RL judge (by the view ``recipes/verdict/cpu_smollm2_prefeval.yaml`` or
    ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with verdict-correct and verdict-consistent, from ``--start``), the
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
@@ -137,8 +137,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--swap-persons",
         action="store_true",
-        help="yes-no: each question's 'yes' candidate also shown to another user, gold 'no' (prepare verdict "
-        "--swap-persons); its data in data/judge-swap.",
+        help="yes-no: each question's 'yes' candidate shown to another user, gold 'no', one more 'no' to draw "
+        "(prepare verdict --swap-persons); its data in data/judge-swap.",
     )
     parser.add_argument(
         "--rl-only",

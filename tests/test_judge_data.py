@@ -254,31 +254,39 @@ def test_the_preference_verifier_view_makes_one_item_of_a_question_and_balance_k
 
 
 def test_swap_persons_shows_each_questions_yes_candidate_to_another_user_of_its_split_and_topic(tmp_path):
-    """--swap-persons: each question's item gets one more variant, its "yes" candidate under another person of the
-    same split (the same topic where it has one), gold "no", the rest of the prompt unchanged; drawn with the seed."""
+    """--swap-persons: each question's "yes" candidate under another person of the same split (the same topic where
+    it has one), gold "no", the rest of the prompt unchanged, is one more of the question's "no" candidates: all
+    kept unbalanced, drawn as often as any other "no" one with --balance-yes-no; drawn with the seed."""
     views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL], holdout_topics=[HOLDOUT])
     source = load_from_disk(str(views["verifier"]))
-    prepare_verdict(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, seed=3)
-    prepare_verdict(tmp_path / "swap", verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=3)
-    bal, swap = load_from_disk(str(tmp_path / "bal")), load_from_disk(str(tmp_path / "swap"))
+    prepare_verdict(tmp_path / "all", verifier=[views["verifier"]], swap_persons=True, seed=3)
+    prepare_verdict(tmp_path / "bal", verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=3)
+    full, bal = load_from_disk(str(tmp_path / "all")), load_from_disk(str(tmp_path / "bal"))
     for split in ("train", "validation"):
-        yes = {r["group_id"]: r for r in source[split] if r["label"] == "yes"}
-        persons = {r["person"] for r in yes.values()}
-        balanced = {v[0]["item_id"]: v for v in _items(bal[split])}
-        for variants in _items(swap[split]):
-            own, swapped = variants[:2], variants[2]
-            assert len(variants) == 3 and {v["n_orders"] for v in variants} == {3}
-            assert [{**v, "n_orders": 2} for v in own] == balanced[swapped["item_id"]]
-            row = yes[swapped["item_id"]]
-            user, mine = swapped["prompt"][-1]["content"], row["prompt"][-1]["content"]
-            other = next(p for p in persons if p != row["person"] and p in user)
-            assert user == mine.replace(row["person"], other)
-            assert other in {r["person"] for r in yes.values() if r["topic"] == row["topic"]}  # a same-topic person
-            assert (swapped["id"], swapped["gold"], swapped["order"]) == (f"{row['group_id']}:swap", "no", [4])
+        groups: dict[str, list[dict]] = {}
+        for row in source[split]:
+            groups.setdefault(row["group_id"], []).append(row)
+        full_rows = {row["id"]: row for row in full[split]}
+        for variants in _items(full_rows.values()):
+            rows = groups[variants[0]["item_id"]]
+            *own, swapped = variants
+            assert [v["gold"] for v in own] == [r["label"] for r in rows] and {v["n_orders"] for v in variants} == {
+                len(rows) + 1
+            }
+            yes = next(r for r in rows if r["label"] == "yes")
+            user, mine = swapped["prompt"][-1]["content"], yes["prompt"][-1]["content"]
+            others = {r["person"] for g in groups.values() for r in g if r["topic"] == yes["topic"]} - {yes["person"]}
+            assert any(user == mine.replace(yes["person"], other) for other in others)  # a same-topic person
+            assert (swapped["id"], swapped["gold"], swapped["order"]) == (f"{yes['group_id']}:swap", "no", [len(rows)])
             assert swapped["prompt_blind"] == next(v for v in own if v["gold"] == "yes")["prompt_blind"]
-    prepare_verdict(tmp_path / "swap0", verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=0)
-    shown = [r["prompt"] for r in swap["train"] if r["id"].endswith(":swap")]
-    assert shown != [r["prompt"] for r in load_from_disk(str(tmp_path / "swap0"))["train"] if r["id"].endswith(":swap")]
+        kept = _items(bal[split])
+        assert all(sorted(v["gold"] for v in variants) == ["no", "yes"] for variants in kept)
+        assert all({**v, "n_orders": full_rows[v["id"]]["n_orders"]} == full_rows[v["id"]] for v in bal[split])
+    drawn = sum(v["id"].endswith(":swap") for v in bal["train"])
+    assert 0.15 < drawn / len(_items(bal["train"])) < 0.35  # one "no" of four, as often as the others
+    prepare_verdict(tmp_path / "all0", verifier=[views["verifier"]], swap_persons=True, seed=0)
+    shown = [r["prompt"] for r in full["train"] if r["id"].endswith(":swap")]
+    assert shown != [r["prompt"] for r in load_from_disk(str(tmp_path / "all0"))["train"] if r["id"].endswith(":swap")]
 
 
 def test_the_validation_topics_questions_are_written_for_the_evaluator_that_judges_each_checkpoint(

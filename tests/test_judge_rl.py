@@ -152,31 +152,6 @@ def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, ye
         assert sorted(r["gold"] for r in prompts.values() if r["item_id"] == item) == ["no", "yes"]
 
 
-def test_a_swapped_person_step_holds_a_questions_three_prompts_and_the_layout_that_splits_them_is_refused(
-    tiny_llama_dir, tmp_path
-):
-    """With --swap-persons an item is three prompts (its "yes" candidate, a "no" one, the "yes" one shown to another
-    user): a generation batch of 3 x num_generations holds one question whole and trains; 4 prompts would split
-    every other question, and the layout is refused before training."""
-    views = prepare_preference(tmp_path / "pref", prefeval=[PREFEVAL_DEV], holdout_topics=["travel_restaurant"])
-    data = tmp_path / "judge"
-    prepare_verdict(data, verifier=[views["verifier"]], balance_yes_no=True, swap_persons=True, seed=0)
-    argv = _argv(tiny_llama_dir, data, tmp_path / "a", "--advantage_group", "item", recipe=YES_NO_RECIPE)
-    argv[argv.index("--per_device_train_batch_size") + 1] = "6"
-    trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
-    prompts = {row["id"]: row for row in next(iter(trainer.get_train_dataloader()))}
-    assert len({row["item_id"] for row in prompts.values()}) == 1
-    assert sorted((row["id"].endswith(":swap"), row["gold"]) for row in prompts.values()) == [
-        (False, "no"),
-        (False, "yes"),
-        (True, "no"),
-    ]
-    assert run_grpo(argv).global_step == 2
-    with pytest.raises(RecipeError, match="per_device_train_batch_size 4"):
-        run_grpo(_argv(tiny_llama_dir, data, tmp_path / "b", recipe=YES_NO_RECIPE))
-    assert not (tmp_path / "b").exists()
-
-
 @pytest.mark.slow
 def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, tmp_path):
     out = tmp_path / "run"

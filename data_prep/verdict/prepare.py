@@ -280,7 +280,10 @@ def verifier_items(
     one (else each row an item), in the split it is in; and the source's card. ``balance``: each group keeps as
     many "no" candidates as "yes" ones (:func:`balanced`, seeded by ``seed``). ``swap_persons``: each group also
     gets its "yes" candidate under another person of its split (the same topic first,
-    :func:`persetrain.person.other_persons`), gold "no" (:func:`swapped_person_variant`)."""
+    :func:`persetrain.person.other_persons`), gold "no" (:func:`swapped_person_variant`): one more of its "no"
+    candidates, which ``balance`` draws as often as any other. Added beside a balanced pair instead, it made the
+    "no" golds two of three, and the judge answered "no" to everything within 40 steps (as unbalanced PrefEval
+    questions do)."""
     data = load_prepared(folder, "persetrain prepare verifier")
     if set(data) - set(SPLITS):
         raise InputError(folder, f"has the splits {list(data)}; expected train and/or validation", field="split")
@@ -300,12 +303,11 @@ def verifier_items(
         others = swap_draws(folder, split, groups, seed) if swap_persons else {}
         for item_id, rows in groups.items():
             variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
-            variants = balanced(variants, f"{seed}:{item_id}") if balance else variants
             if item_id in others:
                 yes_row, other = others[item_id]
                 variants.append(swapped_person_variant(folder, item_id, yes_row, other, mode, len(rows)))
                 variants = [{**v, "n_orders": len(variants)} for v in variants]
-            items.append((str(folder), split, variants))
+            items.append((str(folder), split, balanced(variants, f"{seed}:{item_id}") if balance else variants))
     source = {
         "kind": VERIFIER_SOURCE,
         "path": str(folder),
@@ -385,8 +387,8 @@ def prepare_verdict(
     variants per multiple-choice item (at most the options' permutations: a PerSE pair has 2). ``holdout_topics``,
     ``profile_items``, ``profile_words``, ``max_pairs_per_person``: as ``prepare_preference`` takes them.
     ``balance_yes_no``: a verifier group keeps as many "no" candidates as "yes" ones (:func:`balanced`).
-    ``swap_persons``: a verifier group also shows its "yes" candidate to another person, gold "no"
-    (:func:`swapped_person_variant`).
+    ``swap_persons``: a verifier group also shows its "yes" candidate to another person, gold "no", one more of its
+    "no" candidates (:func:`swapped_person_variant`).
     ``prefeval_columns``: the PrefEval items' keys for our fields (``--columns``).
     """
     if not (prefeval or perse or verifier):

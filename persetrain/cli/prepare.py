@@ -269,7 +269,8 @@ def prepare_verdict_cmd(
         bool,
         typer.Option(
             help="Also show each verifier question's 'yes' candidate to another user of its split (the same topic "
-            "first), gold 'no': a row only a judge that reads the person gets right."
+            "first), gold 'no': one more 'no' candidate (--balance-yes-no draws it as often as the others), a row "
+            "only a judge that reads the person gets right."
         ),
     ] = False,
     mode: Annotated[
