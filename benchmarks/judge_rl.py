@@ -477,6 +477,7 @@ def cross_validate(args) -> dict:
             result = fold_seed(args, seed, fold_dir, data, eval_dir, start)
             result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)
             result.update(max_steps=args.max_steps, rl_overrides=args.rl_overrides, recipe=str(args.recipe))
+            result.update(swap_persons=args.swap_persons)
             write_json(result_file, result)
             drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
