@@ -235,7 +235,9 @@ def swapped_person_variant(folder: Path, item_id: str, row: dict, other: str, mo
     Why: judged with the person removed, the verdict judge scores as well as with it (it tells PrefEval's preferred
     candidate from the others by the candidates alone); nothing in its verdict-correct reward pays for reading the
     person. The person is the row's ``person`` column (the verifier view of ``persetrain prepare preference``
-    writes it), replaced in its prompt's messages."""
+    writes it), replaced in its prompt's messages. The "no" is an approximation: the candidate was written for its
+    own user's preference, and may happen to meet the other's too (a Thai dish without nuts, shown to a user who
+    avoids caffeine)."""
     person, record = row["person"], str(row.get("id", item_id))
     prompt = _messages(folder, record, row, "prompt")
     if not any(person in m["content"] for m in prompt):
