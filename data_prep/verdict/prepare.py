@@ -228,26 +228,26 @@ def balanced(variants: list[dict], key: str) -> list[dict]:
     return [{**v, "n_orders": len(kept)} for v in variants if v["id"] in kept]
 
 
-def swapped_person_variant(folder: Path, item_id: str, row: dict, other: str, mode: str, variant: int) -> dict:
-    """The item's "yes" candidate shown to ``other`` (another user's person), its gold "no": the same text, right
-    for one person and not for another, so only a judge that reads the person earns it.
+def swapped_person_variant(folder: Path, yes: dict, person: str, other: str, variant: int) -> dict:
+    """The item's "yes" variant (``yes``, whose prompt shows ``person``) shown to ``other`` (another user's person),
+    its gold "no": the same text, right for one person and not for another, so only a judge that reads the person
+    earns it.
 
     Why: judged with the person removed, the verdict judge scores as well as with it (it tells PrefEval's preferred
     candidate from the others by the candidates alone); nothing in its verdict-correct reward pays for reading the
     person. The person is the row's ``person`` column (the verifier view of ``persetrain prepare preference``
-    writes it), replaced in its prompt's messages. The "no" is an approximation: the candidate was written for its
+    writes it), replaced in the variant's prompt. The "no" is an approximation: the candidate was written for its
     own user's preference, and may happen to meet the other's too (a Thai dish without nuts, shown to a user who
     avoids caffeine)."""
-    person, record = row["person"], str(row.get("id", item_id))
-    prompt = _messages(folder, record, row, "prompt")
-    if not any(person in m["content"] for m in prompt):
-        raise InputError(folder, "the person text is not in the prompt's messages", record=record, field="person")
-    swapped = {
-        **row,
-        "prompt": [{**m, "content": m["content"].replace(person, other, 1)} for m in prompt],
-        "completion": [{"role": "assistant", "content": YES_NO[1]}],
+    if not any(person in m["content"] for m in yes["prompt"]):
+        raise InputError(folder, "the person text is not in the prompt's messages", record=yes["id"], field="person")
+    return {
+        **yes,
+        "id": f"{yes['item_id']}:swap",
+        "order": [variant],
+        "gold": YES_NO[1],
+        "prompt": [{**m, "content": m["content"].replace(person, other, 1)} for m in yes["prompt"]],
     }
-    return yes_no_row(folder, item_id, swapped, mode, variant) | {"id": f"{item_id}:swap"}
 
 
 def swap_draws(folder: Path, split: str, groups: dict[str, list[dict]], seed: int) -> dict[str, tuple[dict, str]]:
@@ -304,11 +304,12 @@ def verifier_items(
                 items.append((str(folder), split, [yes_no_row(folder, item_id, row, mode)]))
         others = swap_draws(folder, split, groups, seed) if swap_persons else {}
         for item_id, rows in groups.items():
-            variants = [yes_no_row(folder, item_id, row, mode, k, len(rows)) for k, row in enumerate(rows)]
+            n = len(rows) + (item_id in others)
+            variants = [yes_no_row(folder, item_id, row, mode, k, n) for k, row in enumerate(rows)]
             if item_id in others:
                 yes_row, other = others[item_id]
-                variants.append(swapped_person_variant(folder, item_id, yes_row, other, mode, len(rows)))
-                variants = [{**v, "n_orders": len(variants)} for v in variants]
+                yes = variants[rows.index(yes_row)]
+                variants.append(swapped_person_variant(folder, yes, yes_row["person"], other, len(rows)))
             items.append((str(folder), split, balanced(variants, f"{seed}:{item_id}") if balance else variants))
     source = {
         "kind": VERIFIER_SOURCE,
