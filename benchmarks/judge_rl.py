@@ -6,8 +6,9 @@ by supervision on the same rows.
    held out whole, as ``benchmarks/learned_judges.py`` does. The verdict prompts by ``--view``: ``letter``
    (mcq-letter's prompt, every question in ``--orders`` orders, 2 by default; the recipe's step must hold all of a
    question's) or ``yes-no`` (the verifier's prompt about one candidate, a question's candidates one item:
-   its "yes" one and one drawn "no" one, ``--balance-yes-no``; with ``--swap-persons`` its "yes" one shown to another
-   user, gold "no", is one more "no" one to draw, in ``data/judge-swap``).
+   its "yes" one and one drawn "no" one, ``--balance-yes-no``, or all of them with ``--all-candidates``, in
+   ``data/judge-all``; with ``--swap-persons`` its "yes" one shown to another user, gold "no", is one more "no" one,
+   in ``data/judge-swap``).
 2. Training, each timed: the RL judge (by the view ``recipes/verdict/cpu_smollm2_prefeval.yaml`` or
    ``cpu_smollm2_prefeval_yes_no.yaml``, GRPO with verdict-correct and verdict-consistent, from ``--start``), the
    reward model (``recipes/rm/cpu_smollm2_prefeval.yaml``) and the SFT
@@ -139,6 +140,12 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="yes-no: each question's 'yes' candidate shown to another user, gold 'no', one more 'no' to draw "
         "(prepare verdict --swap-persons); its data in data/judge-swap.",
+    )
+    parser.add_argument(
+        "--all-candidates",
+        action="store_true",
+        help="yes-no: every candidate of a question, not its 'yes' one and one drawn 'no' one (prepare verdict "
+        "without --balance-yes-no); its data in data/judge-all.",
     )
     parser.add_argument(
         "--rl-only",
@@ -304,8 +311,9 @@ def topic_folds(train: list[Path], k: int) -> list[list[str]]:
 
 
 def judge_folder(args) -> str:
-    """The RL judge's data folder inside a run's data: the yes / no prompts, with the swapped-person rows apart."""
-    return "judge-swap" if args.swap_persons else "judge"
+    """The RL judge's data folder inside a run's data: the yes / no prompts, every candidate's and the swapped-person
+    rows apart from the balanced ones."""
+    return "judge" + ("-all" if args.all_candidates else "") + ("-swap" if args.swap_persons else "")
 
 
 def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> tuple[Path, Path, list[str]]:
@@ -327,7 +335,7 @@ def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> 
             data / judge_folder(args),
             verifier=[data / "verifier"],
             seed=0,
-            balance_yes_no=True,
+            balance_yes_no=not args.all_candidates,
             swap_persons=args.swap_persons,
         )
     return data, eval_dir, validation
@@ -477,7 +485,7 @@ def cross_validate(args) -> dict:
             result = fold_seed(args, seed, fold_dir, data, eval_dir, start)
             result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)
             result.update(max_steps=args.max_steps, rl_overrides=args.rl_overrides, recipe=str(args.recipe))
-            result.update(swap_persons=args.swap_persons)
+            result.update(swap_persons=args.swap_persons, all_candidates=args.all_candidates)
             write_json(result_file, result)
             drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
@@ -510,7 +518,7 @@ def main() -> None:
                 judge_data,
                 verifier=[data / "verifier"],
                 seed=args.seed,
-                balance_yes_no=True,
+                balance_yes_no=not args.all_candidates,
                 swap_persons=args.swap_persons,
             )
     times_file = args.out / "train_seconds.json"

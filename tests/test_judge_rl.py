@@ -140,8 +140,8 @@ def test_a_yes_no_prompt_trains_on_the_tokens_the_verifier_reads(yes_no_data):
 
 
 def test_a_yes_no_step_holds_both_candidates_of_its_questions(tiny_llama_dir, yes_no_data, tmp_path):
-    """Unshuffled, the yes / no recipe's generation batch of 4 prompts is 2 questions x their "yes" and "no"
-    candidate, what verdict-consistent compares."""
+    """Unshuffled, the yes / no recipe's generation batch (here 4 prompts) is whole questions (here 2) x their "yes" and
+    "no" candidate, what verdict-consistent and the item baseline compare."""
     argv = _argv(tiny_llama_dir, yes_no_data, tmp_path, recipe=YES_NO_RECIPE)
     argv[argv.index("--gradient_accumulation_steps") + 1] = "2"
     trainer = build_grpo_trainer(*make_parser().parse_args_and_config(argv))
@@ -347,7 +347,7 @@ def test_a_collapse_is_written_once_and_the_run_rolls_back_to_the_last_good_chec
 ):
     """Every group's rewards equal from step 4: the window of steps 4-5 is a collapse, written once to metrics.jsonl
     and the console; rollback stops the run there and its final model is checkpoint-3, saved before the window (kept
-    on disk while the window was watched), whether the run trains a LoRA adapter (the recipe) or every weight. Each
+    on disk while the window was watched), whether the run trains a LoRA adapter or every weight (the recipe). Each
     step logs the equal groups' share and the verdicts' entropy."""
     out = tmp_path / "rollback"
     argv = _argv(tiny_llama_dir, yes_no_data, out, *COLLAPSING, *COLLAPSE_WATCH, recipe=YES_NO_RECIPE)
@@ -411,12 +411,12 @@ def test_each_checkpoint_is_judged_on_held_out_topics_and_the_run_ends_with_the_
 ):
     """The yes / no recipe judges each saved checkpoint with the verifier on the held-out topic's questions that
     `prepare verdict` wrote, writes validation/accuracy to metrics.jsonl, and ends with the best one (the earliest of
-    equal ones): the final adapter is that checkpoint's, merged once, and the run's metrics name it."""
+    equal ones): with LoRA, the final adapter is that checkpoint's, merged once, and the run's metrics name it."""
     out = tmp_path / "validated"
     argv = _argv(tiny_llama_dir, yes_no_data, out, recipe=YES_NO_RECIPE)
     argv[argv.index("--save_strategy") + 1] = "steps"
     argv[argv.index("--max_steps") + 1] = "3"
-    argv += ["--save_steps", "1", "--validation_max_examples", "6", "--learning_rate", "0.05"]
+    argv += ["--save_steps", "1", "--validation_max_examples", "6", "--learning_rate", "0.05", "--use_peft", "true"]
     result = run_grpo(argv)
     validated = _events(out, "validation")
     assert [r["step"] for r in validated] == [1, 2, 3]
