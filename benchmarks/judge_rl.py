@@ -316,6 +316,18 @@ def judge_folder(args) -> str:
     return "judge" + ("-all" if args.all_candidates else "") + ("-swap" if args.swap_persons else "")
 
 
+def prepare_yes_no(args, data: Path, seed: int) -> None:
+    """The RL judge's yes / no prompts from the reward model's verifier view (split as the reward model's data), in
+    :func:`judge_folder`: balanced unless ``--all-candidates``, the swapped-person rows with ``--swap-persons``."""
+    prepare_verdict(
+        data / judge_folder(args),
+        verifier=[data / "verifier"],
+        seed=seed,
+        balance_yes_no=not args.all_candidates,
+        swap_persons=args.swap_persons,
+    )
+
+
 def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> tuple[Path, Path, list[str]]:
     """The fold's data: ``prepare preference`` of every other topic with ``--validation-topics`` of them held out
     (the reward model's rows and the verifier view), the RL judge's yes / no prompts and validation questions from
@@ -331,13 +343,7 @@ def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> 
     if not (data / "listwise").is_dir():
         prepare_preference(data, prefeval=[sources], holdout_topics=validation, seed=0)
     if not (data / judge_folder(args)).is_dir():
-        prepare_verdict(
-            data / judge_folder(args),
-            verifier=[data / "verifier"],
-            seed=0,
-            balance_yes_no=not args.all_candidates,
-            swap_persons=args.swap_persons,
-        )
+        prepare_yes_no(args, data, seed=0)
     return data, eval_dir, validation
 
 
@@ -513,14 +519,8 @@ def main() -> None:
     if not judge_data.is_dir():
         if args.view == "letter":
             prepare_verdict(judge_data, prefeval=args.train, holdout_topics=holdout, seed=args.seed, orders=args.orders)
-        else:  # the reward model's verifier view: split as the reward model's data
-            prepare_verdict(
-                judge_data,
-                verifier=[data / "verifier"],
-                seed=args.seed,
-                balance_yes_no=not args.all_candidates,
-                swap_persons=args.swap_persons,
-            )
+        else:
+            prepare_yes_no(args, data, seed=args.seed)
     times_file = args.out / "train_seconds.json"
     times = json.loads(times_file.read_text()) if times_file.is_file() else {}
     times["rl"] = times.get("rl") or train_rl(args, judge_data)
