@@ -43,9 +43,10 @@ chosen on (``validation_evaluator``). Per fold, once: the data, the untrained st
 (``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows), each judged with the ``blind`` probe; per fold
 and seed (``--seeds``), the RL judge, its collapse step if any and the checkpoint it ended with. Each fold x seed
 result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun reads instead of training again (once it is
-written, the run's checkpoints are deleted; the judge stays in ``rl/``); ``--fold-ids``
-runs some folds only (another process can run the others). The last line is the summary over every result on disk:
-mean and spread of the RL judge, its start and the reward model, the gain over the start, and each target.
+written, the run's checkpoints are deleted; the judge stays in ``rl/``); a rerun with another ``--max-eval`` is
+refused rather than set beside figures judged on another sample; ``--fold-ids`` runs some folds only (another
+process can run the others). The last line is the summary over every result on disk: mean and spread of the RL
+judge, its start and the reward model, the gain over the start, and each target.
 ``--rl-overrides "--key value ..."`` goes to the GRPO recipe (a shorter schedule: ``--max-steps``).
 
     python benchmarks/judge_rl.py [--train DIR ...] [--eval DIR] [--max-eval 300] [--seed 0] [--start MODEL] \\
@@ -380,12 +381,27 @@ def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) 
     }
 
 
+def read_judged(path: Path, args) -> dict:
+    """A figure kept on disk by an earlier run, if it was judged on the questions this run asks for (``--max-eval``).
+
+    Why: a fold's start, its reward model and its RL judges are compared with each other; a rerun with another
+    ``--max-eval`` that read them would set accuracies on different samples side by side, and average them, without
+    a word."""
+    found = json.loads(path.read_text())
+    if found.get("max_eval") != args.max_eval:
+        raise SystemExit(
+            f"error: {path} was judged with --max-eval {found.get('max_eval')}, and this run asks for --max-eval "
+            f"{args.max_eval}: pass the same --max-eval, or another --out"
+        )
+    return found
+
+
 def fold_reference_cached(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) -> dict:
-    """:func:`fold_reference`, kept in ``fold_dir/<name>.json`` so that a rerun reads it."""
+    """:func:`fold_reference`, kept in ``fold_dir/<name>.json`` so that a rerun reads it (:func:`read_judged`)."""
     path = fold_dir / f"{name}.json"
     if path.is_file():
-        return json.loads(path.read_text())
-    found = fold_reference(args, fold_dir, data, eval_dir, name)
+        return read_judged(path, args)
+    found = {**fold_reference(args, fold_dir, data, eval_dir, name), "max_eval": args.max_eval}
     write_json(path, found)
     return found
 
@@ -487,18 +503,20 @@ def cross_validate(args) -> dict:
         for seed in (int(s) for s in args.seeds.split(",")):
             result_file = results_dir / f"fold{fold}-seed{seed}.json"
             if result_file.is_file():
+                read_judged(result_file, args)
                 continue
             result = fold_seed(args, seed, fold_dir, data, eval_dir, start)
             result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)
             result.update(max_steps=args.max_steps, rl_overrides=args.rl_overrides, recipe=str(args.recipe))
+            result.update(max_eval=args.max_eval)
             result.update(swap_persons=args.swap_persons, all_candidates=args.all_candidates)
             write_json(result_file, result)
             drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
         fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
-    results = {f.stem: json.loads(f.read_text()) for f in sorted(results_dir.glob("fold*-seed*.json"))}
+    results = {f.stem: read_judged(f, args) for f in sorted(results_dir.glob("fold*-seed*.json"))}
     rm_by_fold = {
-        r["fold"]: json.loads(rm.read_text())
+        r["fold"]: read_judged(rm, args)
         for r in results.values()
         if (rm := args.out / f"cv-fold{r['fold']}-of{args.folds}" / "rm.json").is_file()
     }

@@ -26,7 +26,7 @@ from persetrain.engine import load_engine
 from persetrain.engine.choices import split_choices
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
-from persetrain.io import InputError
+from persetrain.io import InputError, write_json
 from persetrain.models import DEFAULT_MODEL, load_tokenizer
 from persetrain.prompts.mcq_letter import letter_request
 from persetrain.prompts.verdict import prompt_messages, request_of
@@ -571,3 +571,27 @@ def test_the_cross_validation_keeps_a_judge_trained_whole_without_its_checkpoint
     assert train_judge(grpo, argv, judge) == 0  # the judge on disk is read, not trained again
     drop_checkpoints(run)
     assert not list(run.glob("checkpoint-*")) and (run / METRICS_FILE).is_file()
+
+
+def test_the_cross_validation_refuses_figures_judged_on_another_sample(monkeypatch, tmp_path):
+    """benchmarks/judge_rl.py --folds reads a fold's start, reward model and RL judges from disk rather than judging
+    them again, and compares them: judged on 60 questions, they sum up without training anything; a rerun asking
+    for 300 is refused in one line naming the file, before it sets a 60-question accuracy beside a 300-question one."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from judge_rl import cross_validate, make_parser
+
+    argv = ["--view", "yes-no", "--train", str(PREFEVAL_DEV), "--folds", "3", "--fold-ids", "0", "--seeds", "0"]
+    args = make_parser().parse_args([*argv, "--name", "kept", "--max-eval", "60", "--out", str(tmp_path)])
+    fold = tmp_path / "cv-fold0-of3"
+    write_json(fold / "start.json", {"start_accuracy": 0.4, "start_blind_accuracy": 0.4, "max_eval": 60})
+    write_json(fold / "rm.json", {"rm_accuracy": 0.7, "rm_blind_accuracy": 0.6, "max_eval": 60})
+    kept = {"fold": 0, "rl_accuracy": 0.6, "start_accuracy": 0.4, "rl_gain": 0.2, "max_eval": 60}
+    kept.update(saved_model_collapsed=False, collapse_step=None)
+    write_json(tmp_path / "cv" / "kept" / "fold0-seed0.json", kept)
+    summary = cross_validate(args)
+    assert summary["rm_accuracy"]["mean"] == 0.7 and summary["targets"]["mean_at_least_rm"] is False
+    assert not (fold / "kept").exists()  # nothing trained
+    args.max_eval = 300
+    refused = f"{fold / 'start.json'} was judged with --max-eval 60, and this run asks for --max-eval 300"
+    with pytest.raises(SystemExit, match=re.escape(refused)):
+        cross_validate(args)
