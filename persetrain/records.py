@@ -85,6 +85,15 @@ def candidate_label(example: BaseModel, index: int, labels: str | None) -> str |
     return None
 
 
+def chosen(record: Mapping) -> str:
+    """What a record's judge chose, as a reader is told it: the candidate's label, else its index (a judge that saw
+    each candidate alone, ``verifier`` or ``rm``, was shown no labels), else "no choice (a tie)", or "unreadable"."""
+    if not record.get("parsed", True):
+        return "unreadable"
+    choice = record.get("choice_label") if record.get("choice_label") is not None else record.get("choice")
+    return "no choice (a tie)" if choice is None else str(choice)
+
+
 def gold_of(example: BaseModel) -> int | float | None:
     """The example's gold: the index of the right candidate, a scalar task's true score, or None."""
     if isinstance(getattr(example, "gold", None), int) and not isinstance(example.gold, bool):

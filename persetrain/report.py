@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from persetrain.io import atomic_write
+from persetrain.records import chosen
 from persetrain.schema import Judgment
 
 if TYPE_CHECKING:
@@ -151,11 +152,10 @@ def wrong_examples(records: Mapping[str, Sequence[Mapping]], k: int = 3) -> dict
             continue
         lines = [f"**{system}**: {len(wrong)} of {len(found)} wrong; the first {min(k, len(wrong))}:", ""]
         for r in wrong[:k]:
-            said = "unreadable" if not r.get("parsed", True) else (r.get("choice_label") or "no choice (a tie)")
             rationale = " ".join((r.get("explanation") or "").split())[:240]
             page = f"view.html#{quote(r['example_id'])}"  # the page opens on this example
             gold = r.get("gold_label") or r.get("gold")
-            lines.append(f"- [`{r['example_id']}`]({page}): gold {gold}, chose {said}. {rationale}")
+            lines.append(f"- [`{r['example_id']}`]({page}): gold {gold}, chose {chosen(r)}. {rationale}")
         blocks.append("\n".join(lines))
     return {"Wrong examples": "\n\n".join(blocks)} if blocks else {}
 

@@ -76,6 +76,9 @@ def test_compare_command_prints_tables_and_json(two_runs):
     text = CliRunner().invoke(app, ["compare", str(a), str(b), "--resamples", "200"])
     assert text.exit_code == 0, text.output
     assert "| accuracy |" in text.output and "mcnemar-exact" in text.output and "Verdicts that changed" in text.output
+    # Each changed verdict names the candidate chosen: odd-one-out is shown no labels, so by its index.
+    changed = [line for line in text.output.splitlines() if line.startswith("- ") and " -> " in line]
+    assert changed and not any("None" in line for line in changed)
     as_json = CliRunner().invoke(app, ["compare", str(a), str(b), "--resamples", "200", "--json"])
     assert as_json.exit_code == 0, as_json.output
     result = json.loads(as_json.output)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from persetrain.cli import app
 from persetrain.meta_eval import flip_rate, manipulated, relative_change, reversed_order
+from persetrain.report import wrong_examples
 from persetrain.schema import Judgment, McqExample, PairwiseExample, PairwiseProfileItem
 
 PREFEVAL = Path(__file__).resolve().parents[1] / "data" / "prefeval" / "dev"
@@ -66,6 +67,28 @@ def test_relative_change_is_the_change_of_the_mean_score():
 
 
 @pytest.mark.slow
+def test_the_reports_wrong_examples_name_a_pointwise_judges_choice():
+    """A pointwise judge (``verifier``, ``rm``) is shown no option labels, so its record holds the chosen candidate's
+    index and no label; the report said "no choice (a tie)" for it even where one candidate scored highest."""
+    wrong = {"parsed": True, "correct": False, "gold": 2, "gold_label": None, "explanation": ""}
+    found = {
+        "verifier": [
+            {**wrong, "example_id": "first", "choice": 0, "choice_label": None},
+            {**wrong, "example_id": "tied", "choice": None, "choice_label": None},
+            {**wrong, "example_id": "unread", "choice": None, "choice_label": None, "parsed": False},
+        ],
+        "letter": [{**wrong, "example_id": "labelled", "choice": 1, "choice_label": "B", "gold_label": "C"}],
+    }
+    lines = wrong_examples(found)["Wrong examples"].splitlines()
+    said = {line.split("`")[1]: line.split(": ", 1)[1].split(".")[0] for line in lines if line.startswith("- ")}
+    assert said == {
+        "first": "gold 2, chose 0",
+        "tied": "gold 2, chose no choice (a tie)",
+        "unread": "gold 2, chose unreadable",
+        "labelled": "gold C, chose B",
+    }
+
+
 def test_meta_eval_command_on_the_tiny_model(tiny_llama_dir, tmp_path):
     out = tmp_path / "meta"
     result = CliRunner().invoke(

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.stats import binomtest
 
-from persetrain.records import judgment_of
+from persetrain.records import chosen, judgment_of
 from persetrain.view.rows import topic_of, whose
 from persetrain.view.runs import Run
 from persetrain.view.summary import flat_numbers
@@ -242,8 +242,8 @@ def render_comparison(result: Mapping) -> str:
             lines += _table(group["metrics"], result["confidence"])
         lines += ["", f"Verdicts that changed: {len(s['changed'])}"]
         for c in s["changed"][:20]:
-            a = ", ".join(f"{r['choice_label']} ({_right(r['correct'])})" for r in c["a"])
-            b = ", ".join(f"{r['choice_label']} ({_right(r['correct'])})" for r in c["b"])
+            a = ", ".join(f"{chosen(r)} ({_right(r['correct'])})" for r in c["a"])
+            b = ", ".join(f"{chosen(r)} ({_right(r['correct'])})" for r in c["b"])
             lines.append(f"- {c['example_id']}: {a} -> {b}")
         if len(s["changed"]) > 20:
             lines.append(f"- ... and {len(s['changed']) - 20} more (--json lists them all)")
