@@ -66,7 +66,6 @@ def test_relative_change_is_the_change_of_the_mean_score():
     assert math.isnan(relative_change(before, []))
 
 
-@pytest.mark.slow
 def test_the_reports_wrong_examples_name_a_pointwise_judges_choice():
     """A pointwise judge (``verifier``, ``rm``) is shown no option labels, so its record holds the chosen candidate's
     index and no label; the report said "no choice (a tie)" for it even where one candidate scored highest."""
@@ -89,6 +88,7 @@ def test_the_reports_wrong_examples_name_a_pointwise_judges_choice():
     }
 
 
+@pytest.mark.slow
 def test_meta_eval_command_on_the_tiny_model(tiny_llama_dir, tmp_path):
     out = tmp_path / "meta"
     result = CliRunner().invoke(
