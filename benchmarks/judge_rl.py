@@ -39,13 +39,15 @@ the RL run and its judging, without the three comparisons. The last line printed
 ``--folds K`` is leave-topics-out cross-validation of the yes / no RL judge over the ``--train`` topics (the 8 given
 ones): the topics, sorted, are dealt into K folds; a fold's topics are judged by judges trained on the others, of
 which one (``--validation-topics``, default 1) is held out of training as the validation topic its checkpoints are
-chosen on (``validation_evaluator``). Per fold, once: the data, the untrained start and the reward model
-(``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows), each judged with the ``blind`` probe; per fold
-and seed (``--seeds``), the RL judge, its collapse step if any and the checkpoint it ended with. Each fold x seed
-result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun reads instead of training again (once it is
-written, the run's checkpoints are deleted; the judge stays in ``rl/``); a rerun with another ``--max-eval`` is
-refused rather than set beside figures judged on another sample; ``--fold-ids`` runs some folds only (another
-process can run the others). The last line is the summary over every result on disk: mean and spread of the RL
+chosen on (``validation_evaluator``). Per fold, once: the data and the reward model
+(``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows); per fold and setting (``--name``), the start
+(``--start``; a ``{fold}`` in it is the fold's number, so that each fold starts from a model trained on its own rows),
+each judged with the ``blind`` probe; per fold and seed (``--seeds``), the RL judge, its collapse step if any and the
+checkpoint it ended with. Each fold x seed result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun
+reads instead of training again (once it is written, the run's checkpoints are deleted; the judge stays in
+``rl/``); a rerun with another ``--max-eval``, or another ``--start`` under the same ``--name``, is refused rather
+than set beside figures judged on another sample or gains over another start; ``--fold-ids`` runs some folds only
+(another process can run the others). The last line is the summary over every result on disk: mean and spread of the RL
 judge, its start and the reward model, the gain over the start, and each target.
 ``--rl-overrides "--key value ..."`` goes to the GRPO recipe (a shorter schedule: ``--max-steps``).
 
@@ -112,7 +114,11 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-eval", type=int, default=300, help="Evaluation questions (seeded sample).")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--start", default=MODEL, help="The RL judge's starting point: a model or an SFT checkpoint.")
+    parser.add_argument(
+        "--start",
+        default=MODEL,
+        help="The RL judge's starting point: a model or an SFT checkpoint ({fold}: the fold's number).",
+    )
     parser.add_argument(
         "--view",
         choices=list(VIEWS),
@@ -348,9 +354,9 @@ def fold_data(args, fold_dir: Path, test: list[str], folds: list[list[str]]) -> 
     return data, eval_dir, validation
 
 
-def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) -> dict:
-    """The untrained start (``start``) or the reward model trained on the fold's rows (``rm``), judged once per
-    fold on the fold's questions, person-blind too."""
+def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str, start: str | None) -> dict:
+    """The RL judges' start (``start``: the model ``start``, judged in the setting's folder) or the reward model
+    trained on the fold's rows (``rm``, once per fold), judged on the fold's questions, person-blind too."""
     from persetrain.train import rm
 
     seconds = 0.0
@@ -362,11 +368,12 @@ def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) 
             + ["--report_to", "none", "--save_strategy", "no"],
             fold_dir / "rm",
         )
-    system = SystemSpec("rm", "rm", str(fold_dir / "rm")) if name == "rm" else SystemSpec(name, "verifier", args.start)
+    system = SystemSpec("rm", "rm", str(fold_dir / "rm")) if name == "rm" else SystemSpec(name, "verifier", start)
+    folder = fold_dir if name == "rm" else fold_dir / args.name
     judged = meta_evaluate(
         MetaEvalConfig(
             data=str(eval_dir),
-            out=str(fold_dir / f"meta-eval-{name}"),
+            out=str(folder / f"meta-eval-{name}"),
             systems=[system],
             probes=["blind"],
             max_examples=args.max_eval,
@@ -381,27 +388,45 @@ def fold_reference(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) 
     }
 
 
-def read_judged(path: Path, args) -> dict:
-    """A figure kept on disk by an earlier run, if it was judged on the questions this run asks for (``--max-eval``).
+def read_judged(path: Path, args, start: str | None = None) -> dict:
+    """A figure kept on disk by an earlier run, if it was judged on the questions this run asks for (``--max-eval``)
+    and, for a start or an RL judge (``start`` given), from the start this run asks for.
 
     Why: a fold's start, its reward model and its RL judges are compared with each other; a rerun with another
-    ``--max-eval`` that read them would set accuracies on different samples side by side, and average them, without
-    a word."""
+    ``--max-eval`` or ``--start`` that read them would set accuracies on different samples, or gains over another
+    start, side by side, and average them, without a word."""
     found = json.loads(path.read_text())
     if found.get("max_eval") != args.max_eval:
         raise SystemExit(
             f"error: {path} was judged with --max-eval {found.get('max_eval')}, and this run asks for --max-eval "
             f"{args.max_eval}: pass the same --max-eval, or another --out"
         )
+    if start is not None and found.get("start") != start:
+        raise SystemExit(
+            f"error: {path} was trained or judged from --start {found.get('start')}, and this run asks for --start "
+            f"{start}: pass the same --start, or another --name"
+        )
     return found
 
 
-def fold_reference_cached(args, fold_dir: Path, data: Path, eval_dir: Path, name: str) -> dict:
-    """:func:`fold_reference`, kept in ``fold_dir/<name>.json`` so that a rerun reads it (:func:`read_judged`)."""
-    path = fold_dir / f"{name}.json"
+def fold_start(args, fold: int) -> str:
+    """The fold's start: ``--start`` with ``{fold}`` replaced by the fold's number, so that each fold can start from
+    a model trained on its own rows (an SFT verifier of ``OUT/cv-fold<k>-of<K>/data/verifier``); a start trained on
+    every topic would have seen the fold's held-out ones."""
+    return args.start.replace("{fold}", str(fold))
+
+
+def fold_reference_cached(
+    args, fold_dir: Path, data: Path, eval_dir: Path, name: str, start: str | None = None
+) -> dict:
+    """:func:`fold_reference`, kept in ``fold_dir/rm.json`` or the setting's ``fold_dir/NAME/start.json`` so that a
+    rerun reads it (:func:`read_judged`)."""
+    path = fold_dir / "rm.json" if name == "rm" else fold_dir / args.name / "start.json"
     if path.is_file():
-        return read_judged(path, args)
-    found = {**fold_reference(args, fold_dir, data, eval_dir, name), "max_eval": args.max_eval}
+        return read_judged(path, args, start)
+    found = {**fold_reference(args, fold_dir, data, eval_dir, name, start), "max_eval": args.max_eval}
+    if name == "start":
+        found["start"] = start
     write_json(path, found)
     return found
 
@@ -423,11 +448,12 @@ def collapse_and_choice(run_dir: Path) -> dict:
 
 
 def fold_seed(args, seed: int, fold_dir: Path, data: Path, eval_dir: Path, start: dict) -> dict:
-    """One RL judge of the fold, trained from ``--start`` with ``seed`` and judged on the fold's topics."""
+    """One RL judge of the fold, trained from its start (``start["start"]``) with ``seed`` and judged on the fold's
+    topics."""
     from persetrain.train import grpo
 
     run = fold_dir / args.name / f"seed{seed}"
-    argv = ["--config", str(args.recipe), "--model_name_or_path", args.start]
+    argv = ["--config", str(args.recipe), "--model_name_or_path", start["start"]]
     argv += ["--dataset_path", str(data / judge_folder(args))]
     argv += ["--output_dir", str(run / "rl-run"), "--seed", str(seed)]
     argv += [] if args.max_steps is None else ["--max_steps", str(args.max_steps)]
@@ -499,11 +525,11 @@ def cross_validate(args) -> dict:
     for fold in ids:
         fold_dir = args.out / f"cv-fold{fold}-of{args.folds}"
         data, eval_dir, validation = fold_data(args, fold_dir, folds[fold], folds)
-        start = fold_reference_cached(args, fold_dir, data, eval_dir, "start")
+        start = fold_reference_cached(args, fold_dir, data, eval_dir, "start", fold_start(args, fold))
         for seed in (int(s) for s in args.seeds.split(",")):
             result_file = results_dir / f"fold{fold}-seed{seed}.json"
             if result_file.is_file():
-                read_judged(result_file, args)
+                read_judged(result_file, args, start["start"])
                 continue
             result = fold_seed(args, seed, fold_dir, data, eval_dir, start)
             result.update(fold=fold, seed=seed, test_topics=folds[fold], validation_topics=validation)

@@ -576,22 +576,30 @@ def test_the_cross_validation_keeps_a_judge_trained_whole_without_its_checkpoint
 def test_the_cross_validation_refuses_figures_judged_on_another_sample(monkeypatch, tmp_path):
     """benchmarks/judge_rl.py --folds reads a fold's start, reward model and RL judges from disk rather than judging
     them again, and compares them: judged on 60 questions, they sum up without training anything; a rerun asking
-    for 300 is refused in one line naming the file, before it sets a 60-question accuracy beside a 300-question one."""
+    for 300 is refused in one line naming the file, before it sets a 60-question accuracy beside a 300-question one,
+    and so is a rerun of the same setting from another start (``{fold}`` read as the fold's number), before it sets
+    gains over two starts side by side."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from judge_rl import cross_validate, make_parser
 
     argv = ["--view", "yes-no", "--train", str(PREFEVAL_DEV), "--folds", "3", "--fold-ids", "0", "--seeds", "0"]
     args = make_parser().parse_args([*argv, "--name", "kept", "--max-eval", "60", "--out", str(tmp_path)])
     fold = tmp_path / "cv-fold0-of3"
-    write_json(fold / "start.json", {"start_accuracy": 0.4, "start_blind_accuracy": 0.4, "max_eval": 60})
+    start = {"start_accuracy": 0.4, "start_blind_accuracy": 0.4, "max_eval": 60, "start": args.start}
+    write_json(fold / "kept" / "start.json", start)
     write_json(fold / "rm.json", {"rm_accuracy": 0.7, "rm_blind_accuracy": 0.6, "max_eval": 60})
-    kept = {"fold": 0, "rl_accuracy": 0.6, "start_accuracy": 0.4, "rl_gain": 0.2, "max_eval": 60}
+    kept = {"fold": 0, "rl_accuracy": 0.6, "start_accuracy": 0.4, "rl_gain": 0.2, "max_eval": 60, "start": args.start}
     kept.update(saved_model_collapsed=False, collapse_step=None)
     write_json(tmp_path / "cv" / "kept" / "fold0-seed0.json", kept)
     summary = cross_validate(args)
     assert summary["rm_accuracy"]["mean"] == 0.7 and summary["targets"]["mean_at_least_rm"] is False
-    assert not (fold / "kept").exists()  # nothing trained
-    args.max_eval = 300
-    refused = f"{fold / 'start.json'} was judged with --max-eval 60, and this run asks for --max-eval 300"
+    assert [path.name for path in (fold / "kept").iterdir()] == ["start.json"]  # nothing trained or judged
+    args.start = str(tmp_path / "verifier-fold{fold}")  # each fold its own start, under the same --name
+    refused = f"{fold / 'kept' / 'start.json'} was trained or judged from --start {start['start']}, and this run asks "
+    refused += f"for --start {tmp_path / 'verifier-fold0'}: pass the same --start, or another --name"
+    with pytest.raises(SystemExit, match=re.escape(refused)):
+        cross_validate(args)
+    args.start, args.max_eval = start["start"], 300
+    refused = f"{fold / 'kept' / 'start.json'} was judged with --max-eval 60, and this run asks for --max-eval 300"
     with pytest.raises(SystemExit, match=re.escape(refused)):
         cross_validate(args)
