@@ -99,8 +99,9 @@ VIEWS = {
 }
 RM_RECIPE = RM_RECIPES["rm"]
 MODEL = "embedded:smollm2-135m-instruct"
-#: What TRL logs per step for the verdict-correct reward (its function's name).
-VERDICT_REWARD = "rewards/verdict_correct/mean"
+#: The share of right verdicts a GRPO step logs: verdict-correct's mean reward, also logged by verdict-correct-balanced,
+#: whose own reward is weighted (``persetrain.rewards.verdict``).
+VERDICT_REWARD = "verdict/accuracy"
 #: Prompts a step of the SFT judge (the verifier recipe's batch).
 SFT_BATCH = 8
 CHECKPOINTS = f"{PREFIX_CHECKPOINT_DIR}-*"

@@ -10,6 +10,7 @@ from persetrain.rewards.verdict import (
     parse_verdict,
     verdict_consistent,
     verdict_correct,
+    verdict_correct_balanced,
     verdict_format,
 )
 from persetrain.rewards.verdict_verl import compute_score
@@ -110,6 +111,7 @@ def test_verdict_and_format_rewards_restate_right_and_readable():
 def test_the_rewards_are_named_as_trl_logs_them():
     assert {name: f.__name__ for name, f in VERDICT_REWARDS.items()} == {
         "verdict-correct": "verdict_correct",
+        "verdict-correct-balanced": "verdict_correct_balanced",
         "verdict-format": "verdict_format",
         "verdict-consistent": "verdict_consistent",
     }
@@ -186,10 +188,60 @@ def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_sp
         assert rewards == verdict_consistent(**batch) and logged == {"verdict/split_item_share": expected}
 
 
+# --- the balanced reward -------------------------------------------------------------------------------------
+
+
+def _question_batch(answers: dict[str, list[str]]) -> dict:
+    """Item q1: a question's four candidates (gold yes, no, no, no), item q2: a balanced pair (yes, no), item q3: two
+    swapped-person rows (both gold no); ``answers[row]`` the G rollouts of each row, consecutive as TRL lays them."""
+    rows = [("q1", "yes"), ("q1", "no"), ("q1", "no"), ("q1", "no"), ("q2", "yes"), ("q2", "no")]
+    rows += [("q3", "no"), ("q3", "no")]
+    batch: dict[str, list] = {key: [] for key in ("completions", "gold", "item_id", "id", "verdicts", "mode")}
+    for k, (item, gold) in enumerate(rows):
+        for text in answers.get(f"{item}-{k}", [gold] * G):
+            batch["completions"].append([{"role": "assistant", "content": text}])
+            batch["gold"].append(gold)
+            batch["item_id"].append(item)
+            batch["id"].append(f"{item}-{k}")
+            batch["verdicts"].append(YES_NO)
+            batch["mode"].append("verdict")
+    return batch
+
+
+def _balanced_restated(batch: dict) -> list[float]:
+    """Right, times the item's completions over (its distinct golds x the completions sharing this gold)."""
+    rewards = []
+    for i, gold in enumerate(batch["gold"]):
+        item = batch["item_id"][i]
+        n_item = batch["item_id"].count(item)
+        golds = {g for g, it in zip(batch["gold"], batch["item_id"], strict=True) if it == item}
+        n_gold = sum(1 for g, it in zip(batch["gold"], batch["item_id"], strict=True) if it == item and g == gold)
+        right = verdict_correct(**{k: v[i : i + 1] for k, v in batch.items()})[0]
+        rewards.append(right * n_item / (len(golds) * n_gold))
+    return rewards
+
+
+def test_the_balanced_reward_weighs_a_questions_one_yes_as_its_three_noes():
+    mixed = _question_batch({"q1-0": ["yes", "no", "yes"], "q1-2": ["yes", "no", "no"], "q2-5": ["yes", "no", "x"]})
+    rewards = verdict_correct_balanced(**mixed)
+    assert rewards == pytest.approx(_balanced_restated(mixed))
+    # q1's "yes" candidate pays 4 / (2 x 1) = 2 a right verdict, each "no" candidate 4 / (2 x 3) = 2/3.
+    assert rewards[:12] == pytest.approx([2, 0, 2] + [2 / 3] * 3 + [0, 2 / 3, 2 / 3] + [2 / 3] * 3)
+    # The balanced pair and an item of one gold earn verdict-correct's rewards.
+    assert rewards[12:] == verdict_correct(**{k: v[12:] for k, v in mixed.items()})
+    # Answering one verdict to every candidate earns the same, whichever it is: nothing to gain from a favourite.
+    for verdict in YES_NO:
+        one = verdict_correct_balanced(**_question_batch({f"q1-{k}": [verdict] * G for k in range(4)}))
+        assert sum(one[:12]) == pytest.approx(12 / 2)
+    logged: dict[str, float] = {}
+    verdict_correct_balanced(**mixed, log_metric=logged.__setitem__)
+    assert logged["verdict/accuracy"] == pytest.approx(sum(verdict_correct(**mixed)) / len(rewards))
+
+
 # --- errors --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reward", [verdict_correct, verdict_format, verdict_consistent])
+@pytest.mark.parametrize("reward", [verdict_correct, verdict_correct_balanced, verdict_format, verdict_consistent])
 def test_a_missing_column_names_it_and_the_command_that_writes_it(reward):
     batch = _consistent_batch()
     del batch["verdicts"]
@@ -226,10 +278,11 @@ def test_verl_scores_each_sample_as_the_trl_rewards_do():
         assert formatted["score"] == readable[k]
 
 
-def test_verl_refuses_the_consistent_reward_and_a_row_without_its_verdicts():
+def test_verl_refuses_the_batch_rewards_and_a_row_without_its_verdicts():
     info = {"verdicts": ABCD, "mode": "verdict"}
-    with pytest.raises(ValueError, match="use verdict-correct with verl"):
-        compute_score("judge/prefeval", "A", "A", info, reward="verdict-consistent")
+    for reward in ("verdict-consistent", "verdict-correct-balanced"):
+        with pytest.raises(ValueError, match=f"{reward} compares the samples of one batch.*use verdict-correct"):
+            compute_score("judge/prefeval", "A", "A", info, reward=reward)
     with pytest.raises(KeyError, match=r"extra_info\['mode'\].*persetrain prepare verdict"):
         compute_score("judge/prefeval", "A", "A", {"verdicts": ABCD})
 

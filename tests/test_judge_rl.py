@@ -164,10 +164,12 @@ def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, 
             "verdict-correct",
             "verdict-consistent",
             "verdict-format",
+            "verdict-correct-balanced",
             "--reward_weights",
             "1",
             "1",
             "0.1",
+            "0",
         )
     )
     assert result.global_step == 2 and result.exit_code == 0
@@ -178,6 +180,11 @@ def test_grpo_on_a_judges_verdicts_logs_each_reward(tiny_llama_dir, judge_data, 
             assert 0.0 <= record[f"rewards/{name}/mean"] <= 1.0
         # right in both orders is never more common than right
         assert record["rewards/verdict_consistent/mean"] <= record["rewards/verdict_correct/mean"]
+        # an item's orders share one gold, so the balanced reward is the plain one; both log the share of right
+        # verdicts that benchmarks/judge_rl.py reads as the reward curve
+        right = record["rewards/verdict_correct/mean"]
+        assert record["rewards/verdict_correct_balanced/mean"] == pytest.approx(right)
+        assert record["verdict/accuracy"] == pytest.approx(right)
     resolved = json.loads((out / "resolved_config.json").read_text())
     assert resolved["training"]["shuffle_dataset"] is False
 

@@ -2,10 +2,12 @@
 verdict``).
 
 A judge is asked a verdict prompt (:mod:`persetrain.prompts.verdict`: which lettered option is best for this person,
-or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Three TRL
+or a yes / no check) and sampled in groups; it is rewarded when its final verdict matches the gold one. Four TRL
 reward functions, named as the recipe's ``reward_funcs`` name them (:data:`VERDICT_REWARDS`):
 
 - ``verdict-correct`` (:func:`verdict_correct`): 1 when the parsed verdict is the gold one.
+- ``verdict-correct-balanced`` (:func:`verdict_correct_balanced`): the same, weighted so that each gold verdict of an
+  item (a question's candidates) pays as much in all: a question's one "yes" candidate as much as its three "no" ones.
 - ``verdict-format`` (:func:`verdict_format`): 1 when a verdict can be parsed at all; a small weight of it keeps a
   ``think`` judge ending on its ``Verdict: X`` line while the verdict reward is still mostly 0.
 - ``verdict-consistent`` (:func:`verdict_consistent`): J1's position-consistent reward, 1 only when the judge is right
@@ -14,7 +16,8 @@ reward functions, named as the recipe's ``reward_funcs`` name them (:data:`VERDI
 TRL 1.16 calls each as ``f(prompts=, completions=, completion_ids=, **dataset_columns, trainer_state=,
 log_extra=, log_metric=)``, every dataset column a list parallel to ``completions``; what a reward does not read it
 ignores. The columns read are ``verdicts`` (the row's allowed verdicts), ``mode`` (``verdict`` or ``think``),
-``gold`` and, for the consistent reward, ``item_id`` and ``order``; ``id``, when present, names a row in errors.
+``gold`` and, for the balanced and consistent rewards, ``item_id`` (and ``order``); ``id``, when present, names a
+row in errors.
 """
 
 from __future__ import annotations
@@ -102,6 +105,34 @@ def verdict_correct(completions: Sequence, log_metric: Callable | None = None, *
     return rewards
 
 
+def verdict_correct_balanced(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
+    """:func:`verdict_correct` with each gold verdict of an item weighted to pay as much in all (sklearn's "balanced"
+    class weight inside each item of the batch): a right verdict on a row of item g with gold v earns
+    n_g / (k_g * n_gv), where n_g is the item's completions in the batch, k_g how many distinct golds they have and
+    n_gv how many have gold v. An item with one candidate of each gold (the balanced pair) earns exactly
+    :func:`verdict_correct`'s rewards, as does an item whose rows share one gold.
+
+    Why: a yes / no judge shown every candidate of a question (one "yes", three "no") earns 0.75 by answering "no"
+    to everything under :func:`verdict_correct`, and GRPO drives it there: it collapsed onto "no" within 60 steps.
+    Weighted, answering one verdict to every candidate earns the item's mean weight whichever it is, so only telling
+    the candidates apart pays, and the judge still sees every "no" candidate, as the listwise reward model does.
+    """
+    parsed = _parsed("verdict-correct-balanced", completions, columns, ("gold", "verdicts", "mode", "item_id"))
+    keys = list(zip(columns["item_id"], columns["gold"], strict=True))
+    per_gold = Counter(keys)
+    per_item = Counter(item for item, _ in keys)
+    golds = Counter(item for item, _ in per_gold)
+    rewards = [
+        float(p == gold) * per_item[item] / (golds[item] * per_gold[item, gold])
+        for p, (item, gold) in zip(parsed, keys, strict=True)
+    ]
+    if log_metric is not None and rewards:
+        right = [float(p == gold) for p, (_, gold) in zip(parsed, keys, strict=True)]
+        log_metric("verdict/accuracy", sum(right) / len(right))
+        log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
+    return rewards
+
+
 def verdict_entropy(parsed: Sequence[str | None], prompts: Sequence | None) -> float:
     """The mean over prompts of the entropy (bits) of the verdicts sampled for it (an unparsable one counts as a
     verdict of its own).
@@ -182,6 +213,7 @@ def verdict_consistent(completions: Sequence, log_metric: Callable | None = None
 #: The dataset columns each reward reads.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "verdict-correct": ("gold", "verdicts", "mode"),
+    "verdict-correct-balanced": ("gold", "verdicts", "mode", "item_id"),
     "verdict-format": ("verdicts", "mode"),
     "verdict-consistent": ("gold", "verdicts", "mode", "item_id", "order"),
 }
@@ -216,6 +248,7 @@ def check_verdict_rows(ds: Dataset, path: str | Path, rewards: Sequence[str]) ->
 #: The recipe's names (``reward_funcs: [verdict-correct]``) of the reward functions.
 VERDICT_REWARDS: dict[str, Callable[..., list[float]]] = {
     "verdict-correct": verdict_correct,
+    "verdict-correct-balanced": verdict_correct_balanced,
     "verdict-format": verdict_format,
     "verdict-consistent": verdict_consistent,
 }

@@ -14,8 +14,10 @@ from typing import Any
 
 from persetrain.rewards.verdict import verdict_correct, verdict_format
 
-#: ``verdict-consistent`` compares the samples of one batch, which a per-sample function never sees.
+#: ``verdict-consistent`` and ``verdict-correct-balanced`` compare the samples of one batch, which a per-sample
+#: function never sees.
 _PER_SAMPLE = ("verdict-correct", "verdict-format")
+_PER_BATCH = ("verdict-consistent", "verdict-correct-balanced")
 
 
 def compute_score(
@@ -27,9 +29,9 @@ def compute_score(
     **_: Any,
 ) -> dict:
     """verl's per-sample reward: ``{"score": reward, "verdict_correct": 0 | 1, "parsed": 0 | 1}``."""
-    if reward == "verdict-consistent":
+    if reward in _PER_BATCH:
         raise ValueError(
-            "verdict-consistent compares the samples of one batch, and verl's reward sees one sample at a time: "
+            f"{reward} compares the samples of one batch, and verl's reward sees one sample at a time: "
             "use verdict-correct with verl"
         )
     if reward not in _PER_SAMPLE:
