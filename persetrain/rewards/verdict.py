@@ -69,14 +69,19 @@ def parse_verdict(text: str, verdicts: Sequence[str], mode: str) -> str | None:
     return _verdict_word(text[len(lead) :], verdicts)
 
 
-def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: Sequence[str]) -> list[str | None]:
-    """Every completion's verdict, after checking that the columns ``needs`` exist and each row's mode and gold."""
+def _check_columns(reward: str, columns: dict[str, Any], needs: Sequence[str]) -> None:
+    """The columns ``needs`` exist, else one line naming them and the command that writes them."""
     missing = [name for name in needs if name not in columns]
     if missing:
         raise KeyError(
             f"the {reward} reward needs the dataset column(s) {', '.join(missing)}; write the dataset with "
             "`persetrain prepare verdict`"
         )
+
+
+def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: Sequence[str]) -> list[str | None]:
+    """Every completion's verdict, after checking that the columns ``needs`` exist and each row's mode and gold."""
+    _check_columns(reward, columns, needs)
     ids = columns.get("id")
     parsed = []
     for i, completion in enumerate(completions):
@@ -116,21 +121,17 @@ def verdict_correct_balanced(completions: Sequence, log_metric: Callable | None 
     to everything under :func:`verdict_correct`, and GRPO drives it there: it collapsed onto "no" within 60 steps.
     Weighted, answering one verdict to every candidate earns the item's mean weight whichever it is, so only telling
     the candidates apart pays, and the judge still sees every "no" candidate, as the listwise reward model does.
+    Logs what :func:`verdict_correct` logs (the unweighted share of right verdicts among them).
     """
-    parsed = _parsed("verdict-correct-balanced", completions, columns, ("gold", "verdicts", "mode", "item_id"))
+    _check_columns("verdict-correct-balanced", columns, ("gold", "verdicts", "mode", "item_id"))
+    right = verdict_correct(completions, log_metric=log_metric, **columns)
     keys = list(zip(columns["item_id"], columns["gold"], strict=True))
     per_gold = Counter(keys)
     per_item = Counter(item for item, _ in keys)
     golds = Counter(item for item, _ in per_gold)
-    rewards = [
-        float(p == gold) * per_item[item] / (golds[item] * per_gold[item, gold])
-        for p, (item, gold) in zip(parsed, keys, strict=True)
+    return [
+        ok * per_item[item] / (golds[item] * per_gold[item, gold]) for ok, (item, gold) in zip(right, keys, strict=True)
     ]
-    if log_metric is not None and rewards:
-        right = [float(p == gold) for p, (_, gold) in zip(parsed, keys, strict=True)]
-        log_metric("verdict/accuracy", sum(right) / len(right))
-        log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
-    return rewards
 
 
 def verdict_entropy(parsed: Sequence[str | None], prompts: Sequence | None) -> float:
