@@ -179,13 +179,19 @@ def test_consistent_reward_of_an_item_in_one_order_is_the_verdict_reward():
 
 
 def test_consistent_reward_logs_the_share_of_completions_whose_item_the_batch_split():
-    """q3 written in two orders but shown in one: its 3 completions of 15 are rewarded by their verdict alone."""
+    """q3 written in two orders but shown in one: its 3 completions of 15 are rewarded by their verdict alone. The
+    share of right verdicts and their entropy are logged as verdict-correct logs them, so that a recipe paying by
+    consistency alone still shows them."""
     batch = _consistent_batch()
+    correct: dict[str, float] = {}
+    verdict_correct(**batch, log_metric=correct.__setitem__)
+    assert 0 < correct["verdict/accuracy"] < 1 and correct["verdict/entropy"] > 0
     for q3_orders, expected in ((1, 0.0), (2, 3 / 15)):
         logged: dict[str, float] = {}
         n_orders = [2] * 12 + [q3_orders] * 3
         rewards = verdict_consistent(**batch, n_orders=n_orders, log_metric=logged.__setitem__)
-        assert rewards == verdict_consistent(**batch) and logged == {"verdict/split_item_share": expected}
+        assert rewards == verdict_consistent(**batch)
+        assert logged == {**correct, "verdict/split_item_share": expected}
 
 
 # --- the balanced reward -------------------------------------------------------------------------------------

@@ -99,15 +99,26 @@ def _parsed(reward: str, completions: Sequence, columns: dict[str, Any], needs: 
 def verdict_correct(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
     """1.0 where the parsed verdict is the row's ``gold``, else 0.0 (an unparsable completion is wrong).
 
-    Logs ``verdict/accuracy``, the batch's share of right verdicts, and ``verdict/entropy``
-    (:func:`verdict_entropy`) through TRL's ``log_metric``.
+    Logs ``verdict/accuracy`` and ``verdict/entropy`` (:func:`_log_verdicts`).
     """
     parsed = _parsed("verdict-correct", completions, columns, ("gold", "verdicts", "mode"))
     rewards = [float(p == gold) for p, gold in zip(parsed, columns["gold"], strict=True)]
-    if log_metric is not None and rewards:
-        log_metric("verdict/accuracy", sum(rewards) / len(rewards))
-        log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
+    _log_verdicts(log_metric, parsed, columns)
     return rewards
+
+
+def _log_verdicts(log_metric: Callable | None, parsed: Sequence[str | None], columns: dict[str, Any]) -> None:
+    """Log ``verdict/accuracy`` (the batch's share of right verdicts) and ``verdict/entropy`` (:func:`verdict_entropy`)
+    through TRL's ``log_metric``.
+
+    Why every reward that reads the gold logs them: they describe the judge's sampled verdicts, whichever reward pays
+    for them, and the collapse watch and ``benchmarks/judge_rl.py`` read them. Two such rewards in one recipe log the
+    same values, which TRL averages per step."""
+    if log_metric is None or not parsed:
+        return
+    right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
+    log_metric("verdict/accuracy", sum(right) / len(right))
+    log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
 
 
 def verdict_correct_balanced(completions: Sequence, log_metric: Callable | None = None, **columns: Any) -> list[float]:
@@ -186,11 +197,12 @@ def verdict_consistent(completions: Sequence, log_metric: Callable | None = None
     single variant in the batch (a split batch, or data written with one order) reduces to :func:`verdict_correct`.
     The reward sees only the batch it is called with, so a recipe keeps every variant of an item in one process's
     generation batch (a multiple of ``n_orders`` x ``num_generations``; ``persetrain grpo`` refuses a layout that
-    splits them before training). Logs ``verdict/split_item_share`` through TRL's ``log_metric`` (averaged over
-    the processes): the share of the batch's completions whose item has fewer of its ``n_orders`` variants in the
-    batch, rewarded by their verdict alone. It stays 0 when the layout is right.
+    splits them before training). Logs what :func:`verdict_correct` logs, and ``verdict/split_item_share`` through
+    TRL's ``log_metric`` (averaged over the processes): the share of the batch's completions whose item has fewer of
+    its ``n_orders`` variants in the batch, rewarded by their verdict alone. It stays 0 when the layout is right.
     """
     parsed = _parsed("verdict-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
+    _log_verdicts(log_metric, parsed, columns)
     right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
     keys = [(item, tuple(order)) for item, order in zip(columns["item_id"], columns["order"], strict=True)]
     seen: dict[tuple, int] = {}
