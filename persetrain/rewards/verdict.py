@@ -102,21 +102,22 @@ def verdict_correct(completions: Sequence, log_metric: Callable | None = None, *
     Logs ``verdict/accuracy`` and ``verdict/entropy`` (:func:`_log_verdicts`).
     """
     parsed = _parsed("verdict-correct", completions, columns, ("gold", "verdicts", "mode"))
-    rewards = [float(p == gold) for p, gold in zip(parsed, columns["gold"], strict=True)]
-    _log_verdicts(log_metric, parsed, columns)
-    return rewards
+    right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
+    _log_verdicts(log_metric, parsed, right, columns)
+    return [float(ok) for ok in right]
 
 
-def _log_verdicts(log_metric: Callable | None, parsed: Sequence[str | None], columns: dict[str, Any]) -> None:
-    """Log ``verdict/accuracy`` (the batch's share of right verdicts) and ``verdict/entropy`` (:func:`verdict_entropy`)
-    through TRL's ``log_metric``.
+def _log_verdicts(
+    log_metric: Callable | None, parsed: Sequence[str | None], right: Sequence[bool], columns: dict[str, Any]
+) -> None:
+    """Log ``verdict/accuracy`` (the batch's share of right verdicts, ``right``) and ``verdict/entropy``
+    (:func:`verdict_entropy` of ``parsed``) through TRL's ``log_metric``.
 
     Why every reward that reads the gold logs them: they describe the judge's sampled verdicts, whichever reward pays
-    for them, and the collapse watch and ``benchmarks/judge_rl.py`` read them. Two such rewards in one recipe log the
-    same values, which TRL averages per step."""
-    if log_metric is None or not parsed:
+    for them, and ``benchmarks/judge_rl.py`` reads its reward and entropy curves from them. Two such rewards in one
+    recipe log the same values, which TRL averages per step."""
+    if log_metric is None or not right:
         return
-    right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
     log_metric("verdict/accuracy", sum(right) / len(right))
     log_metric("verdict/entropy", verdict_entropy(parsed, columns.get("id") or columns.get("prompts")))
 
@@ -202,8 +203,8 @@ def verdict_consistent(completions: Sequence, log_metric: Callable | None = None
     its ``n_orders`` variants in the batch, rewarded by their verdict alone. It stays 0 when the layout is right.
     """
     parsed = _parsed("verdict-consistent", completions, columns, ("gold", "verdicts", "mode", "item_id", "order"))
-    _log_verdicts(log_metric, parsed, columns)
     right = [p == gold for p, gold in zip(parsed, columns["gold"], strict=True)]
+    _log_verdicts(log_metric, parsed, right, columns)
     keys = [(item, tuple(order)) for item, order in zip(columns["item_id"], columns["order"], strict=True)]
     seen: dict[tuple, int] = {}
     rollout = []
