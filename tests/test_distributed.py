@@ -46,8 +46,10 @@ VERDICT_RECIPE = REPO / "recipes" / "verdict" / "cpu_smollm2_prefeval.yaml"
 TWO_RANKS = ("--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1")
 ONE_PROCESS = ("--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1")
 COMMON = ("--logging_steps", "1", "--disable_tqdm", "true", "--report_to", "none", "--seed", "0")
-#: Steps of the SFT runs: enough that a signal sent after the first few lands before the end.
-STEPS = 24
+#: Steps of the runs held against one process: a wrong shard shows in the first step's loss and in every weight.
+STEPS = 4
+#: Steps of the runs stopped by a signal: enough that one sent after the first few steps lands before the end.
+SIGNAL_STEPS = 12
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -156,20 +158,24 @@ def _sft_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sft_reference(tiny_llama_dir, perse_dir, tmp_path_factory) -> dict[str, Path]:
-    """One process, batch 2, fp32: LoRA (the CPU recipe) and full fine-tuning."""
+    """One process, batch 2, fp32: LoRA (the CPU recipe) and full fine-tuning, for ``STEPS`` and for
+    ``SIGNAL_STEPS`` (the learning rate's schedule depends on the run's length): keyed ``lora``, ``full``,
+    ``lora-signal``, ``full-signal``."""
     root = tmp_path_factory.mktemp("sft-reference")
-    runs = {"lora": (), "full": ("--use_peft", "false", "--learning_rate", "1e-4")}
-    for name, extra in runs.items():
-        run_sft(
-            [
-                "--config",
-                str(SFT_RECIPE),
-                *COMMON,
-                *ONE_PROCESS,
-                *_sft_args(tiny_llama_dir, perse_dir, root / name, "--max_steps", str(STEPS), *extra),
-            ]
-        )
-    return {name: root / name for name in runs}
+    kinds = {"lora": (), "full": ("--use_peft", "false", "--learning_rate", "1e-4")}
+    lengths = {"": STEPS, "-signal": SIGNAL_STEPS}
+    for kind, extra in kinds.items():
+        for suffix, steps in lengths.items():
+            run_sft(
+                [
+                    "--config",
+                    str(SFT_RECIPE),
+                    *COMMON,
+                    *ONE_PROCESS,
+                    *_sft_args(tiny_llama_dir, perse_dir, root / (kind + suffix), "--max_steps", str(steps), *extra),
+                ]
+            )
+    return {kind + suffix: root / (kind + suffix) for kind in kinds for suffix in lengths}
 
 
 @pytest.mark.parametrize(("config", "kind"), [("deepspeed_zero2", "lora"), ("deepspeed_zero3_offload", "full")])
@@ -195,7 +201,7 @@ def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_
     and 128 + USR1. One process may not load the two ranks' partitions; the same command resumes, and the run
     ends with the reference's losses, each step logged once, and its merged model."""
     out = tmp_path / "zero3"
-    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS)))
+    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(SIGNAL_STEPS)))
     process = _start(SFT_RECIPE, "deepspeed_zero3", *args)
     _wait_for_step(process, out, 2)
     process.send_signal(signal.SIGUSR1)
@@ -204,7 +210,7 @@ def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_
     stopped = [line for line in output.splitlines() if line.startswith("stopped:")]
     assert len(stopped) == 1 and "Traceback" not in output, output[-6000:]
     saved = last_complete_checkpoint(out)
-    assert saved is not None and int(saved.rsplit("-", 1)[1]) < STEPS and not (out / MERGED_DIR).exists()
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) < SIGNAL_STEPS and not (out / MERGED_DIR).exists()
 
     with pytest.raises(
         InputError, match=r"saved by 2 processes \(DeepSpeed ZeRO state, one part per rank\); this run has 1"
@@ -213,13 +219,13 @@ def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_
 
     _launch(SFT_RECIPE, "deepspeed_zero3", *args)
     assert [r["step"] for r in _records(out) if r["event"] == "train_begin"] == [0, int(saved.rsplit("-", 1)[1])]
-    _assert_same_losses(out, sft_reference["lora"], STEPS)
-    _assert_same_weights(out / MERGED_DIR, sft_reference["lora"] / MERGED_DIR)
+    _assert_same_losses(out, sft_reference["lora-signal"], SIGNAL_STEPS)
+    _assert_same_weights(out / MERGED_DIR, sft_reference["lora-signal"] / MERGED_DIR)
 
     # The model that comes out: `persetrain evaluate` judges with it as with the one-process model, and `persetrain
     # push --merge` folds the saved adapter into the same weights.
     judged = {}
-    for name, model in (("zero3", out / MERGED_DIR), ("one", sft_reference["lora"] / MERGED_DIR)):
+    for name, model in (("zero3", out / MERGED_DIR), ("one", sft_reference["lora-signal"] / MERGED_DIR)):
         result = CliRunner().invoke(
             app,
             [
@@ -248,7 +254,10 @@ def test_fsdp_survives_a_killed_rank_and_a_ctrl_c_and_ends_as_one_process_does(
     leaves no rank behind; the rerun starts from the last complete checkpoint; Ctrl-C (SIGINT) to the launcher
     checkpoints and stops; the third run finishes with the reference's losses and gathered weights."""
     out = tmp_path / "fsdp"
-    args = (*TWO_RANKS, *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), "--save_steps", "2"))
+    args = (
+        *TWO_RANKS,
+        *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(SIGNAL_STEPS), "--save_steps", "2"),
+    )
     args = (*args, "--use_peft", "false", "--learning_rate", "1e-4")
 
     process = _start(SFT_RECIPE, "fsdp", *args)
@@ -274,8 +283,8 @@ def test_fsdp_survives_a_killed_rank_and_a_ctrl_c_and_ends_as_one_process_does(
     _launch(SFT_RECIPE, "fsdp", *args)
     begins = [r["step"] for r in _records(out) if r["event"] == "train_begin"]
     assert begins[:2] == [0, int(resume_from.rsplit("-", 1)[1])] and len(begins) == 3
-    _assert_same_losses(out, sft_reference["full"], STEPS)
-    _assert_same_weights(out, sft_reference["full"])
+    _assert_same_losses(out, sft_reference["full-signal"], SIGNAL_STEPS)
+    _assert_same_weights(out, sft_reference["full-signal"])
 
 
 def _tiny_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
