@@ -157,25 +157,25 @@ def _sft_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def sft_reference(tiny_llama_dir, perse_dir, tmp_path_factory) -> dict[str, Path]:
-    """One process, batch 2, fp32: LoRA (the CPU recipe) and full fine-tuning, for ``STEPS`` and for
-    ``SIGNAL_STEPS`` (the learning rate's schedule depends on the run's length): keyed ``lora``, ``full``,
-    ``lora-signal``, ``full-signal``."""
+def sft_reference(tiny_llama_dir, perse_dir, tmp_path_factory) -> dict[tuple[str, int], Path]:
+    """One process, batch 2, fp32: LoRA (the CPU recipe) and full fine-tuning, each for ``STEPS`` and for
+    ``SIGNAL_STEPS`` (the learning rate's schedule depends on the run's length), keyed ``(kind, steps)``."""
     root = tmp_path_factory.mktemp("sft-reference")
     kinds = {"lora": (), "full": ("--use_peft", "false", "--learning_rate", "1e-4")}
-    lengths = {"": STEPS, "-signal": SIGNAL_STEPS}
+    runs = {}
     for kind, extra in kinds.items():
-        for suffix, steps in lengths.items():
+        for steps in (STEPS, SIGNAL_STEPS):
+            out = runs[kind, steps] = root / f"{kind}-{steps}"
             run_sft(
                 [
                     "--config",
                     str(SFT_RECIPE),
                     *COMMON,
                     *ONE_PROCESS,
-                    *_sft_args(tiny_llama_dir, perse_dir, root / (kind + suffix), "--max_steps", str(steps), *extra),
+                    *_sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(steps), *extra),
                 ]
             )
-    return {kind + suffix: root / (kind + suffix) for kind in kinds for suffix in lengths}
+    return runs
 
 
 @pytest.mark.parametrize(("config", "kind"), [("deepspeed_zero2", "lora"), ("deepspeed_zero3_offload", "full")])
@@ -185,11 +185,11 @@ def test_sft_under_deepspeed_equals_one_process(config, kind, tiny_llama_dir, pe
     out = tmp_path / config
     args = _sft_args(tiny_llama_dir, perse_dir, out, "--max_steps", str(STEPS), *extra)
     _launch(SFT_RECIPE, config, *TWO_RANKS, *args)
-    _assert_same_losses(out, sft_reference[kind], STEPS)
+    _assert_same_losses(out, sft_reference[kind, STEPS], STEPS)
     begin = _records(out)[0]
     assert begin["event"] == "train_begin" and begin["world_size"] == 2
     final = MERGED_DIR if kind == "lora" else "."
-    _assert_same_weights(out / final, sft_reference[kind] / final)  # ZeRO-3's shards gathered at save
+    _assert_same_weights(out / final, sft_reference[kind, STEPS] / final)  # ZeRO-3's shards gathered at save
     if kind == "lora":
         assert (out / "adapter_model.safetensors").is_file()
 
@@ -219,13 +219,13 @@ def test_zero3_lora_stops_on_usr1_refuses_another_world_size_and_resumes_to_the_
 
     _launch(SFT_RECIPE, "deepspeed_zero3", *args)
     assert [r["step"] for r in _records(out) if r["event"] == "train_begin"] == [0, int(saved.rsplit("-", 1)[1])]
-    _assert_same_losses(out, sft_reference["lora-signal"], SIGNAL_STEPS)
-    _assert_same_weights(out / MERGED_DIR, sft_reference["lora-signal"] / MERGED_DIR)
+    _assert_same_losses(out, sft_reference["lora", SIGNAL_STEPS], SIGNAL_STEPS)
+    _assert_same_weights(out / MERGED_DIR, sft_reference["lora", SIGNAL_STEPS] / MERGED_DIR)
 
     # The model that comes out: `persetrain evaluate` judges with it as with the one-process model, and `persetrain
     # push --merge` folds the saved adapter into the same weights.
     judged = {}
-    for name, model in (("zero3", out / MERGED_DIR), ("one", sft_reference["lora-signal"] / MERGED_DIR)):
+    for name, model in (("zero3", out / MERGED_DIR), ("one", sft_reference["lora", SIGNAL_STEPS] / MERGED_DIR)):
         result = CliRunner().invoke(
             app,
             [
@@ -283,8 +283,8 @@ def test_fsdp_survives_a_killed_rank_and_a_ctrl_c_and_ends_as_one_process_does(
     _launch(SFT_RECIPE, "fsdp", *args)
     begins = [r["step"] for r in _records(out) if r["event"] == "train_begin"]
     assert begins[:2] == [0, int(resume_from.rsplit("-", 1)[1])] and len(begins) == 3
-    _assert_same_losses(out, sft_reference["full-signal"], SIGNAL_STEPS)
-    _assert_same_weights(out, sft_reference["full-signal"])
+    _assert_same_losses(out, sft_reference["full", SIGNAL_STEPS], SIGNAL_STEPS)
+    _assert_same_weights(out, sft_reference["full", SIGNAL_STEPS])
 
 
 def _tiny_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
@@ -415,8 +415,8 @@ def test_two_machines_meet_at_one_rendezvous_and_equal_one_process(tiny_llama_di
     for launcher in launchers:
         output, _ = launcher.communicate(timeout=400)
         assert launcher.returncode == 0, output[-6000:]
-    _assert_same_losses(out, sft_reference["lora"], STEPS)
-    _assert_same_weights(out / MERGED_DIR, sft_reference["lora"] / MERGED_DIR)
+    _assert_same_losses(out, sft_reference["lora", STEPS], STEPS)
+    _assert_same_weights(out / MERGED_DIR, sft_reference["lora", STEPS] / MERGED_DIR)
 
 
 def test_a_hung_rank_ends_the_run_with_an_error_naming_rank_and_step(tiny_llama_dir, perse_dir, tmp_path):
