@@ -40,7 +40,8 @@ the RL run and its judging, without the three comparisons. The last line printed
 ones): the topics, sorted, are dealt into K folds; a fold's topics are judged by judges trained on the others, of
 which one (``--validation-topics``, default 1) is held out of training as the validation topic its checkpoints are
 chosen on (``validation_evaluator``). Per fold, once: the data and the reward model
-(``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows); per fold and setting (``--name``), the start
+(``recipes/rm/cpu_smollm2_prefeval.yaml``, the same training rows; not with ``--rl-only``, which leaves the summary
+to the reward models already on disk); per fold and setting (``--name``), the start
 (``--start``; a ``{fold}`` in it is the fold's number, so that each fold starts from a model trained on its own rows),
 each judged with the ``blind`` probe; per fold and seed (``--seeds``), the RL judge, its collapse step if any and the
 checkpoint it ended with. Each fold x seed result is a file (``OUT/cv/NAME/fold<k>-seed<s>.json``) that a rerun
@@ -158,7 +159,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rl-only",
         action="store_true",
-        help="Train and judge only the RL judge (and read its start): another seed of it, without the comparisons.",
+        help="Train and judge only the RL judge (and read its start): another seed of it, without the comparisons "
+        "(with --folds: without training the fold's reward model).",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"))
     parser.add_argument("--folds", type=int, default=None, help="Leave-topics-out cross-validation in K folds.")
@@ -517,7 +519,7 @@ def cv_summary(results: dict[str, dict], rm_by_fold: dict[int, dict]) -> dict:
 
 def cross_validate(args) -> dict:
     """Every fold x seed asked for (a result on disk is read, not trained again), then the reward model of each of
-    those folds, then the summary of every result on disk."""
+    those folds (unless ``--rl-only``), then the summary of every result on disk."""
     if args.view != "yes-no":
         raise SystemExit("error: --folds cross-validates the yes / no judge: pass --view yes-no")
     folds = topic_folds(args.train, args.folds)
@@ -540,7 +542,8 @@ def cross_validate(args) -> dict:
             write_json(result_file, result)
             drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
-        fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
+        if not args.rl_only:
+            fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
     results = {f.stem: read_judged(f, args) for f in sorted(results_dir.glob("fold*-seed*.json"))}
     rm_by_fold = {
         r["fold"]: read_judged(rm, args)

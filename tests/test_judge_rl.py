@@ -601,6 +601,13 @@ def test_the_cross_validation_refuses_figures_judged_on_another_sample(monkeypat
     summary = cross_validate(args)
     assert summary["rm_accuracy"]["mean"] == 0.7 and summary["targets"]["mean_at_least_rm"] is False
     assert [path.name for path in (fold / "kept").iterdir()] == ["start.json"]  # nothing trained or judged
+    (fold / "rm.json").unlink()  # --rl-only trains no reward model: the summary has none to compare with
+    summary = cross_validate(
+        make_parser().parse_args([*argv, "--name", "kept", "--max-eval", "60", "--rl-only", "--out", str(tmp_path)])
+    )
+    assert summary["rm_folds"] == [] and summary["targets"]["mean_at_least_rm"] is None
+    assert sorted(path.name for path in fold.iterdir()) == ["data", "kept"]
+    write_json(fold / "rm.json", {"rm_accuracy": 0.7, "rm_blind_accuracy": 0.6, "max_eval": 60})
     args.start = str(tmp_path / "verifier-fold{fold}")  # each fold its own start, under the same --name
     refused = f"{fold / 'kept' / 'start.json'} was trained or judged from --start {start['start']}, and this run asks "
     refused += f"for --start {tmp_path / 'verifier-fold0'}: pass the same --start, or another --name"
