@@ -1,0 +1,185 @@
+"""The RL judges of a leave-topics-out cross-validation, extrapolated away from their start, on topics they never saw.
+
+``benchmarks/judge_rl.py --folds`` leaves each fold x seed's RL judge in ``OUT/cv-fold<k>-of<K>/NAME/seed<s>/rl``.
+Its KL term holds it near its start; if the direction training moved it in carries to unseen topics and the step
+was only short, going further along it carries more, at no training cost. This is ExPO (Zheng et al., 2024,
+"Weak-to-Strong Extrapolation Expedites Alignment"): the weights ``start + alpha * (judge - start)``, every tensor,
+``alpha`` 1 being the judge itself, 0 its start, above 1 an extrapolation, below 1 an interpolation toward the start
+(WiSE-FT). Each ``--alphas`` value is judged, by the evaluator that reads the judge (``verifier``), on
+
+- the run's validation topic: every question of the one its checkpoints were chosen on (the ``validation_data``
+  its resolved config names, by default ``<dataset_path>/questions``; the training itself judged a sample);
+- its fold's held-out topics: the questions ``judge_rl.py`` judged it on (its ``--max-eval`` and seed), person-blind
+  too.
+
+Per run, ``alpha`` is chosen on the validation topic (the highest accuracy; a tie goes to the smaller step), so the
+held-out figure of the chosen one is the figure a user who extrapolated would report. Each fold x seed's figures are
+a file (``OUT/cv/NAME/extrapolated/fold<k>-seed<s>.json``) that a rerun extends with the values it lacks; an
+extrapolated model lives only while it is judged. The last line is one JSON object: per ``alpha`` the mean over the
+runs, the choice per run and its mean, and the reward models of the same folds that ``judge_rl.py`` left on disk.
+
+    python benchmarks/judge_extrapolation.py --folds 4 --fold-ids 1,2 --seeds 0 --name recipe --alphas 1,2,3,4 \\
+        [--out runs/judge-rl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+from common import emit  # beside this script
+from safetensors.torch import load_file, save_file
+
+from persetrain.evaluation import EvaluationConfig, evaluate
+from persetrain.evaluators.registry import SystemSpec
+from persetrain.io import InputError, write_json
+from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
+from persetrain.metrics.parl import mean_std
+from persetrain.models import local_weights_dir
+
+#: The evaluator that reads a yes / no judge (judge_rl.py's ``yes-no`` view).
+EVALUATOR = "verifier"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/judge-rl"), help="judge_rl.py's --out.")
+    parser.add_argument("--folds", type=int, required=True, help="judge_rl.py's --folds K.")
+    parser.add_argument("--fold-ids", required=True, help="The folds to read (comma-separated).")
+    parser.add_argument("--seeds", default="0", help="The RL judges' seeds (comma-separated).")
+    parser.add_argument("--name", default="recipe", help="judge_rl.py's --name: the setting whose judges to read.")
+    parser.add_argument(
+        "--alphas", default="1,2,3,4", help="Steps along judge - start (comma-separated; 1: the judge, 0: its start)."
+    )
+    return parser
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a model saved whole, across its shards. A LoRA judge is refused: its start is not beside it."""
+    if (folder / "adapter_config.json").is_file():
+        raise InputError(folder, "a LoRA adapter: extrapolate a judge trained whole, or its merged model")
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise InputError(folder, "no .safetensors weights")
+    return {name: tensor for shard in shards for name, tensor in load_file(str(shard)).items()}
+
+
+def extrapolate(start: dict[str, torch.Tensor], judge: Path, alpha: float, out: Path) -> None:
+    """``start + alpha * (judge - start)`` for every tensor, in the judge's dtype, saved with the judge's config and
+    tokenizer files in ``out``; computed in float32 so that ``alpha`` 1 gives the judge's weights exactly."""
+    trained = weights(judge)
+    if trained.keys() != start.keys():
+        raise InputError(judge, f"its tensors are not its start's ({len(trained)} against {len(start)})")
+    moved = {
+        name: (start[name].float() + alpha * (tensor.float() - start[name].float())).to(tensor.dtype).contiguous()
+        for name, tensor in trained.items()
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for path in judge.iterdir():
+        if path.is_file() and path.suffix != ".safetensors":
+            (out / path.name).write_bytes(path.read_bytes())
+    save_file(moved, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def validation_questions(run_dir: Path) -> tuple[str, str]:
+    """The questions and split the run chose its checkpoints on, as its resolved config names them."""
+    config = json.loads((run_dir / "resolved_config.json").read_text())
+    data = config["training"]["validation_data"] or str(Path(config["script"]["dataset_path"]) / "questions")
+    return data, config["training"]["validation_split"]
+
+
+def judge(model: Path, run_dir: Path, eval_dir: Path, max_eval: int, out: Path) -> dict[str, float]:
+    """``model``'s accuracy on every validation question of its run and on its fold's held-out questions (the sample
+    judge_rl.py judged), person-blind too."""
+    data, split = validation_questions(run_dir)
+    system = SystemSpec("judge", EVALUATOR, str(model))
+    validation = evaluate(EvaluationConfig(data=data, out=str(out / "validation"), systems=[system], split=split))
+    held_out = meta_evaluate(
+        MetaEvalConfig(
+            data=str(eval_dir), out=str(out / "held-out"), systems=[system], probes=["blind"], max_examples=max_eval
+        )
+    )
+    return {
+        "validation_accuracy": validation["systems"]["judge"]["accuracy"],
+        "n_validation": validation["systems"]["judge"]["n"],
+        "accuracy": held_out["systems"]["judge"]["metrics"]["accuracy"],
+        "blind_accuracy": held_out["systems"]["judge"]["blind"]["accuracy"],
+    }
+
+
+def extrapolated_run(args, fold: int, seed: int, alphas: list[float]) -> dict:
+    """One fold x seed's figures per ``alpha`` (read from its file, the missing ones judged and added to it)."""
+    result_file = args.out / "cv" / args.name / f"fold{fold}-seed{seed}.json"
+    if not result_file.is_file():
+        raise SystemExit(
+            f"error: {result_file} does not exist: run benchmarks/judge_rl.py --folds {args.folds} --fold-ids {fold} "
+            f"--seeds {seed} --name {args.name} first"
+        )
+    result = json.loads(result_file.read_text())
+    fold_dir = args.out / f"cv-fold{fold}-of{args.folds}"
+    run = fold_dir / args.name / f"seed{seed}"
+    path = args.out / "cv" / args.name / "extrapolated" / f"fold{fold}-seed{seed}.json"
+    found = json.loads(path.read_text()) if path.is_file() else {"start": result["start"], "by_alpha": {}}
+    start = None
+    for alpha in alphas:
+        if f"{alpha:g}" in found["by_alpha"]:
+            continue
+        if start is None:
+            start = weights(Path(local_weights_dir(result["start"])))
+        with tempfile.TemporaryDirectory(dir=run, prefix=".extrapolated-") as tmp:
+            model = run / "rl"
+            if alpha != 1:
+                model = Path(tmp) / "model"
+                extrapolate(start, run / "rl", alpha, model)
+            figures = judge(model, run / "rl-run", fold_dir / "data" / "eval", result["max_eval"], Path(tmp) / "judged")
+        found["by_alpha"][f"{alpha:g}"] = figures
+        write_json(path, found)
+        print(json.dumps({"fold": fold, "seed": seed, "alpha": alpha, **figures}), flush=True)
+    return {**found, "fold": fold, "seed": seed, "start_accuracy": result["start_accuracy"]}
+
+
+def chosen(run: dict, alphas: list[float]) -> float:
+    """The ``alpha`` with the best validation accuracy; a tie goes to the smaller step."""
+    return max(sorted(alphas), key=lambda a: run["by_alpha"][f"{a:g}"]["validation_accuracy"])
+
+
+def summary(args, runs: list[dict], alphas: list[float]) -> dict:
+    """Per ``alpha`` the mean over the runs; each run's choice on its validation topic and the mean of its held-out
+    figures; the reward models judge_rl.py trained in the same folds, if on disk."""
+    found: dict = {"name": args.name, "runs": [f"fold{r['fold']}-seed{r['seed']}" for r in runs], "by_alpha": {}}
+    for alpha in alphas:
+        rows = [r["by_alpha"][f"{alpha:g}"] for r in runs]
+        found["by_alpha"][f"{alpha:g}"] = {
+            key: mean_std([row[key] for row in rows]) for key in ("accuracy", "blind_accuracy", "validation_accuracy")
+        }
+    picks = {f"fold{r['fold']}-seed{r['seed']}": chosen(r, alphas) for r in runs}
+    found["chosen_alpha"] = picks
+    picked = [r["by_alpha"][f"{chosen(r, alphas):g}"] for r in runs]
+    for key in ("accuracy", "blind_accuracy"):
+        found[f"chosen_{key}"] = mean_std([row[key] for row in picked])
+    found["start_accuracy"] = mean_std([r["start_accuracy"] for r in runs])
+    rm = [args.out / f"cv-fold{fold}-of{args.folds}" / "rm.json" for fold in sorted({r["fold"] for r in runs})]
+    found["rm_accuracy"] = mean_std([json.loads(p.read_text())["rm_accuracy"] for p in rm if p.is_file()])
+    found["rm_folds_on_disk"] = sum(p.is_file() for p in rm)
+    return found
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = make_parser().parse_args(argv)
+    alphas = [float(a) for a in args.alphas.split(",")]
+    runs = [
+        extrapolated_run(args, int(fold), int(seed), alphas)
+        for fold in args.fold_ids.split(",")
+        for seed in args.seeds.split(",")
+    ]
+    found = summary(args, runs, alphas)
+    write_json(args.out / "cv" / args.name / "extrapolated" / "summary.json", found)
+    emit(found)
+    return found
+
+
+if __name__ == "__main__":
+    main()
