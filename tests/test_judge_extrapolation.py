@@ -12,7 +12,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError, write_json
+from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 PREFEVAL_DEV = REPO / "data" / "prefeval" / "dev"
@@ -91,16 +93,9 @@ def test_the_cross_validations_judges_are_judged_per_step_and_read_back(
     assert len(n_questions) == 1 and n_questions.pop() > 12  # every validation question, not the training's sample
     assert not list(run.glob(".extrapolated-*"))  # the moved models live only while judged
 
-    from persetrain.evaluators.registry import SystemSpec
-    from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
-
+    judged_as_judge_rl_does = [SystemSpec("rl", "verifier", str(run / "rl"))]
     direct = meta_evaluate(
-        MetaEvalConfig(
-            data=str(eval_dir),
-            out=str(tmp_path / "direct"),
-            systems=[SystemSpec("rl", "verifier", str(run / "rl"))],
-            max_examples=12,
-        )
+        MetaEvalConfig(str(eval_dir), str(tmp_path / "direct"), judged_as_judge_rl_does, max_examples=12)
     )
     assert per_step["1"]["accuracy"] == direct["systems"]["rl"]["metrics"]["accuracy"]
     best = max(per_step[a]["validation_accuracy"] for a in per_step)
