@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -33,6 +34,7 @@ import torch
 from common import emit  # beside this script
 from safetensors.torch import load_file, save_file
 
+from data_prep.verdict.prepare import QUESTIONS_DIR
 from persetrain.evaluation import EvaluationConfig, evaluate
 from persetrain.evaluators.registry import SystemSpec
 from persetrain.io import InputError, write_json
@@ -67,27 +69,30 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return {name: tensor for shard in shards for name, tensor in load_file(str(shard)).items()}
 
 
-def extrapolate(start: dict[str, torch.Tensor], judge: Path, alpha: float, out: Path) -> None:
-    """``start + alpha * (judge - start)`` for every tensor, in the judge's dtype, saved with the judge's config and
-    tokenizer files in ``out``; computed in float32 so that ``alpha`` 1 gives the judge's weights exactly."""
-    trained = weights(judge)
+def extrapolate(
+    start: dict[str, torch.Tensor], trained: dict[str, torch.Tensor], judge: Path, alpha: float, out: Path
+) -> None:
+    """``start + alpha * (trained - start)`` for every tensor, in the judge's dtype, saved with the config and
+    tokenizer files of the judge's folder ``judge`` in ``out``. Written as ``(1 - alpha) * start + alpha * trained``
+    in float32, so that ``alpha`` 1 gives the judge's weights and 0 its start's exactly (``start + (trained - start)``
+    can miss ``trained`` by a rounding)."""
     if trained.keys() != start.keys():
         raise InputError(judge, f"its tensors are not its start's ({len(trained)} against {len(start)})")
     moved = {
-        name: (start[name].float() + alpha * (tensor.float() - start[name].float())).to(tensor.dtype).contiguous()
+        name: ((1 - alpha) * start[name].float() + alpha * tensor.float()).to(tensor.dtype).contiguous()
         for name, tensor in trained.items()
     }
     out.mkdir(parents=True, exist_ok=True)
     for path in judge.iterdir():
         if path.is_file() and path.suffix != ".safetensors":
-            (out / path.name).write_bytes(path.read_bytes())
+            shutil.copy2(path, out / path.name)
     save_file(moved, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
 def validation_questions(run_dir: Path) -> tuple[str, str]:
     """The questions and split the run chose its checkpoints on, as its resolved config names them."""
     config = json.loads((run_dir / "resolved_config.json").read_text())
-    data = config["training"]["validation_data"] or str(Path(config["script"]["dataset_path"]) / "questions")
+    data = config["training"]["validation_data"] or str(Path(config["script"]["dataset_path"]) / QUESTIONS_DIR)
     return data, config["training"]["validation_split"]
 
 
@@ -123,17 +128,17 @@ def extrapolated_run(args, fold: int, seed: int, alphas: list[float]) -> dict:
     run = fold_dir / args.name / f"seed{seed}"
     path = args.out / "cv" / args.name / "extrapolated" / f"fold{fold}-seed{seed}.json"
     found = json.loads(path.read_text()) if path.is_file() else {"start": result["start"], "by_alpha": {}}
-    start = None
+    start = trained = None  # read once, and only when a step is missing
     for alpha in alphas:
         if f"{alpha:g}" in found["by_alpha"]:
             continue
         if start is None:
-            start = weights(Path(local_weights_dir(result["start"])))
+            start, trained = weights(Path(local_weights_dir(result["start"]))), weights(run / "rl")
         with tempfile.TemporaryDirectory(dir=run, prefix=".extrapolated-") as tmp:
             model = run / "rl"
             if alpha != 1:
                 model = Path(tmp) / "model"
-                extrapolate(start, run / "rl", alpha, model)
+                extrapolate(start, trained, run / "rl", alpha, model)
             figures = judge(model, run / "rl-run", fold_dir / "data" / "eval", result["max_eval"], Path(tmp) / "judged")
         found["by_alpha"][f"{alpha:g}"] = figures
         write_json(path, found)
@@ -157,7 +162,7 @@ def summary(args, runs: list[dict], alphas: list[float]) -> dict:
         }
     picks = {f"fold{r['fold']}-seed{r['seed']}": chosen(r, alphas) for r in runs}
     found["chosen_alpha"] = picks
-    picked = [r["by_alpha"][f"{chosen(r, alphas):g}"] for r in runs]
+    picked = [r["by_alpha"][f"{picks[name]:g}"] for name, r in zip(picks, runs, strict=True)]
     for key in ("accuracy", "blind_accuracy"):
         found[f"chosen_{key}"] = mean_std([row[key] for row in picked])
     found["start_accuracy"] = mean_std([r["start_accuracy"] for r in runs])

@@ -46,7 +46,7 @@ def test_a_step_of_0_1_and_2_gives_the_start_the_judge_and_twice_its_move(
 
     start, judge = weights(tiny_llama_dir), weights(moved_judge)
     for alpha in (0.0, 1.0, 2.0):
-        extrapolate(start, moved_judge, alpha, tmp_path / f"a{alpha:g}")
+        extrapolate(start, judge, moved_judge, alpha, tmp_path / f"a{alpha:g}")
     one, zero, two = (load_file(str(tmp_path / f"a{a}" / "model.safetensors")) for a in ("1", "0", "2"))
     assert all(torch.equal(one[k], judge[k]) and torch.equal(zero[k], start[k]) for k in judge)
     assert all(torch.allclose(two[k], 2 * judge[k] - start[k], atol=1e-6) for k in judge)
