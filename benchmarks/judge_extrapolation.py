@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 from common import emit  # beside this script
+from judge_rl import cv_result_file, fold_folder, run_folder  # beside this script
 from safetensors.torch import load_file, save_file
 
 from data_prep.verdict.prepare import QUESTIONS_DIR
@@ -117,16 +118,16 @@ def judge(model: Path, run_dir: Path, eval_dir: Path, max_eval: int, out: Path) 
 
 def extrapolated_run(args, fold: int, seed: int, alphas: list[float]) -> dict:
     """One fold x seed's figures per ``alpha`` (read from its file, the missing ones judged and added to it)."""
-    result_file = args.out / "cv" / args.name / f"fold{fold}-seed{seed}.json"
+    result_file = cv_result_file(args.out, args.name, fold, seed)
     if not result_file.is_file():
         raise SystemExit(
             f"error: {result_file} does not exist: run benchmarks/judge_rl.py --folds {args.folds} --fold-ids {fold} "
             f"--seeds {seed} --name {args.name} first"
         )
     result = json.loads(result_file.read_text())
-    fold_dir = args.out / f"cv-fold{fold}-of{args.folds}"
-    run = fold_dir / args.name / f"seed{seed}"
-    path = args.out / "cv" / args.name / "extrapolated" / f"fold{fold}-seed{seed}.json"
+    fold_dir = fold_folder(args.out, fold, args.folds)
+    run = run_folder(fold_dir, args.name, seed)
+    path = result_file.parent / "extrapolated" / result_file.name
     found = json.loads(path.read_text()) if path.is_file() else {"start": result["start"], "by_alpha": {}}
     start = trained = None  # read once, and only when a step is missing
     for alpha in alphas:
@@ -166,7 +167,7 @@ def summary(args, runs: list[dict], alphas: list[float]) -> dict:
     for key in ("accuracy", "blind_accuracy"):
         found[f"chosen_{key}"] = mean_std([row[key] for row in picked])
     found["start_accuracy"] = mean_std([r["start_accuracy"] for r in runs])
-    rm = [args.out / f"cv-fold{fold}-of{args.folds}" / "rm.json" for fold in sorted({r["fold"] for r in runs})]
+    rm = [fold_folder(args.out, fold, args.folds) / "rm.json" for fold in sorted({r["fold"] for r in runs})]
     found["rm_accuracy"] = mean_std([json.loads(p.read_text())["rm_accuracy"] for p in rm if p.is_file()])
     found["rm_folds_on_disk"] = sum(p.is_file() for p in rm)
     return found

@@ -412,6 +412,21 @@ def read_judged(path: Path, args, start: str | None = None) -> dict:
     return found
 
 
+def fold_folder(out: Path, fold: int, folds: int) -> Path:
+    """``OUT/cv-fold<k>-of<K>``: a fold's data, its reward model (``rm.json``) and each setting's runs."""
+    return out / f"cv-fold{fold}-of{folds}"
+
+
+def run_folder(fold_dir: Path, name: str, seed: int) -> Path:
+    """A setting's RL judge of the fold at ``seed``: its training run (``rl-run``) and its model (``rl``)."""
+    return fold_dir / name / f"seed{seed}"
+
+
+def cv_result_file(out: Path, name: str, fold: int, seed: int) -> Path:
+    """A fold x seed's figures, which a rerun reads instead of training again."""
+    return out / "cv" / name / f"fold{fold}-seed{seed}.json"
+
+
 def fold_start(args, fold: int) -> str:
     """The fold's start: ``--start`` with ``{fold}`` replaced by the fold's number, so that each fold can start from
     a model trained on its own rows (an SFT verifier of ``OUT/cv-fold<k>-of<K>/data/verifier``); a start trained on
@@ -455,7 +470,7 @@ def fold_seed(args, seed: int, fold_dir: Path, data: Path, eval_dir: Path, start
     topics."""
     from persetrain.train import grpo
 
-    run = fold_dir / args.name / f"seed{seed}"
+    run = run_folder(fold_dir, args.name, seed)
     argv = ["--config", str(args.recipe), "--model_name_or_path", start["start"]]
     argv += ["--dataset_path", str(data / judge_folder(args))]
     argv += ["--output_dir", str(run / "rl-run"), "--seed", str(seed)]
@@ -526,11 +541,11 @@ def cross_validate(args) -> dict:
     ids = range(args.folds) if args.fold_ids is None else [int(i) for i in args.fold_ids.split(",")]
     results_dir = args.out / "cv" / args.name
     for fold in ids:
-        fold_dir = args.out / f"cv-fold{fold}-of{args.folds}"
+        fold_dir = fold_folder(args.out, fold, args.folds)
         data, eval_dir, validation = fold_data(args, fold_dir, folds[fold], folds)
         start = fold_reference_cached(args, fold_dir, data, eval_dir, "start", fold_start(args, fold))
         for seed in (int(s) for s in args.seeds.split(",")):
-            result_file = results_dir / f"fold{fold}-seed{seed}.json"
+            result_file = cv_result_file(args.out, args.name, fold, seed)
             if result_file.is_file():
                 read_judged(result_file, args, start["start"])
                 continue
@@ -540,7 +555,7 @@ def cross_validate(args) -> dict:
             result.update(max_eval=args.max_eval)
             result.update(swap_persons=args.swap_persons, all_candidates=args.all_candidates)
             write_json(result_file, result)
-            drop_checkpoints(fold_dir / args.name / f"seed{seed}" / "rl-run")
+            drop_checkpoints(run_folder(fold_dir, args.name, seed) / "rl-run")
             print(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}), flush=True)
         if not args.rl_only:
             fold_reference_cached(args, fold_dir, data, eval_dir, "rm")
@@ -548,7 +563,7 @@ def cross_validate(args) -> dict:
     rm_by_fold = {
         r["fold"]: read_judged(rm, args)
         for r in results.values()
-        if (rm := args.out / f"cv-fold{r['fold']}-of{args.folds}" / "rm.json").is_file()
+        if (rm := fold_folder(args.out, r["fold"], args.folds) / "rm.json").is_file()
     }
     summary = cv_summary(results, rm_by_fold)
     write_json(results_dir / "summary.json", summary)
