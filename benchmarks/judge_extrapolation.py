@@ -12,14 +12,21 @@ was only short, going further along it carries more, at no training cost. This i
 - its fold's held-out topics: the questions ``judge_rl.py`` judged it on (its ``--max-eval`` and seed), person-blind
   too.
 
+With ``--soup`` a fold's judge is the mean of its seeds' judges, every tensor (a uniform model soup, Wortsman et al.,
+2022, "Model soups"): judges trained from one start on the same rows in different orders may sit in one basin, where
+their average keeps what each learned and drops what each fitted to its own rollouts, at no training cost. The soup
+is then moved along ``soup - start`` as a single judge is; all its seeds judged the same held-out questions from the
+same start, and its validation topic is their fold's.
+
 Per run, ``alpha`` is chosen on the validation topic (the highest accuracy; a tie goes to the smaller step), so the
-held-out figure of the chosen one is the figure a user who extrapolated would report. Each fold x seed's figures are
-a file (``OUT/cv/NAME/extrapolated/fold<k>-seed<s>.json``) that a rerun extends with the values it lacks; an
-extrapolated model lives only while it is judged. The last line is one JSON object: per ``alpha`` the mean over the
-runs, the choice per run and its mean, and the reward models of the same folds that ``judge_rl.py`` left on disk.
+held-out figure of the chosen one is the figure a user who extrapolated would report. Each fold x seed's (or fold's
+soup's) figures are a file (``OUT/cv/NAME/extrapolated/fold<k>-seed<s>.json``, ``fold<k>-soup<s>-<t>.json``) that a
+rerun extends with the values it lacks; an extrapolated model lives only while it is judged. The last line is one
+JSON object: per ``alpha`` the mean over the runs, the choice per run and its mean, and the reward models of the same
+folds that ``judge_rl.py`` left on disk.
 
     python benchmarks/judge_extrapolation.py --folds 4 --fold-ids 1,2 --seeds 0 --name recipe --alphas 1,2,3,4 \\
-        [--out runs/judge-rl]
+        [--soup] [--out runs/judge-rl]
 """
 
 from __future__ import annotations
@@ -57,6 +64,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--alphas", default="1,2,3,4", help="Steps along judge - start (comma-separated; 1: the judge, 0: its start)."
     )
+    parser.add_argument(
+        "--soup", action="store_true", help="Average each fold's seeds into one judge first: one run per fold."
+    )
     return parser
 
 
@@ -90,6 +100,17 @@ def extrapolate(
     save_file(moved, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
+def soup(judges: list[dict[str, torch.Tensor]], folders: list[Path]) -> dict[str, torch.Tensor]:
+    """The mean of the judges' weights, every tensor, averaged in float32 and kept in the first judge's dtype."""
+    for other, folder in zip(judges[1:], folders[1:], strict=True):
+        if other.keys() != judges[0].keys():
+            raise InputError(folder, f"its tensors are not {folders[0]}'s ({len(other)} against {len(judges[0])})")
+    return {
+        name: torch.stack([judge[name].float() for judge in judges]).mean(0).to(tensor.dtype)
+        for name, tensor in judges[0].items()
+    }
+
+
 def validation_questions(run_dir: Path) -> tuple[str, str]:
     """The questions and split the run chose its checkpoints on, as its resolved config names them."""
     config = json.loads((run_dir / "resolved_config.json").read_text())
@@ -116,35 +137,58 @@ def judge(model: Path, run_dir: Path, eval_dir: Path, max_eval: int, out: Path) 
     }
 
 
-def extrapolated_run(args, fold: int, seed: int, alphas: list[float]) -> dict:
-    """One fold x seed's figures per ``alpha`` (read from its file, the missing ones judged and added to it)."""
-    result_file = cv_result_file(args.out, args.name, fold, seed)
-    if not result_file.is_file():
-        raise SystemExit(
-            f"error: {result_file} does not exist: run benchmarks/judge_rl.py --folds {args.folds} --fold-ids {fold} "
-            f"--seeds {seed} --name {args.name} first"
-        )
-    result = json.loads(result_file.read_text())
+def run_label(seeds: list[int]) -> str:
+    """A run's name within its fold: ``seed0`` for one seed's judge, ``soup0-1`` for the soup of seeds 0 and 1."""
+    return f"seed{seeds[0]}" if len(seeds) == 1 else "soup" + "-".join(map(str, seeds))
+
+
+def extrapolated_run(args, fold: int, seeds: list[int], alphas: list[float]) -> dict:
+    """One fold's judge (one seed's, or the soup of ``seeds``) figures per ``alpha`` (read from its file, the missing
+    ones judged and added to it)."""
+    results = []
+    for seed in seeds:
+        result_file = cv_result_file(args.out, args.name, fold, seed)
+        if not result_file.is_file():
+            raise SystemExit(
+                f"error: {result_file} does not exist: run benchmarks/judge_rl.py --folds {args.folds} --fold-ids "
+                f"{fold} --seeds {seed} --name {args.name} first"
+            )
+        results.append(json.loads(result_file.read_text()))
+    result = results[0]
+    for seed, other in zip(seeds[1:], results[1:], strict=True):
+        for key in ("start", "max_eval"):
+            if other[key] != result[key]:
+                raise InputError(
+                    cv_result_file(args.out, args.name, fold, seed),
+                    f"{other[key]} against seed {seeds[0]}'s {result[key]}: a soup needs judges of one start judged "
+                    "alike",
+                    field=key,
+                )
     fold_dir = fold_folder(args.out, fold, args.folds)
-    run = run_folder(fold_dir, args.name, seed)
-    path = result_file.parent / "extrapolated" / result_file.name
+    runs = [run_folder(fold_dir, args.name, seed) for seed in seeds]
+    label = run_label(seeds)
+    path = cv_result_file(args.out, args.name, fold, seeds[0]).parent / "extrapolated" / f"fold{fold}-{label}.json"
     found = json.loads(path.read_text()) if path.is_file() else {"start": result["start"], "by_alpha": {}}
     start = trained = None  # read once, and only when a step is missing
     for alpha in alphas:
         if f"{alpha:g}" in found["by_alpha"]:
             continue
         if start is None:
-            start, trained = weights(Path(local_weights_dir(result["start"]))), weights(run / "rl")
-        with tempfile.TemporaryDirectory(dir=run, prefix=".extrapolated-") as tmp:
-            model = run / "rl"
-            if alpha != 1:
+            start = weights(Path(local_weights_dir(result["start"])))
+            judges = [run / "rl" for run in runs]
+            trained = soup([weights(j) for j in judges], judges) if len(judges) > 1 else weights(judges[0])
+        with tempfile.TemporaryDirectory(dir=runs[0], prefix=".extrapolated-") as tmp:
+            model = runs[0] / "rl"
+            if alpha != 1 or len(runs) > 1:
                 model = Path(tmp) / "model"
-                extrapolate(start, trained, run / "rl", alpha, model)
-            figures = judge(model, run / "rl-run", fold_dir / "data" / "eval", result["max_eval"], Path(tmp) / "judged")
+                extrapolate(start, trained, runs[0] / "rl", alpha, model)
+            figures = judge(
+                model, runs[0] / "rl-run", fold_dir / "data" / "eval", result["max_eval"], Path(tmp) / "judged"
+            )
         found["by_alpha"][f"{alpha:g}"] = figures
         write_json(path, found)
-        print(json.dumps({"fold": fold, "seed": seed, "alpha": alpha, **figures}), flush=True)
-    return {**found, "fold": fold, "seed": seed, "start_accuracy": result["start_accuracy"]}
+        print(json.dumps({"fold": fold, "run": label, "alpha": alpha, **figures}), flush=True)
+    return {**found, "fold": fold, "label": label, "start_accuracy": result["start_accuracy"]}
 
 
 def chosen(run: dict, alphas: list[float]) -> float:
@@ -155,13 +199,13 @@ def chosen(run: dict, alphas: list[float]) -> float:
 def summary(args, runs: list[dict], alphas: list[float]) -> dict:
     """Per ``alpha`` the mean over the runs; each run's choice on its validation topic and the mean of its held-out
     figures; the reward models judge_rl.py trained in the same folds, if on disk."""
-    found: dict = {"name": args.name, "runs": [f"fold{r['fold']}-seed{r['seed']}" for r in runs], "by_alpha": {}}
+    found: dict = {"name": args.name, "runs": [f"fold{r['fold']}-{r['label']}" for r in runs], "by_alpha": {}}
     for alpha in alphas:
         rows = [r["by_alpha"][f"{alpha:g}"] for r in runs]
         found["by_alpha"][f"{alpha:g}"] = {
             key: mean_std([row[key] for row in rows]) for key in ("accuracy", "blind_accuracy", "validation_accuracy")
         }
-    picks = {f"fold{r['fold']}-seed{r['seed']}": chosen(r, alphas) for r in runs}
+    picks = {f"fold{r['fold']}-{r['label']}": chosen(r, alphas) for r in runs}
     found["chosen_alpha"] = picks
     picked = [r["by_alpha"][f"{picks[name]:g}"] for name, r in zip(picks, runs, strict=True)]
     for key in ("accuracy", "blind_accuracy"):
@@ -176,13 +220,12 @@ def summary(args, runs: list[dict], alphas: list[float]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     alphas = [float(a) for a in args.alphas.split(",")]
-    runs = [
-        extrapolated_run(args, int(fold), int(seed), alphas)
-        for fold in args.fold_ids.split(",")
-        for seed in args.seeds.split(",")
-    ]
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    groups = [seeds] if args.soup else [[seed] for seed in seeds]
+    runs = [extrapolated_run(args, int(fold), group, alphas) for fold in args.fold_ids.split(",") for group in groups]
     found = summary(args, runs, alphas)
-    write_json(args.out / "cv" / args.name / "extrapolated" / "summary.json", found)
+    summary_name = "summary-soup.json" if args.soup else "summary.json"
+    write_json(args.out / "cv" / args.name / "extrapolated" / summary_name, found)
     emit(found)
     return found
 

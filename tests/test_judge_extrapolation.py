@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,21 @@ def test_a_step_of_0_1_and_2_gives_the_start_the_judge_and_twice_its_move(
     (moved_judge / "adapter_config.json").write_text("{}")
     with pytest.raises(InputError, match=rf"^{re.escape(str(moved_judge))}: a LoRA adapter: extrapolate a judge"):
         weights(moved_judge)
+
+
+def test_a_soup_is_the_mean_of_its_judges_and_refuses_judges_of_other_shapes(monkeypatch, tiny_llama_dir, moved_judge):
+    """Every tensor of the soup is the mean of its judges' in their dtype; a judge whose tensors differ is refused
+    in one line naming its folder."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from judge_extrapolation import soup, weights
+
+    start, judge = weights(tiny_llama_dir), weights(moved_judge)
+    mixed = soup([start, judge], [tiny_llama_dir, moved_judge])
+    assert all(torch.allclose(mixed[k], (start[k] + judge[k]) / 2) and mixed[k].dtype == judge[k].dtype for k in judge)
+    assert any(not torch.equal(mixed[k], judge[k]) for k in judge)
+    fewer = dict(list(judge.items())[1:])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(moved_judge))}: its tensors are not .*'s \(\d+ against"):
+        soup([start, fewer], [tiny_llama_dir, moved_judge])
 
 
 @pytest.mark.slow
@@ -110,3 +126,20 @@ def test_the_cross_validations_judges_are_judged_per_step_and_read_back(
     missing = out / "cv" / "kept" / "fold1-seed0.json"
     with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(missing))} does not exist: run benchmarks/judge_rl"):
         main(["--out", str(out), "--folds", "3", "--fold-ids", "1", "--seeds", "0", "--name", "kept"])
+
+    # A seed-1 "judge" that never moved from the start: the soup of seeds 0 and 1 is seed 0 moved halfway, exactly.
+    shutil.copytree(tiny_llama_dir, fold_dir / "kept" / "seed1" / "rl")
+    write_json(out / "cv" / "kept" / "fold0-seed1.json", kept)
+    main(["--out", str(out), "--folds", "3", "--fold-ids", "0", "--seeds", "0", "--name", "kept", "--alphas", "0.5"])
+    souped = main([*argv[:-4], "--seeds", "0,1", "--name", "kept", "--soup", "--alphas", "1"])
+    assert souped["runs"] == ["fold0-soup0-1"]
+    halfway = json.loads((out / "cv" / "kept" / "extrapolated" / "fold0-seed0.json").read_text())["by_alpha"]["0.5"]
+    soup_file = out / "cv" / "kept" / "extrapolated" / "fold0-soup0-1.json"
+    assert json.loads(soup_file.read_text())["by_alpha"]["1"] == halfway
+    assert (out / "cv" / "kept" / "extrapolated" / "summary-soup.json").is_file()
+    write_json(out / "cv" / "kept" / "fold0-seed1.json", {**kept, "max_eval": 20})
+    seed1 = out / "cv" / "kept" / "fold0-seed1.json"
+    with pytest.raises(
+        InputError, match=rf"^{re.escape(str(seed1))}: field 'max_eval': 20 against seed 0's 12: a soup needs"
+    ):
+        main([*argv[:-4], "--seeds", "0,1", "--name", "kept", "--soup", "--alphas", "2"])
