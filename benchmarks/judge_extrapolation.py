@@ -142,9 +142,9 @@ def run_label(seeds: list[int]) -> str:
     return f"seed{seeds[0]}" if len(seeds) == 1 else "soup" + "-".join(map(str, seeds))
 
 
-def extrapolated_run(args, fold: int, seeds: list[int], alphas: list[float]) -> dict:
-    """One fold's judge (one seed's, or the soup of ``seeds``) figures per ``alpha`` (read from its file, the missing
-    ones judged and added to it)."""
+def seed_results(args, fold: int, seeds: list[int]) -> dict:
+    """The first seed's ``judge_rl.py`` result, once every seed's is on disk with the same start and held-out sample
+    (a soup's judges must share both, or its figures compare with none of theirs)."""
     results = []
     for seed in seeds:
         result_file = cv_result_file(args.out, args.name, fold, seed)
@@ -164,6 +164,13 @@ def extrapolated_run(args, fold: int, seeds: list[int], alphas: list[float]) -> 
                     "alike",
                     field=key,
                 )
+    return result
+
+
+def extrapolated_run(args, fold: int, seeds: list[int], alphas: list[float]) -> dict:
+    """One fold's judge (one seed's, or the soup of ``seeds``) figures per ``alpha`` (read from its file, the missing
+    ones judged and added to it)."""
+    result = seed_results(args, fold, seeds)
     fold_dir = fold_folder(args.out, fold, args.folds)
     runs = [run_folder(fold_dir, args.name, seed) for seed in seeds]
     label = run_label(seeds)
