@@ -12,11 +12,11 @@ was only short, going further along it carries more, at no training cost. This i
 - its fold's held-out topics: the questions ``judge_rl.py`` judged it on (its ``--max-eval`` and seed), person-blind
   too.
 
-With ``--soup`` a fold's judge is the mean of its seeds' judges, every tensor (a uniform model soup, Wortsman et al.,
-2022, "Model soups"): judges trained from one start on the same rows in different orders may sit in one basin, where
-their average keeps what each learned and drops what each fitted to its own rollouts, at no training cost. The soup
-is then moved along ``soup - start`` as a single judge is; all its seeds judged the same held-out questions from the
-same start, and its validation topic is their fold's.
+With ``--soup`` a fold's judge is the mean of its seeds' judges, every tensor, as ``persetrain models soup`` takes it
+(a uniform model soup, Wortsman et al., 2022, "Model soups"): judges trained from one start on the same rows in
+different orders may sit in one basin, where their average keeps what each learned and drops what each fitted to its
+own rollouts, at no training cost. The soup is then moved along ``soup - start`` as a single judge is; all its seeds
+judged the same held-out questions from the same start, and its validation topic is their fold's.
 
 Per run, ``alpha`` is chosen on the validation topic (the highest accuracy; a tie goes to the smaller step), so the
 held-out figure of the chosen one is the figure a user who extrapolated would report. Each fold x seed's (or fold's
@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 from common import emit  # beside this script
 from judge_rl import cv_result_file, fold_folder, run_folder  # beside this script
-from safetensors.torch import load_file, save_file
 
 from data_prep.verdict.prepare import QUESTIONS_DIR
 from persetrain.evaluation import EvaluationConfig, evaluate
@@ -49,6 +47,7 @@ from persetrain.io import InputError, write_json
 from persetrain.meta_eval import MetaEvalConfig, meta_evaluate
 from persetrain.metrics.parl import mean_std
 from persetrain.models import local_weights_dir
+from persetrain.soup import average, read_weights, save_model
 
 #: The evaluator that reads a yes / no judge (judge_rl.py's ``yes-no`` view).
 EVALUATOR = "verifier"
@@ -70,45 +69,20 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a model saved whole, across its shards. A LoRA judge is refused: its start is not beside it."""
-    if (folder / "adapter_config.json").is_file():
-        raise InputError(folder, "a LoRA adapter: extrapolate a judge trained whole, or its merged model")
-    shards = sorted(folder.glob("*.safetensors"))
-    if not shards:
-        raise InputError(folder, "no .safetensors weights")
-    return {name: tensor for shard in shards for name, tensor in load_file(str(shard)).items()}
-
-
 def extrapolate(
     start: dict[str, torch.Tensor], trained: dict[str, torch.Tensor], judge: Path, alpha: float, out: Path
 ) -> None:
     """``start + alpha * (trained - start)`` for every tensor, in the judge's dtype, saved with the config and
-    tokenizer files of the judge's folder ``judge`` in ``out``. Written as ``(1 - alpha) * start + alpha * trained``
-    in float32, so that ``alpha`` 1 gives the judge's weights and 0 its start's exactly (``start + (trained - start)``
+    tokenizer of the judge's folder ``judge`` in ``out``. Written as ``(1 - alpha) * start + alpha * trained`` in
+    float32, so that ``alpha`` 1 gives the judge's weights and 0 its start's exactly (``start + (trained - start)``
     can miss ``trained`` by a rounding)."""
     if trained.keys() != start.keys():
         raise InputError(judge, f"its tensors are not its start's ({len(trained)} against {len(start)})")
     moved = {
-        name: ((1 - alpha) * start[name].float() + alpha * tensor.float()).to(tensor.dtype).contiguous()
+        name: ((1 - alpha) * start[name].float() + alpha * tensor.float()).to(tensor.dtype)
         for name, tensor in trained.items()
     }
-    out.mkdir(parents=True, exist_ok=True)
-    for path in judge.iterdir():
-        if path.is_file() and path.suffix != ".safetensors":
-            shutil.copy2(path, out / path.name)
-    save_file(moved, str(out / "model.safetensors"), metadata={"format": "pt"})
-
-
-def soup(judges: list[dict[str, torch.Tensor]], folders: list[Path]) -> dict[str, torch.Tensor]:
-    """The mean of the judges' weights, every tensor, averaged in float32 and kept in the first judge's dtype."""
-    for other, folder in zip(judges[1:], folders[1:], strict=True):
-        if other.keys() != judges[0].keys():
-            raise InputError(folder, f"its tensors are not {folders[0]}'s ({len(other)} against {len(judges[0])})")
-    return {
-        name: torch.stack([judge[name].float() for judge in judges]).mean(0).to(tensor.dtype)
-        for name, tensor in judges[0].items()
-    }
+    save_model(moved, judge, out)
 
 
 def validation_questions(run_dir: Path) -> tuple[str, str]:
@@ -181,9 +155,9 @@ def extrapolated_run(args, fold: int, seeds: list[int], alphas: list[float]) -> 
         if f"{alpha:g}" in found["by_alpha"]:
             continue
         if start is None:
-            start = weights(Path(local_weights_dir(result["start"])))
+            start = read_weights(local_weights_dir(result["start"]))
             judges = [run / "rl" for run in runs]
-            trained = soup([weights(j) for j in judges], judges) if len(judges) > 1 else weights(judges[0])
+            trained = average(judges) if len(judges) > 1 else read_weights(judges[0])
         with tempfile.TemporaryDirectory(dir=runs[0], prefix=".extrapolated-") as tmp:
             model = runs[0] / "rl"
             if alpha != 1 or len(runs) > 1:

@@ -7,6 +7,7 @@ end-to-end test on the real embedded model.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,6 +74,24 @@ def tiny_llama_dir(tmp_path_factory, embedded_tokenizer):
     model.save_pretrained(path)
     embedded_tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def moved_judge(tiny_llama_dir, tmp_path) -> Path:
+    """The tiny model with every weight nudged: a 'judge' trained whole from it, with its tokenizer."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    judge = tmp_path / "judge"
+    model.save_pretrained(judge)
+    for path in tiny_llama_dir.iterdir():
+        if path.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            (judge / path.name).write_bytes(path.read_bytes())
+    return judge
 
 
 @pytest.fixture(scope="session")

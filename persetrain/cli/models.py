@@ -51,6 +51,20 @@ def models_info(spec: Annotated[str, typer.Argument(help="Model spec.")] = DEFAU
     typer.echo(json.dumps(info, indent=2))
 
 
+@models_app.command("soup")
+def models_soup(
+    judges: Annotated[
+        list[Path], typer.Argument(help="Two or more model folders trained whole from one start (a recipe's seeds).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The soup's model folder, written whole.")],
+) -> None:
+    """Average judges trained from one start into one (a uniform model soup): what to keep of several seeds."""
+    from persetrain.soup import make_soup
+
+    make_soup(judges, out)
+    console.print(f"wrote the mean of {len(judges)} judges to {out}")
+
+
 @app.command()
 def generate(
     input: Annotated[Path, typer.Option("--input", "-i", help="JSONL of requests: {id, messages, assistant_prefix}.")],
