@@ -58,24 +58,16 @@ def test_the_embedded_model_souped_with_itself_is_itself(tmp_path, embedded_toke
     assert torch.equal(logits[0], logits[1])
 
 
-def _other_shapes(tmp_path: Path, embedded_tokenizer) -> Path:
-    config = LlamaConfig(
-        vocab_size=len(embedded_tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
+def _other_shapes(tmp_path: Path, tiny_llama_dir: Path) -> Path:
+    """The tiny model's architecture at half its width: the same tensor names, other shapes."""
+    config = LlamaConfig.from_pretrained(tiny_llama_dir)
+    config.hidden_size, config.intermediate_size = 32, 64
     folder = tmp_path / "narrow"
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
 
-def test_judges_that_cannot_be_averaged_are_refused_in_one_line(
-    tiny_llama_dir, moved_judge, tmp_path, embedded_tokenizer
-):
+def test_judges_that_cannot_be_averaged_are_refused_in_one_line(tiny_llama_dir, moved_judge, tmp_path):
     """A lone judge, an --out that is a judge, an adapter, a folder with no weights, a judge of other shapes or
     other tensors: exit 2, one line naming the folder, and no soup written."""
     out = tmp_path / "soup"
@@ -98,7 +90,7 @@ def test_judges_that_cannot_be_averaged_are_refused_in_one_line(
         ([moved_judge, tmp_path / "nowhere"], f"{tmp_path / 'nowhere'}: no such model folder"),
         ([moved_judge, fewer], f"{fewer}: its tensors are not {moved_judge}'s: 1 in one only, the first {first_name}"),
         (
-            [moved_judge, _other_shapes(tmp_path, embedded_tokenizer)],
+            [moved_judge, _other_shapes(tmp_path, tiny_llama_dir)],
             f"{tmp_path / 'narrow'}: tensor model.embed_tokens.weight has shape ",
         ),
     ]
