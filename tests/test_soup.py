@@ -68,8 +68,8 @@ def _other_shapes(tmp_path: Path, tiny_llama_dir: Path) -> Path:
 
 
 def test_judges_that_cannot_be_averaged_are_refused_in_one_line(tiny_llama_dir, moved_judge, tmp_path):
-    """A lone judge, an --out that is a judge, an adapter, a folder with no weights, a judge of other shapes or
-    other tensors: exit 2, one line naming the folder, and no soup written."""
+    """A lone judge, an --out that is a judge, an adapter, a folder with no weights, an unfinished run, a judge of
+    other shapes or other tensors: exit 2, one line naming the folder, and no soup written."""
     out = tmp_path / "soup"
     fewer = tmp_path / "fewer"
     shutil.copytree(moved_judge, fewer)
@@ -81,12 +81,16 @@ def test_judges_that_cannot_be_averaged_are_refused_in_one_line(tiny_llama_dir, 
     (adapter / "adapter_model.safetensors").write_bytes(b"")
     empty = tmp_path / "empty"
     empty.mkdir()
+    unfinished = tmp_path / "unfinished"  # a run killed in its final save: its trainer state is written last
+    shutil.copytree(moved_judge, unfinished)
+    (unfinished / "resolved_config.json").write_text("{}")
     first_name = sorted(weights)[0]
     cases = [
         ([moved_judge], f"{moved_judge}: a soup needs at least two judges to average"),
         ([moved_judge, tiny_llama_dir, "--out", moved_judge], f"{moved_judge}: the soup would replace {moved_judge}"),
         ([moved_judge, adapter], f"{adapter}: a PEFT adapter, whose start is not beside it"),
         ([moved_judge, empty], f"{empty}: no .safetensors weights"),
+        ([moved_judge, unfinished], f"{unfinished}: a training run that has not finished"),
         ([moved_judge, tmp_path / "nowhere"], f"{tmp_path / 'nowhere'}: no such model folder"),
         ([moved_judge, fewer], f"{fewer}: its tensors are not {moved_judge}'s: 1 in one only, the first {first_name}"),
         (
